@@ -1,0 +1,43 @@
+# tpuctl developer entry points. `make test` on a fresh clone installs everything it needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: install test test-fast lint protos check-protos demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## Regenerate the committed protobuf/gRPC code from protos/.
+protos: install
+	$(PY) tools/protos.py generate
+
+## Fail when the committed generated code is stale against protos/.
+check-protos: install
+	$(PY) tools/protos.py check
+
+test: install check-protos
+	$(PY) -m pytest -q
+
+## Only the fast tests (skips multi-process clusters).
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+lint: install
+	$(VENV)/bin/ruff check tpuctl tests tools bench
+	$(VENV)/bin/mypy tpuctl
+
+demo: install
+	$(VENV)/bin/tpuctl topology show --accelerator v4-32
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

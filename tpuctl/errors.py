@@ -1,0 +1,101 @@
+"""The error hierarchy: every user-visible failure is a ``TpuctlError`` carrying its exit code.
+
+Exit codes (documented in the README):
+
+== ===========================================================================
+0  success
+1  internal error (a bug in tpuctl: please report it with ``--debug`` output)
+2  bad input: command line, cluster spec, accelerator type, topology
+3  cluster failure: a host failed, was rejected, or the coordinator is unreachable
+4  deadline exceeded: registration, barrier or key-value wait timed out
+5  local state: agent already running, not running, or state dir unusable
+6  no TPU found by a real backend (``tensorflow``/``jax``) on this host
+7  bad device mapping file (missing, truncated, wrong schema, inconsistent)
+130 interrupted (Ctrl-C)
+== ===========================================================================
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+EXIT_CLUSTER = 3
+EXIT_DEADLINE = 4
+EXIT_STATE = 5
+EXIT_NO_TPU = 6
+EXIT_MAPPING = 7
+EXIT_INTERRUPTED = 130
+
+
+class TpuctlError(Exception):
+    """Root of every error tpuctl reports to a user.
+
+    ``message`` says what is wrong (with the offending value); ``hint`` says what to do about it.
+    """
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\nhint: {self.hint}"
+        return self.message
+
+
+class InputError(TpuctlError):
+    """Bad user input that is not a spec file: a flag, an accelerator type, a topology."""
+
+    exit_code = EXIT_INPUT
+
+
+class TopologyError(InputError):
+    """A slice the hardware cannot have (unknown type, impossible topology, host count)."""
+
+
+class SpecError(InputError):
+    """One or more problems in a cluster spec; ``problems`` holds every one, already formatted."""
+
+    def __init__(self, problems: list[str], *, source: str = "cluster spec") -> None:
+        self.problems = list(problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"{source}: {count} {noun}\n" + "\n".join(self.problems))
+
+
+class ClusterError(TpuctlError):
+    """The cluster cannot proceed: a host failed, a call was rejected, a peer disagrees."""
+
+    exit_code = EXIT_CLUSTER
+
+
+class CoordinatorUnreachable(ClusterError):
+    """No coordination service answers at the spec's address."""
+
+
+class DeadlineError(TpuctlError):
+    """A wait ran past its deadline (registration, barrier, key-value get)."""
+
+    exit_code = EXIT_DEADLINE
+
+
+class StateError(TpuctlError):
+    """Local agent state is not what the command needs (already up, not up, unusable dir)."""
+
+    exit_code = EXIT_STATE
+
+
+class NoTpuError(TpuctlError):
+    """A real-TPU backend found no TPU on this host."""
+
+    exit_code = EXIT_NO_TPU
+
+
+class MappingError(TpuctlError):
+    """A device mapping file is missing, truncated, of an unknown schema, or inconsistent."""
+
+    exit_code = EXIT_MAPPING
