@@ -1,0 +1,5 @@
+"""``python -m tpuctl`` runs the command line."""
+
+from tpuctl.cli import main
+
+main()
