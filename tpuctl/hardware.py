@@ -62,21 +62,67 @@ V3 = Generation("v3", "v3", (), 2, 2, "cores", ("TPU v3",), False, False, "v3", 
 V4 = Generation("v4", "v4", (), 3, 2, "cores", ("TPU v4",), True, True, "v4", (16, 16, 16), 4096, "cube")
 # v5e ("v5litepod"): 1 core per chip, 256-chip 2D pod; wraps only along a full 16-chip axis.
 V5E = Generation(
-    "v5e", "v5litepod", ("v5lite", "v5e"), 2, 1, "chips", ("TPU v5 lite", "TPU v5e"), False, False, "v5e",
-    (16, 16, 1), 256, "full_axis",
+    "v5e",
+    "v5litepod",
+    ("v5lite", "v5e"),
+    2,
+    1,
+    "chips",
+    ("TPU v5 lite", "TPU v5e"),
+    False,
+    False,
+    "v5e",
+    (16, 16, 1),
+    256,
+    "full_axis",
 )
 # v5p: TPU VMs report "TPU v5", Pathways reports "TPU v5p"; 8960-chip pod (16x20x28).
 V5P = Generation(
-    "v5p", "v5p", (), 3, 2, "cores", ("TPU v5", "TPU v5p"), True, False, "v5", (16, 20, 28), 8960, "cube",
+    "v5p",
+    "v5p",
+    (),
+    3,
+    2,
+    "cores",
+    ("TPU v5", "TPU v5p"),
+    True,
+    False,
+    "v5",
+    (16, 20, 28),
+    8960,
+    "cube",
 )
 # v6e (Trillium): like v5e.
 V6E = Generation(
-    "v6e", "v6e", (), 2, 1, "chips", ("TPU v6 lite",), False, False, "v6e", (16, 16, 1), 256, "full_axis",
+    "v6e",
+    "v6e",
+    (),
+    2,
+    1,
+    "chips",
+    ("TPU v6 lite",),
+    False,
+    False,
+    "v6e",
+    (16, 16, 1),
+    256,
+    "full_axis",
 )
 # 7x (Ironwood): 2 devices per chip (no megacore); 9216-chip pod, e.g. 16x24x24.
 V7X = Generation(
-    "7x", "tpu7x", ("v7x", "v7", "ironwood"), 3, 2, "cores", ("TPU7x", "TPU7"), False, False, "tpu7x",
-    (16, 24, 24), 9216, "cube",
+    "7x",
+    "tpu7x",
+    ("v7x", "v7", "ironwood"),
+    3,
+    2,
+    "cores",
+    ("TPU7x", "TPU7"),
+    False,
+    False,
+    "tpu7x",
+    (16, 24, 24),
+    9216,
+    "cube",
 )
 
 GENERATIONS: tuple[Generation, ...] = (V2, V3, V4, V5E, V5P, V6E, V7X)

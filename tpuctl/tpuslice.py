@@ -349,14 +349,10 @@ def check_topology(gen: Generation, topology: Triple) -> None:
     if gen.ndims == 2:
         if topology[2] != 1:
             raise TopologyError(f"{gen.name} slices are 2D; topology {format_dims(topology)} has a z axis")
-        allowed = (
-            set(V2V3_TOPOLOGIES.values()) if gen in (V2, V3) else set(LITE_TOPOLOGIES.values())
-        )
+        allowed = set(V2V3_TOPOLOGIES.values()) if gen in (V2, V3) else set(LITE_TOPOLOGIES.values())
         if topology not in allowed:
             shapes = ", ".join(format_dims(t[:2]) for t in sorted(allowed, key=lambda t: (t[0] * t[1], t)))
-            raise TopologyError(
-                f"{gen.name} has no {text} slice", hint=f"{gen.name} slice shapes are {shapes}"
-            )
+            raise TopologyError(f"{gen.name} has no {text} slice", hint=f"{gen.name} slice shapes are {shapes}")
         return
     bad = [d for d in topology if d > CUBE_SIDE and d % CUBE_SIDE]
     if bad:

@@ -18,7 +18,9 @@ def write_atomic(path: Path, text: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}", hint="check the folder exists and is writable") from exc
+        raise InputError(
+            f"cannot write {path}: {exc.strerror}", hint="check the folder exists and is writable"
+        ) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -23,7 +23,12 @@ def topology() -> None:
 @click.option("--config", "-c", "config", metavar="FILE", help="Show the slice of a cluster spec (with its hosts).")
 @click.option("--mapping", "mapping_path", metavar="FILE", help="Show a device mapping file written by tpuctl init.")
 @click.option(
-    "--format", "-f", "fmt", type=click.Choice(["text", "json", "svg"]), default="text", show_default=True,
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["text", "json", "svg"]),
+    default="text",
+    show_default=True,
     help="text for people, json for scripts, svg for a picture.",
 )
 @click.option("--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
@@ -53,14 +58,18 @@ def show(
     --format json prints one document (keys: accelerator, topology, wraparound, tasks, devices, ...);
     --format svg -o slice.svg draws chips coloured by host with ICI and wraparound links.
     """
-    tpu, hosts = _resolve(accelerator, generation, topology_dims, chips_per_host, num_slices, megacore, config, mapping_path)
+    tpu, hosts = _resolve(
+        accelerator, generation, topology_dims, chips_per_host, num_slices, megacore, config, mapping_path
+    )
     if fmt == "json":
         from tpuctl.render.document import slice_document
 
         emit(json.dumps(slice_document(tpu, hosts), indent=2) + "\n", output)
     elif fmt == "svg":
         if output is None:
-            raise InputError("--format svg needs --output FILE", hint="e.g. tpuctl topology show -a v4-32 -f svg -o slice.svg")
+            raise InputError(
+                "--format svg needs --output FILE", hint="e.g. tpuctl topology show -a v4-32 -f svg -o slice.svg"
+            )
         from tpuctl.render.svg import render_svg
 
         emit(render_svg(tpu, hosts), output)

@@ -49,7 +49,14 @@ def slice_document(tpu: TpuSlice, hosts: Sequence[str | None] | None = None) -> 
         "num_devices": tpu.num_devices,
         "tasks": tasks,
         "devices": [
-            {"id": d.id, "task": d.task, "slice": d.slice, "coords": list(d.coords), "core": d.core, "ordinal": d.ordinal}
+            {
+                "id": d.id,
+                "task": d.task,
+                "slice": d.slice,
+                "coords": list(d.coords),
+                "core": d.core,
+                "ordinal": d.ordinal,
+            }
             for d in devices
         ],
     }
