@@ -1,0 +1,47 @@
+"""``tpuctl down``: stop this host's agent, or every host's with ``--all``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import click
+
+from tpuctl.cli.common import say, state_dir_option
+from tpuctl.control import call
+from tpuctl.errors import StateError
+from tpuctl.statedir import resolve_state_dir
+
+STOP_TIMEOUT_S = 15.0
+
+
+@click.command("down")
+@click.option(
+    "--all", "everyone", is_flag=True, help="Stop every host's agent (and the coordinator), not just this one."
+)
+@state_dir_option
+def down(everyone: bool, state_dir: str | None) -> None:
+    """Stop this host's tpuctl agent: it leaves the cluster cleanly and exits.
+
+    With --all the whole cluster shuts down: every other host's agent learns it at once and exits.
+    Without --all the other hosts see this one leave and their next barriers fail naming it.
+    """
+    state = resolve_state_dir(state_dir)
+    pid = state.live_pid()
+    if pid is None:
+        raise StateError(f"no tpuctl agent is running for state dir {state.path}", hint="nothing to stop")
+    try:
+        call(state, "down", {"all": everyone}, timeout=STOP_TIMEOUT_S)
+    except StateError:
+        # The agent is alive but not answering: fall back to SIGTERM, which it handles the same way.
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while state.live_pid() is not None:
+        if time.monotonic() > deadline:
+            raise StateError(
+                f"the tpuctl agent (pid {pid}) did not exit within {STOP_TIMEOUT_S:.0f} s",
+                hint=f"see {state.log_file}; `kill {pid}` ends it",
+            )
+        time.sleep(0.05)
+    say(f"tpuctl agent (pid {pid}) stopped" + (" and the cluster shut down" if everyone else ""))

@@ -1,0 +1,165 @@
+"""The local control channel between one-shot commands and this host's agent.
+
+JSON lines over the agent's unix socket, standard library only, so that ``tpuctl barrier`` in a shell
+loop costs little more than starting Python (no grpc, no numpy). One request per connection::
+
+    -> {"op": "barrier", "args": {"name": "step", "timeout": 600.0}}
+    <- {"progress": "waiting at barrier 'step' for 5 s"}            (zero or more)
+    <- {"ok": true, "result": {...}}                                (exactly one)
+    <- {"ok": false, "error": {"type": "DeadlineError", "message": "...", "hint": "...", "exit_code": 4}}
+
+The agent's side (``serve``) is asyncio; the caller's side (``call``) is a blocking socket with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tpuctl import errors
+from tpuctl.errors import DeadlineError, StateError, TpuctlError
+from tpuctl.statedir import StateDir, not_running
+
+MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
+
+Progress = Callable[[str], None]
+Handler = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[dict[str, Any]]]
+
+_ERROR_TYPES: dict[str, type[TpuctlError]] = {
+    cls.__name__: cls
+    for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not errors.SpecError
+}
+
+
+def error_payload(exc: TpuctlError) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
+
+
+def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
+    cls = _ERROR_TYPES.get(str(payload.get("type")), TpuctlError)
+    exc = cls(str(payload.get("message", "agent error")), hint=payload.get("hint"))
+    if cls is TpuctlError:
+        exc.exit_code = int(payload.get("exit_code", errors.EXIT_INTERNAL))
+    return exc
+
+
+def call(
+    state: StateDir,
+    op: str,
+    args: dict[str, Any] | None = None,
+    *,
+    timeout: float,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Send one request to the agent and return its result; raise the agent's error as ours.
+
+    ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
+    cluster operation; this one catches an agent that stopped answering).
+    """
+    deadline = time.monotonic() + timeout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(0.1, min(timeout, 5.0)))
+        try:
+            sock.connect(str(state.socket))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise _not_answering(state) from None
+        sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
+        reader = _LineReader(sock)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineError(
+                    f"the tpuctl agent in {state.path} did not answer {op!r} within {timeout:.1f} s",
+                    hint=f"check its log: {state.log_file}",
+                )
+            sock.settimeout(min(left, 1.0))
+            try:
+                line = reader.readline()
+            except TimeoutError:
+                continue
+            if line is None:
+                raise StateError(
+                    f"the tpuctl agent in {state.path} closed the connection during {op!r}",
+                    hint=f"it may have exited; check {state.log_file}",
+                )
+            message = json.loads(line)
+            if "progress" in message:
+                if progress is not None:
+                    progress(str(message["progress"]))
+                continue
+            if message.get("ok"):
+                result = message.get("result", {})
+                return result if isinstance(result, dict) else {}
+            raise error_from_payload(message.get("error", {}))
+    finally:
+        sock.close()
+
+
+def _not_answering(state: StateDir) -> StateError:
+    pid = state.live_pid()
+    if pid is None:
+        return not_running(state)
+    return StateError(
+        f"the tpuctl agent (pid {pid}) in {state.path} is not answering on {state.socket}",
+        hint=f"it may still be starting, or stuck; see {state.log_file}",
+    )
+
+
+class _LineReader:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def readline(self) -> str | None:
+        while b"\n" not in self._buffer:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE:
+                raise StateError("the tpuctl agent sent an oversized reply")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+
+async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
+    """Answer requests on ``path`` with ``handler(op, args, progress)``; owner-only socket."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def send(message: dict[str, Any]) -> None:
+            writer.write(json.dumps(message).encode() + b"\n")
+            await writer.drain()
+
+        async def progress(text: str) -> None:
+            await send({"progress": text})
+
+        try:
+            raw = await reader.readline()
+            request = json.loads(raw) if raw else {}
+            op = str(request.get("op", ""))
+            args = request.get("args") or {}
+            try:
+                result = await handler(op, args, progress)
+                await send({"ok": True, "result": result})
+            except TpuctlError as exc:
+                await send({"ok": False, "error": error_payload(exc)})
+        except (ConnectionError, ValueError):
+            pass  # the caller went away or sent garbage: nothing to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
+    path.chmod(0o600)
+    return server
