@@ -102,6 +102,7 @@ def test_output_file_written_atomically(tmp_path, capsys: pytest.CaptureFixture[
     target = tmp_path / "sub" / "slice.json"
     code, out, err = run("topology", "show", "-a", "v6e-16", "-f", "json", "-o", str(target), capsys=capsys)
     assert code == 0
+    assert out == ""  # data went to the file; stdout stays clean
     assert json.loads(target.read_text())["accelerator"] == "v6e-16"
     assert f"wrote {target}" in err
     assert [p.name for p in target.parent.iterdir()] == ["slice.json"]
