@@ -349,10 +349,17 @@ def check_topology(gen: Generation, topology: Triple) -> None:
     if gen.ndims == 2:
         if topology[2] != 1:
             raise TopologyError(f"{gen.name} slices are 2D; topology {format_dims(topology)} has a z axis")
-        allowed = set(V2V3_TOPOLOGIES.values()) if gen in (V2, V3) else set(LITE_TOPOLOGIES.values())
+        if gen is V2 or gen is V3:
+            allowed = {V2V3_TOPOLOGIES[n] for n in (V2_TYPES if gen is V2 else V3_TYPES)}
+        else:
+            allowed = set(LITE_TOPOLOGIES.values())
         if topology not in allowed:
             shapes = ", ".join(format_dims(t[:2]) for t in sorted(allowed, key=lambda t: (t[0] * t[1], t)))
             raise TopologyError(f"{gen.name} has no {text} slice", hint=f"{gen.name} slice shapes are {shapes}")
+        return
+    # Below one cube only the listed shapes exist (2x2x1 is listed as is, not sorted); 1x1x1 only on 7x.
+    sub_cube = set(SUB_CUBE_TOPOLOGIES.values()) | ({SINGLE_CHIP} if gen is V7X else set())
+    if topology in sub_cube:
         return
     bad = [d for d in topology if d > CUBE_SIDE and d % CUBE_SIDE]
     if bad:
@@ -367,12 +374,19 @@ def check_topology(gen: Generation, topology: Triple) -> None:
         )
     if chips > gen.pod_chips:
         raise TopologyError(
-            f"{gen.name} topology {text} has {chips} chips; the largest {gen.name} slice has {gen.pod_chips}"
+            f"{gen.name} topology {text} has {chips} chips; the largest {gen.name} slice has {gen.pod_chips}",
+            hint="use a smaller slice, or num_slices for a multislice job",
         )
-    if any(d > CUBE_SIDE for d in topology) and min(topology) < CUBE_SIDE and chips > 64:
+    if any(d > CUBE_SIDE for d in topology) and min(topology) < CUBE_SIDE:
         raise TopologyError(
             f"{gen.name} topology {text}: slices larger than one {CUBE_SIDE}x{CUBE_SIDE}x{CUBE_SIDE} cube "
             f"are whole cubes, so every axis must be a multiple of {CUBE_SIDE}"
+        )
+    if min(topology) < CUBE_SIDE:
+        shapes = ", ".join(format_dims(t) for t in sorted(sub_cube, key=lambda t: (t[0] * t[1] * t[2], t)))
+        raise TopologyError(
+            f"{gen.name} has no {text} slice",
+            hint=f"{gen.name} slices smaller than one {CUBE_SIDE}x{CUBE_SIDE}x{CUBE_SIDE} cube are {shapes}",
         )
 
 
@@ -449,7 +463,9 @@ def resolve_slice(
         state = "always" if gen.megacore else "never"
         raise TopologyError(
             f"{gen.name} chips are {state} megacore; megacore: {str(megacore).lower()} is not possible",
-            hint="only v4 can switch megacore off (two devices per chip)",
+            hint="only v4 can switch megacore off (two devices per chip)"
+            if megacore is False
+            else f"{gen.name} shows each TensorCore as its own device; remove the megacore option",
         )
     kind = device_kind or gen.device_kinds[0]
     if kind not in gen.device_kinds:
