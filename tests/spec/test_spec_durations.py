@@ -1,0 +1,93 @@
+"""Durations in a spec: the shared grammar of ``tpuctl.durations`` (the same as ``--timeout`` flags).
+
+``250ms``, ``5s``, ``10m``, ``1h``, ``1h30m``, or a number of seconds (YAML number or text). Every spec
+duration must be positive and finite.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tpuctl.durations import format_duration, parse_duration
+from tpuctl.spec import check_spec, node_from
+
+BASE = {"cluster": "a", "accelerator": "v4-8", "backend": "sim", "hosts": ["h"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("250ms", 0.25), ("5s", 5.0), ("10m", 600.0), ("1h", 3600.0), ("1h30m", 5400.0), ("90", 90.0), ("1.5", 1.5),
+     ("2m30s", 150.0), ("1h0m1s", 3601.0)],
+)  # fmt: skip
+def test_duration_syntax(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    spec = check_spec(node_from({**BASE, "barrier_timeout": text})).unwrap()
+    assert spec.barrier_timeout == seconds
+
+
+@pytest.mark.parametrize("value", [30, 0.5, 1e3])
+def test_yaml_numbers_are_seconds(value: float) -> None:
+    assert check_spec(node_from({**BASE, "barrier_timeout": value})).unwrap().barrier_timeout == float(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "0 is not a positive, finite duration"),
+        (-1, "-1 is not a positive, finite duration"),
+        (float("inf"), "inf is not a positive, finite duration"),
+        ("0s", "'0s' must be a positive, finite duration"),
+        ("-5s", "'-5s' is not a duration"),
+        ("5 sec", "'5 sec' is not a duration"),
+        ("1d", "'1d' is not a duration"),
+        ("", "'' is not a duration"),
+        (True, "got boolean true"),
+        ([5], "got a list"),
+    ],
+)
+def test_bad_durations(value: object, message: str) -> None:
+    (problem,) = check_spec(node_from({**BASE, "barrier_timeout": value})).problems
+    assert problem.path == "barrier_timeout"
+    assert problem.message == f"{message}; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number"
+
+
+@given(st.integers(min_value=1, max_value=10**7))
+@example(5400)
+@example(3601)
+def test_whole_seconds_round_trip(seconds: int) -> None:
+    text = format_duration(seconds)
+    assert parse_duration(text) == seconds
+    assert format_duration(parse_duration(text)) == text
+
+
+@given(st.integers(min_value=1, max_value=999))
+def test_milliseconds_round_trip(ms: int) -> None:
+    text = format_duration(ms / 1000)
+    assert text == f"{ms}ms"
+    assert parse_duration(text) == pytest.approx(ms / 1000, rel=1e-15)
+
+
+@given(
+    st.integers(min_value=0, max_value=99),
+    st.integers(min_value=0, max_value=59),
+    st.integers(min_value=0, max_value=59),
+)
+def test_composed_units_parse_to_their_sum(h: int, m: int, s: int) -> None:
+    text = "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "1s"
+    expected = h * 3600 + m * 60 + s or 1
+    assert parse_duration(text) == expected
+    assert parse_duration(format_duration(expected)) == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tpuctl.durations.format_duration prints non-whole seconds with %g (6 significant digits): "
+    "1234.567 -> '1234.57s', 1234567.5 -> '1.23457e+06s' (unparseable); reported to its owner",
+)
+@given(st.integers(min_value=1, max_value=10**10))
+@example(1_234_567)
+def test_any_millisecond_duration_round_trips(ms: int) -> None:
+    seconds = ms / 1000
+    assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, rel=1e-12)
