@@ -28,12 +28,26 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """90.0 -> ``1m30s``; 0.25 -> ``250ms``."""
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    whole = int(seconds)
-    if whole != seconds:
-        return f"{seconds:g}s"
+    """90.0 -> ``1m30s``; 0.25 -> ``250ms``; 1234.567 -> ``20m34.567s``. Parses back exactly."""
+    from decimal import Decimal
+
+    exact = Decimal(repr(seconds))
+    if exact < 1:
+        millis = exact * 1000
+        if millis == millis.to_integral_value():
+            return f"{int(millis)}ms"
+        return f"{_plain(exact)}s"
+    whole = int(exact)
     h, rest = divmod(whole, 3600)
     m, s = divmod(rest, 60)
-    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+    tail = exact - whole + s
+    parts = [f"{v}{u}" for v, u in ((h, "h"), (m, "m")) if v]
+    if tail or not parts:
+        parts.append(f"{_plain(tail)}s")
+    return "".join(parts)
+
+
+def _plain(value: object) -> str:
+    """A Decimal in positional notation without trailing zeros (never ``1E+6``)."""
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text

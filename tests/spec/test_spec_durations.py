@@ -81,11 +81,6 @@ def test_composed_units_parse_to_their_sum(h: int, m: int, s: int) -> None:
     assert parse_duration(format_duration(expected)) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tpuctl.durations.format_duration prints non-whole seconds with %g (6 significant digits): "
-    "1234.567 -> '1234.57s', 1234567.5 -> '1.23457e+06s' (unparseable); reported to its owner",
-)
 @given(st.integers(min_value=1, max_value=10**10))
 @example(1_234_567)
 def test_any_millisecond_duration_round_trips(ms: int) -> None:
