@@ -1,0 +1,454 @@
+"""The pure coordination state machine, driven with explicit times (no clock, no grpc, no asyncio)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from coordination_harness import make_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpuctl.coordination.state import (
+    PROTOCOL_VERSION,
+    REGISTRATION,
+    BarrierId,
+    CoordinationState,
+    Pending,
+    Reason,
+    Refused,
+    Registration,
+    ServiceConfig,
+    TaskInfo,
+    TaskRef,
+    TaskState,
+    Wakeup,
+    barrier_key,
+    kv_key,
+)
+from tpuctl.errors import InputError
+
+
+def new_state(tasks: int = 4, **overrides: object) -> CoordinationState:
+    return CoordinationState(make_config(tasks, **overrides), service_incarnation=77)
+
+
+def registration(task_id: int, incarnation: int | None = None, **overrides: object) -> Registration:
+    fields: dict[str, object] = {
+        "protocol_version": PROTOCOL_VERSION,
+        "cluster": "test",
+        "task_id": task_id,
+        "incarnation": 1000 + task_id if incarnation is None else incarnation,
+        "hostname": f"host-{task_id}",
+        "peer": f"ipv4:127.0.0.1:{5000 + task_id}",
+    }
+    fields.update(overrides)
+    return Registration(**fields)  # type: ignore[arg-type]
+
+
+def register(state: CoordinationState, task_ids: range | list[int], now: float = 0.0) -> list[TaskRef]:
+    return [state.register(registration(i), now=now).task for i in task_ids]
+
+
+def refusal(excinfo: pytest.ExceptionInfo[Refused]) -> tuple[Reason, str]:
+    return excinfo.value.reason, excinfo.value.message
+
+
+# --- config --------------------------------------------------------------------------------------------
+
+
+def test_config_lists_every_problem() -> None:
+    with pytest.raises(InputError) as excinfo:
+        ServiceConfig(cluster="", tasks=(), heartbeat_timeout=0.0, barrier_timeout=float("nan"))
+    message = str(excinfo.value)
+    assert "cluster name is empty" in message
+    assert "the cluster has no tasks" in message
+    assert "heartbeat_timeout must be a positive number of seconds, got 0.0" in message
+    assert "barrier_timeout must be a positive number of seconds, got nan" in message
+
+
+def test_config_repr_hides_the_token() -> None:
+    assert "s3cret" not in repr(make_config(token="s3cret"))
+
+
+# --- registration --------------------------------------------------------------------------------------
+
+
+def test_registration_progress_names_the_missing_hosts() -> None:
+    state = new_state()
+    t0, t1 = register(state, [0, 1], now=10.0)
+    progress = state.registration_progress(t0, now=11.0)
+    assert progress.missing == (TaskInfo(2, "127.0.0.3"), TaskInfo(3, "127.0.0.4"))
+    assert (progress.registered, progress.total, progress.seconds_left) == (2, 4, 4.0)
+    assert progress.describe() == "waiting for 2 of 4 hosts: task 2 (127.0.0.3), task 3 (127.0.0.4)"
+    register(state, [2, 3], now=12.0)
+    done = state.registration_progress(t1, now=12.0)
+    assert done.complete and done.registered == 4
+    assert done.describe() == "all 4 hosts registered"
+
+
+def test_registration_wakes_its_waiters() -> None:
+    state = new_state()
+    state.take_wakeup()
+    register(state, [0])
+    assert state.take_wakeup() == Wakeup(frozenset({REGISTRATION}))
+    assert state.take_wakeup() == Wakeup()
+
+
+def test_membership_tells_the_task_about_the_cluster() -> None:
+    member = new_state(2).register(registration(1), now=0.0)
+    assert member.task == TaskRef(1, 1001)
+    assert member.service_incarnation == 77
+    assert member.tasks == (TaskInfo(0, "127.0.0.1"), TaskInfo(1, "127.0.0.2"))
+    assert (member.heartbeat_timeout, member.barrier_timeout) == (1.0, 5.0)
+
+
+def test_wrong_cluster_names_both_clusters() -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().register(registration(0, cluster="prod"), now=0.0)
+    assert refusal(excinfo) == (
+        Reason.WRONG_CLUSTER,
+        "cluster name mismatch: the registering host is in cluster 'prod', this coordinator serves cluster 'test'",
+    )
+
+
+def test_protocol_version_mismatch_is_refused_first() -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().register(registration(9, protocol_version=2, cluster="other"), now=0.0)
+    assert excinfo.value.reason is Reason.VERSION_MISMATCH
+    assert "the client speaks tpuctl coordination protocol v2, this coordinator speaks v1" in excinfo.value.message
+    assert excinfo.value.hint == "run the same tpuctl version on every host"
+
+
+@pytest.mark.parametrize("task_id", [-1, 4, 1000])
+def test_unknown_task_id(task_id: int) -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().register(registration(task_id), now=0.0)
+    assert refusal(excinfo) == (Reason.UNKNOWN_TASK, f"unknown task id {task_id}: cluster 'test' has tasks 0..3")
+
+
+def test_incarnation_zero_is_refused() -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().register(registration(0, incarnation=0), now=0.0)
+    assert excinfo.value.reason is Reason.INVALID
+
+
+def test_same_incarnation_registering_again_is_idempotent() -> None:
+    state = new_state()
+    first = state.register(registration(1), now=0.0)
+    again = state.register(registration(1, peer="ipv4:127.0.0.1:6000"), now=0.5)
+    assert again == first
+    assert state.status(now=0.5).tasks[1].seconds_since_heartbeat == 0.0  # the retry counted as proof of life
+
+
+def test_second_live_process_for_a_task_is_refused_with_the_first_ones_identity() -> None:
+    state = new_state()
+    state.register(registration(1, incarnation=111), now=0.0)
+    with pytest.raises(Refused) as excinfo:
+        state.register(registration(1, incarnation=222, hostname="other"), now=0.5)
+    assert refusal(excinfo) == (
+        Reason.TASK_TAKEN,
+        "task 1 is already registered by another live process "
+        "(incarnation 111, registered from host-1 at ipv4:127.0.0.1:5001)",
+    )
+    assert state.status(now=0.5).tasks[1].incarnation == 111
+
+
+def test_registration_deadline_runs_from_the_first_registration_and_lists_every_missing_host() -> None:
+    state = new_state(register_timeout=5.0)
+    (t0,) = register(state, [0], now=100.0)  # the service may have been up long before: irrelevant
+    register(state, [1], now=101.0)
+    assert isinstance(state.registration_progress(t0, now=104.9).seconds_left, float)
+    expected = (
+        Reason.TIMED_OUT,
+        "registration timed out after 5.0 s: 2 of 4 hosts registered; missing: task 2 (127.0.0.3), task 3 (127.0.0.4)",
+    )
+    with pytest.raises(Refused) as excinfo:
+        state.registration_progress(t0, now=105.0)
+    assert refusal(excinfo) == expected
+    with pytest.raises(Refused) as late:  # registration is closed: a late host hears the same
+        state.register(registration(2), now=106.0)
+    assert refusal(late) == expected
+    assert state.failure is None  # a registration timeout is not a cluster error
+
+
+# --- heartbeats and failures ---------------------------------------------------------------------------
+
+
+def test_silent_task_is_declared_failed_with_its_cause() -> None:
+    state = new_state(heartbeat_timeout=1.0)
+    refs = register(state, range(4), now=0.0)
+    for ref in refs[:3]:
+        state.heartbeat(ref, now=0.9)
+    assert state.expire(now=1.0) == ()  # silent for exactly the timeout: not yet
+    state.take_wakeup()
+    (failure,) = state.expire(now=1.5)
+    assert (failure.task, failure.cause) == (TaskInfo(3, "127.0.0.4"), "no heartbeat for 1.5 s (timeout 1 s)")
+    assert str(state.failure) == "task 3 (127.0.0.4) failed: no heartbeat for 1.5 s (timeout 1 s)"
+    assert state.take_wakeup().everyone
+    task3 = state.status(now=1.5).tasks[3]
+    assert (task3.state, task3.cause) == (TaskState.FAILED, "no heartbeat for 1.5 s (timeout 1 s)")
+
+
+def test_tasks_silent_together_fail_in_one_batch() -> None:
+    state = new_state(heartbeat_timeout=1.0)
+    register(state, range(4), now=0.0)
+    assert len(state.expire(now=2.0)) == 4
+    assert str(state.failure).startswith("4 tasks failed: task 0 (127.0.0.1): no heartbeat for 2.0 s")
+
+
+def test_a_late_heartbeat_fails_its_own_task() -> None:
+    state = new_state(heartbeat_timeout=1.0)
+    (ref,) = register(state, [0])
+    with pytest.raises(Refused) as excinfo:
+        state.heartbeat(ref, now=1.2)
+    assert refusal(excinfo) == (
+        Reason.CLUSTER_FAILED,
+        "task 0 (127.0.0.1) was declared failed: no heartbeat for 1.2 s (timeout 1 s)",
+    )
+    assert state.failure is not None
+
+
+def test_heartbeat_returns_the_service_incarnation() -> None:
+    state = new_state()
+    (ref,) = register(state, [0])
+    assert state.heartbeat(ref, now=0.5) == 77
+
+
+def test_heartbeat_with_a_stale_incarnation_is_aborted_naming_the_task() -> None:
+    state = new_state()
+    old = state.register(registration(2, incarnation=5), now=0.0).task
+    state.disconnect(old, now=1.0)
+    state.register(registration(2, incarnation=6), now=2.0)
+    with pytest.raises(Refused) as excinfo:
+        state.heartbeat(old, now=2.1)
+    assert refusal(excinfo) == (
+        Reason.STALE_INCARNATION,
+        "task 2 (127.0.0.3): incarnation 5 is stale; the task is registered by incarnation 6 "
+        "(from host-2 at ipv4:127.0.0.1:5002)",
+    )
+
+
+def test_calls_before_registering_are_refused() -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().heartbeat(TaskRef(1, 9), now=0.0)
+    assert refusal(excinfo) == (Reason.NOT_CONNECTED, "task 1 (127.0.0.2) has not registered")
+
+
+def test_reported_error_puts_the_cluster_in_error() -> None:
+    state = new_state()
+    refs = register(state, range(4))
+    assert state.poll_error(refs[0], now=0.1) is None
+    state.report_error(refs[2], "disk full", now=0.2)
+    assert str(state.poll_error(refs[0], now=0.3)) == "task 2 (127.0.0.3) failed: reported an error: disk full"
+    # The failed task itself may still poll: that is how a process learns it was declared failed.
+    assert state.poll_error(refs[2], now=0.3) == state.failure
+    state.disconnect(refs[2], now=0.4)  # and leave without an error; its failure stands
+    assert state.status(now=0.4).tasks[2].state is TaskState.FAILED
+
+
+def test_once_in_error_every_wait_fails_at_once_naming_the_failed_host() -> None:
+    state = new_state(heartbeat_timeout=1.0)
+    refs = register(state, range(4))
+    for ref in refs[:3]:
+        state.heartbeat(ref, now=0.8)
+    pending = state.barrier_arrive(refs[0], "step", 10.0, now=0.9)
+    state.expire(now=1.5)
+    cause = "task 3 (127.0.0.4) failed: no heartbeat for 1.5 s (timeout 1 s)"
+    with pytest.raises(Refused) as in_flight:
+        state.barrier_outcome(pending, now=1.5)
+    assert refusal(in_flight) == (Reason.CLUSTER_FAILED, f"barrier 'step' #1 failed: {cause}")
+    with pytest.raises(Refused) as later:
+        state.barrier_arrive(refs[1], "next", 10.0, now=1.6)
+    assert refusal(later) == (Reason.CLUSTER_FAILED, f"barrier 'next' refused: the cluster is in error: {cause}")
+    with pytest.raises(Refused) as kv:
+        state.kv_get("missing", started=1.6, timeout=10.0, now=1.6)
+    assert refusal(kv) == (Reason.CLUSTER_FAILED, f"waiting for key 'missing': the cluster is in error: {cause}")
+    with pytest.raises(Refused) as joining:
+        state.registration_progress(refs[0], now=1.6)
+    assert joining.value.reason is Reason.CLUSTER_FAILED
+
+
+def test_disconnect_is_not_an_error_but_fails_barriers_that_wait_for_the_task() -> None:
+    state = new_state()
+    refs = register(state, range(4))
+    waiting = state.barrier_arrive(refs[0], "step", 10.0, now=1.0)
+    state.disconnect(refs[3], now=2.0)
+    state.disconnect(refs[3], now=2.1)  # a retry is fine
+    assert state.failure is None
+    assert state.status(now=2.0).tasks[3].state is TaskState.DISCONNECTED
+    expected = (Reason.CLUSTER_FAILED, "barrier 'step' #1 cannot pass: task 3 (127.0.0.4) has disconnected")
+    with pytest.raises(Refused) as in_flight:
+        state.barrier_outcome(waiting, now=2.0)
+    assert refusal(in_flight) == expected
+    fresh = state.barrier_arrive(refs[1], "other", 10.0, now=3.0)
+    with pytest.raises(Refused) as later:
+        state.barrier_outcome(fresh, now=3.0)
+    assert later.value.message == "barrier 'other' #1 cannot pass: task 3 (127.0.0.4) has disconnected"
+    with pytest.raises(Refused) as gone:
+        state.heartbeat(refs[3], now=3.0)
+    assert refusal(gone) == (Reason.NOT_CONNECTED, "task 3 (127.0.0.4) has disconnected")
+
+
+# --- barriers ------------------------------------------------------------------------------------------
+
+
+def test_barrier_counts_calls_per_name_and_task() -> None:
+    state = new_state(3)
+    t0, t1, t2 = register(state, range(3))
+    first = state.barrier_arrive(t0, "step", 5.0, now=0.0)
+    second = state.barrier_arrive(t0, "step", 5.0, now=0.1)  # task 0 runs ahead: joins instance 2
+    other = state.barrier_arrive(t1, "other", 5.0, now=0.1)  # names count separately
+    assert (first, second, other) == (BarrierId("step", 1), BarrierId("step", 2), BarrierId("other", 1))
+    assert state.barrier_outcome(first, now=0.2) == Pending(5.0)
+    state.barrier_arrive(t1, "step", 5.0, now=0.3)
+    state.take_wakeup()
+    assert state.barrier_arrive(t2, "step", 5.0, now=0.4) == first
+    assert state.take_wakeup() == Wakeup(frozenset({barrier_key(first)}))
+    assert state.barrier_outcome(first, now=0.5) == 1
+    assert isinstance(state.barrier_outcome(second, now=0.5), Pending)
+
+
+def test_barrier_timeout_lists_every_missing_host_and_is_not_a_cluster_error() -> None:
+    state = new_state()
+    t0, t1, t2, _ = register(state, range(4))
+    barrier = state.barrier_arrive(t0, "step", 10.0, now=0.0)
+    state.barrier_arrive(t1, "step", 100.0, now=5.0)  # the first arrival's timeout decides the deadline
+    assert state.barrier_outcome(barrier, now=9.9) == Pending(10.0)
+    expected = (
+        Reason.TIMED_OUT,
+        "barrier 'step' #1 timed out after 10.0 s: 2 of 4 hosts arrived; "
+        "missing: task 2 (127.0.0.3), task 3 (127.0.0.4)",
+    )
+    with pytest.raises(Refused) as excinfo:
+        state.barrier_outcome(barrier, now=10.0)
+    assert refusal(excinfo) == expected
+    assert state.failure is None
+    # A straggler's call joins the instance it is due for, which already timed out: it hears the same.
+    assert state.barrier_arrive(t2, "step", 10.0, now=11.0) == barrier
+    with pytest.raises(Refused) as straggler:
+        state.barrier_outcome(barrier, now=11.0)
+    assert refusal(straggler) == expected
+
+
+def test_barrier_timeout_zero_means_the_configured_default() -> None:
+    state = new_state(barrier_timeout=7.0)
+    (t0,) = register(state, [0])
+    assert state.barrier_outcome(state.barrier_arrive(t0, "b", 0.0, now=1.0), now=1.0) == Pending(8.0)
+
+
+@pytest.mark.parametrize(("name", "timeout"), [("", 1.0), ("b", -1.0), ("b", float("inf"))])
+def test_barrier_arguments_are_checked(name: str, timeout: float) -> None:
+    state = new_state()
+    (t0,) = register(state, [0])
+    with pytest.raises(Refused) as excinfo:
+        state.barrier_arrive(t0, name, timeout, now=0.0)
+    assert excinfo.value.reason is Reason.INVALID
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tasks=st.integers(min_value=1, max_value=5),
+    calls=st.lists(st.integers(min_value=0, max_value=4), max_size=40),
+)
+def test_the_kth_instance_passes_exactly_when_every_task_made_k_calls(tasks: int, calls: list[int]) -> None:
+    state = new_state(tasks)
+    refs = register(state, range(tasks))
+    made = [0] * tasks
+    for task_id in (c % tasks for c in calls):
+        joined = state.barrier_arrive(refs[task_id], "step", 60.0, now=0.0)
+        made[task_id] += 1
+        assert joined == BarrierId("step", made[task_id])
+        for k in range(1, max(made) + 1):
+            outcome = state.barrier_outcome(BarrierId("step", k), now=0.0)
+            assert (outcome == k) == (min(made) >= k)
+            assert isinstance(outcome, Pending) == (min(made) < k)
+
+
+# --- key-value -----------------------------------------------------------------------------------------
+
+
+def test_kv_set_get_and_overwrite() -> None:
+    state = new_state()
+    state.take_wakeup()
+    state.kv_set("a/1", b"one", allow_overwrite=False, now=0.0)
+    assert state.take_wakeup() == Wakeup(frozenset({kv_key("a/1")}))
+    assert state.kv_get("a/1", started=0.0, timeout=0.0, now=0.0) == b"one"
+    with pytest.raises(Refused) as excinfo:
+        state.kv_set("a/1", b"uno", allow_overwrite=False, now=0.0)
+    assert refusal(excinfo) == (Reason.KEY_EXISTS, "key 'a/1' already exists")
+    state.kv_set("a/1", b"uno", allow_overwrite=True, now=0.0)
+    assert state.kv_get("a/1", started=0.0, timeout=0.0, now=0.0) == b"uno"
+
+
+def test_kv_get_waits_until_its_deadline_then_names_the_key() -> None:
+    state = new_state()
+    assert state.kv_get("later", started=1.0, timeout=2.0, now=1.5) == Pending(3.0)
+    with pytest.raises(Refused) as excinfo:
+        state.kv_get("later", started=1.0, timeout=2.0, now=3.0)
+    assert refusal(excinfo) == (Reason.TIMED_OUT, "key 'later' was not set within 2.0 s")
+    state.kv_set("later", b"", allow_overwrite=False, now=3.1)
+    assert state.kv_get("later", started=1.0, timeout=2.0, now=3.2) == b""  # empty values are values
+
+
+def test_kv_dir_is_a_sorted_prefix_scan() -> None:
+    state = new_state()
+    for key in ("cores/2", "cores/10", "cores/1", "corex", "other"):
+        state.kv_set(key, key.encode(), allow_overwrite=False, now=0.0)
+    assert state.kv_dir("cores/") == [("cores/1", b"cores/1"), ("cores/10", b"cores/10"), ("cores/2", b"cores/2")]
+    assert [key for key, _ in state.kv_dir("")] == ["cores/1", "cores/10", "cores/2", "corex", "other"]
+
+
+def test_empty_key_is_refused() -> None:
+    with pytest.raises(Refused) as excinfo:
+        new_state().kv_set("", b"x", allow_overwrite=False, now=0.0)
+    assert excinfo.value.reason is Reason.INVALID
+
+
+# --- status --------------------------------------------------------------------------------------------
+
+
+def test_status_reports_every_task_by_the_service_clock() -> None:
+    state = new_state(3, heartbeat_timeout=1.0)
+    t0, _ = register(state, [0, 1], now=10.0)
+    state.heartbeat(t0, now=10.5)
+    state.expire(now=11.25)
+    status = state.status(now=11.25)
+    assert [(t.state, t.seconds_since_heartbeat) for t in status.tasks] == [
+        (TaskState.CONNECTED, 0.75),
+        (TaskState.FAILED, 1.25),
+        (TaskState.WAITING, None),
+    ]
+    document = status.as_dict()
+    assert document["service_incarnation"] == "77"
+    assert document["tasks"][0]["incarnation"] == "1000"
+    assert document["tasks"][2] == {
+        "task": 2,
+        "address": "127.0.0.3",
+        "state": "waiting",
+        "incarnation": None,
+        "hostname": None,
+        "peer": None,
+        "heartbeat_age": None,
+        "cause": None,
+    }
+    assert document["error"] == "task 1 (127.0.0.2) failed: no heartbeat for 1.2 s (timeout 1 s)"
+
+
+def test_a_failure_wakes_every_parked_call() -> None:
+    state = new_state()
+    refs = register(state, range(4))
+    state.take_wakeup()
+    state.report_error(refs[0], "", now=0.0)
+    assert state.take_wakeup().everyone
+    assert str(state.failure) == "task 0 (127.0.0.1) failed: reported an error: no cause given"
+
+
+def test_the_package_and_the_state_machine_import_neither_grpc_nor_asyncio() -> None:
+    probe = (
+        "import sys, tpuctl.coordination, tpuctl.coordination.state; "
+        "print(sorted(m for m in ('grpc', 'asyncio', 'google.protobuf') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,101 @@
+"""A shared token: every call to the coordinator carries it, and the server refuses calls without it.
+
+This keeps a stray or mistyped client (another cluster on the same port range, a scanner) away from the
+state; it is not encryption: the token travels in clear text over the plaintext gRPC channel.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tpuctl.coordination.convert import hint_metadata
+from tpuctl.errors import InputError
+
+TOKEN_KEY = "x-tpuctl-token"
+"""Metadata key of the token on every call."""
+
+log = logging.getLogger("tpuctl.coordination")
+
+_CREATE_HINT = "create one with: (umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > {path})"
+
+
+def load_token(path: str | os.PathLike[str]) -> str:
+    """The token in ``path``, stripped of surrounding whitespace.
+
+    Refused (``InputError``) when the file is missing, not a regular file, readable or writable by group
+    or others (a shared secret must not be), empty, or not one word of printable ASCII (gRPC metadata).
+    """
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"token file {path} does not exist", hint=_CREATE_HINT.format(path=path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read token file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"token file {path} is not a regular file")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise InputError(
+            f"token file {path} is accessible by group or others (mode {mode:04o}); a shared secret must not be",
+            hint=f"chmod 600 {path}",
+        )
+    try:
+        token = path.read_bytes().decode("ascii").strip()
+    except OSError as exc:
+        raise InputError(f"cannot read token file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise InputError(f"token file {path} is not ASCII text", hint=_CREATE_HINT.format(path=path)) from None
+    if not token:
+        raise InputError(f"token file {path} is empty", hint=_CREATE_HINT.format(path=path))
+    if not token.isprintable() or any(c.isspace() for c in token):
+        raise InputError(
+            f"token file {path} must hold one word of printable ASCII (no spaces or line breaks inside)",
+            hint=_CREATE_HINT.format(path=path),
+        )
+    return token
+
+
+class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignore]  # Any without types-grpcio
+    """Refuses (UNAUTHENTICATED) every call whose token is missing or wrong, before any handler runs.
+
+    Every RPC of the coordination service is unary-unary, so the refusal is a unary-unary handler; it does
+    not even parse the request.
+    """
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        problem = self._problem(details.invocation_metadata or ())
+        if problem is None:
+            return await continuation(details)
+        return grpc.unary_unary_rpc_method_handler(_refusal(details.method, problem))
+
+    def _problem(self, metadata: Any) -> str | None:
+        given = next((value for key, value in metadata if key == TOKEN_KEY), None)
+        if given is None:
+            return "the call carries no auth token, and this coordinator requires one"
+        if not hmac.compare_digest(str(given).encode(), self._token):  # constant time: no timing oracle
+            return "the call's auth token does not match this coordinator's"
+        return None
+
+
+def _refusal(method: str, problem: str) -> Callable[[bytes, Any], Awaitable[None]]:
+    async def refuse(request: bytes, context: Any) -> None:
+        log.warning("refused %s from %s: %s", method, context.peer(), problem)
+        await context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            problem,
+            trailing_metadata=hint_metadata("give every host the same token file as the coordinator"),
+        )
+
+    return refuse

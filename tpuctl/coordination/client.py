@@ -1,0 +1,284 @@
+"""The coordination client: one ``grpc.aio`` channel to the coordinator, async methods for every call.
+
+Every method is bounded: a call that waits in the service (registration, barrier, key get, error poll)
+gets an RPC deadline of its wait plus ``rpc_timeout``, so the service's own, more telling timeout
+message wins; any other call gets ``rpc_timeout``. Calls fail fast when the coordinator is not there
+(``wait_for_ready=False``); only ``register`` (hosts start in any order) and the background loops retry.
+
+Failures surface as ``TpuctlError``s: ``CoordinatorUnreachable`` (no answer at the address),
+``DeadlineError`` (a wait timed out; the message names every missing host), ``ClusterError`` (the
+cluster is in error, or the call was refused), ``InputError`` (an unknown task id or a bad argument).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, NoReturn
+
+import grpc
+
+from tpuctl.coordination import convert
+from tpuctl.coordination.auth import TOKEN_KEY
+from tpuctl.coordination.state import (
+    PROTOCOL_VERSION,
+    ClusterFailure,
+    ClusterStatus,
+    Membership,
+    RegistrationProgress,
+    TaskRef,
+)
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError
+from tpuctl.proto import coordination_pb2 as pb
+from tpuctl.proto import coordination_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tpuctl.coordination")
+
+RPC_TIMEOUT_S = 10.0
+MAX_WAIT_S = 3600.0
+"""Client-side bound on a wait the caller left to the service's default (a barrier without a timeout)."""
+WATCH_POLL_S = 30.0
+"""How long one error poll is held by the service: short enough that a dropped connection is noticed."""
+RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0)
+"""Backoff between retries of an unreachable coordinator (the last repeats)."""
+
+_CHANNEL_OPTIONS = (
+    # Coordination traffic stays inside the cluster; an http_proxy in the environment would route it
+    # through a proxy and hang (jax-ml/jax#22995).
+    ("grpc.enable_http_proxy", 0),
+    # Hosts start in any order: once the coordinator is up, reconnect within a second, not after
+    # gRPC's default backoff of up to two minutes.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
+def new_incarnation() -> int:
+    """A random non-zero 64-bit incarnation for this process."""
+    return secrets.randbelow(2**64 - 1) + 1
+
+
+class CoordinationClient:
+    """A client of the coordination service at ``target`` ("host:port").
+
+    Create it inside the event loop that uses it; ``close`` it (or use ``async with``). Task-scoped calls
+    take the ``TaskRef`` that ``register`` returned (``Membership.task``), so a process may also act for a
+    task another process registered if it knows the incarnation.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        rpc_timeout: float = RPC_TIMEOUT_S,
+        max_wait: float = MAX_WAIT_S,
+    ) -> None:
+        self.target = target
+        self._rpc_timeout = rpc_timeout
+        self._max_wait = max_wait
+        self._metadata = ((TOKEN_KEY, token),) if token else None
+        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.CoordinationServiceStub(self._channel)
+
+    async def __aenter__(self) -> CoordinationClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    # --- membership ----------------------------------------------------------------------------------
+
+    async def register(
+        self,
+        cluster: str,
+        task_id: int,
+        *,
+        incarnation: int | None = None,
+        hostname: str | None = None,
+        connect_timeout: float = 0.0,
+    ) -> Membership:
+        """Register as ``task_id`` of ``cluster``; retry for ``connect_timeout`` s while nobody answers."""
+        task = TaskRef(task_id, incarnation or new_incarnation())
+        request = pb.RegisterTaskRequest(
+            protocol_version=PROTOCOL_VERSION,
+            cluster_name=cluster,
+            task_id=task_id,
+            incarnation=task.incarnation,
+            hostname=hostname or socket.gethostname(),
+        )
+        give_up_at = time.monotonic() + connect_timeout
+        attempt = 0
+        while True:
+            try:
+                response = await self._call(self._stub.RegisterTask, request, "RegisterTask", self._rpc_timeout)
+                return convert.membership(response, task)
+            except CoordinatorUnreachable as exc:
+                left = give_up_at - time.monotonic()
+                if left <= 0:
+                    if connect_timeout <= 0:
+                        raise
+                    raise CoordinatorUnreachable(
+                        f"{exc.message} (kept trying for {connect_timeout:.1f} s)", hint=exc.hint
+                    ) from exc
+                log.info("coordinator at %s not answering yet; retrying", self.target)
+                await asyncio.sleep(min(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)], left))
+                attempt += 1
+
+    async def wait_for_all(
+        self,
+        task: TaskRef,
+        *,
+        timeout: float,
+        progress: Callable[[RegistrationProgress], None] | None = None,
+        progress_every: float = 1.0,
+    ) -> None:
+        """Return once every task has registered; call ``progress`` after every ``progress_every`` s still
+        waiting. The service's register timeout raises ``DeadlineError`` listing every missing host;
+        ``timeout`` bounds the wait on this side too."""
+        started = time.monotonic()
+        progress_every = max(progress_every, 0.05)
+        while True:
+            left = started + timeout - time.monotonic()
+            if left <= 0:
+                raise DeadlineError(f"registration not complete after waiting {timeout:.1f} s")
+            poll = min(progress_every, left)
+            request = pb.WaitForAllTasksRequest(task=convert.task_ref_pb(task), max_wait_seconds=poll)
+            response = await self._call(
+                self._stub.WaitForAllTasks, request, "WaitForAllTasks", poll + self._rpc_timeout
+            )
+            if response.complete:
+                return
+            if progress is not None:
+                progress(convert.progress(response))
+
+    async def heartbeat(self, task: TaskRef) -> int:
+        """One heartbeat; returns the service incarnation."""
+        request = pb.HeartbeatRequest(task=convert.task_ref_pb(task))
+        response = await self._call(self._stub.Heartbeat, request, "Heartbeat", self._rpc_timeout)
+        return int(response.service_incarnation)
+
+    async def heartbeat_loop(
+        self, membership: Membership, *, interval: float | None = None, give_up_after: float | None = None
+    ) -> NoReturn:
+        """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
+
+        Rides out an unreachable coordinator for ``give_up_after`` s (default: the heartbeat timeout),
+        then raises ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a
+        heartbeat (this task was declared failed, or replaced) or has restarted.
+        """
+        interval = interval or membership.heartbeat_timeout / 3
+        give_up_after = give_up_after or membership.heartbeat_timeout
+        last_ok = time.monotonic()
+        while True:
+            try:
+                incarnation = await self.heartbeat(membership.task)
+            except (CoordinatorUnreachable, DeadlineError) as exc:
+                silent = time.monotonic() - last_ok
+                if silent > give_up_after:
+                    raise CoordinatorUnreachable(
+                        f"no heartbeat reached the coordinator at {self.target} for {silent:.1f} s: {exc.message}",
+                        hint=exc.hint,
+                    ) from exc
+                log.warning("heartbeat failed (will retry): %s", exc.message)
+            else:
+                if incarnation != membership.service_incarnation:
+                    raise ClusterError(
+                        f"the coordinator at {self.target} restarted (service incarnation {incarnation}, "
+                        f"was {membership.service_incarnation}); this host's registration is gone",
+                        hint="restart `tpuctl init` on every host",
+                    )
+                last_ok = time.monotonic()
+            await asyncio.sleep(interval)
+
+    async def watch_errors(
+        self, task: TaskRef, *, timeout: float | None = None, give_up_after: float = 10.0
+    ) -> ClusterFailure | None:
+        """The cluster's error, as soon as there is one; None if ``timeout`` s pass first (None: no limit).
+
+        Parks one long poll at a time in the service, which answers the moment a task fails. Rides out an
+        unreachable coordinator for ``give_up_after`` s, then raises ``CoordinatorUnreachable``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failing_since: float | None = None  # a parked poll is healthy: count from the first failure
+        failures = 0
+        while True:
+            poll = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - time.monotonic())
+            if poll <= 0:
+                return None
+            request = pb.PollForErrorRequest(task=convert.task_ref_pb(task), max_wait_seconds=poll)
+            try:
+                response = await self._call(self._stub.PollForError, request, "PollForError", poll + self._rpc_timeout)
+            except CoordinatorUnreachable:
+                # One dropped long poll must not take the host down (marin-community/marin#7430).
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > give_up_after:
+                    raise
+                await asyncio.sleep(RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)])
+                failures += 1
+                continue
+            failing_since, failures = None, 0
+            if response.HasField("failure"):
+                return convert.cluster_failure(response.failure)
+
+    async def report_error(self, task: TaskRef, cause: str) -> None:
+        """Declare this task failed with ``cause``: the whole cluster is in error from then on."""
+        request = pb.ReportErrorRequest(task=convert.task_ref_pb(task), cause=cause)
+        await self._call(self._stub.ReportError, request, "ReportError", self._rpc_timeout)
+
+    async def disconnect(self, task: TaskRef) -> None:
+        """Leave the cluster gracefully (not an error); barriers waiting for this task fail."""
+        request = pb.DisconnectRequest(task=convert.task_ref_pb(task))
+        await self._call(self._stub.Disconnect, request, "Disconnect", self._rpc_timeout)
+
+    # --- barriers and key-value ----------------------------------------------------------------------
+
+    async def barrier(self, task: TaskRef, name: str, *, timeout: float | None = None) -> int:
+        """Wait until every task made as many calls to barrier ``name`` as this one; returns the instance
+        (1 for the first call). ``timeout`` None: the service's default barrier timeout."""
+        request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout or 0.0)
+        wait = self._max_wait if timeout is None else timeout
+        response = await self._call(self._stub.Barrier, request, f"barrier {name!r}", wait + self._rpc_timeout)
+        return int(response.instance)
+
+    async def kv_set(self, key: str, value: bytes, *, allow_overwrite: bool = False) -> None:
+        request = pb.KeyValueSetRequest(entry=pb.KeyValue(key=key, value=value), allow_overwrite=allow_overwrite)
+        await self._call(self._stub.KeyValueSet, request, f"set {key!r}", self._rpc_timeout)
+
+    async def kv_get(self, key: str, *, timeout: float) -> bytes:
+        """The value of ``key``, waiting up to ``timeout`` s for it to be set."""
+        request = pb.KeyValueGetRequest(key=key, timeout_seconds=timeout)
+        response = await self._call(self._stub.KeyValueGet, request, f"get {key!r}", timeout + self._rpc_timeout)
+        return bytes(response.value)
+
+    async def kv_dir(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Every entry whose key starts with ``prefix``, sorted by key; does not wait."""
+        request = pb.KeyValueDirRequest(prefix=prefix)
+        response = await self._call(self._stub.KeyValueDir, request, f"list {prefix!r}", self._rpc_timeout)
+        return [(entry.key, bytes(entry.value)) for entry in response.entries]
+
+    async def status(self) -> ClusterStatus:
+        response = await self._call(self._stub.GetStatus, pb.GetStatusRequest(), "GetStatus", self._rpc_timeout)
+        return convert.cluster_status(response)
+
+    # --- plumbing ------------------------------------------------------------------------------------
+
+    async def _call(self, rpc: Any, request: Any, call: str, timeout: float) -> Any:
+        try:
+            return await rpc(request, timeout=timeout, metadata=self._metadata, wait_for_ready=False)
+        except grpc.aio.AioRpcError as exc:
+            hint = convert.hint_from_metadata(exc.trailing_metadata())
+            raise convert.error_from_status(
+                exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
+            ) from exc

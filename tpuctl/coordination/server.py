@@ -1,0 +1,129 @@
+"""Start and stop the coordination service: a ``grpc.aio`` server bound to one host:port."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from tpuctl.coordination.auth import TokenCheck
+from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
+from tpuctl.coordination.state import CoordinationState, ServiceConfig
+from tpuctl.errors import StateError
+from tpuctl.proto import coordination_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tpuctl.coordination")
+
+# gRPC sets SO_REUSEPORT by default: a second coordinator on the same port then binds silently and
+# clients split between the two (observed with jaxlib's service). 0 makes the second bind fail instead.
+_SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
+
+
+@dataclass
+class CoordinationServer:
+    """A running coordination service; ``port`` is the bound one (useful after asking for port 0)."""
+
+    host: str
+    port: int
+    service: CoordinationServicer
+    _server: Any
+
+    @property
+    def target(self) -> str:
+        return host_port(self.host, self.port)
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving; calls still running after ``grace`` seconds are cancelled."""
+        await self.service.stop()
+        await self._server.stop(grace)
+        log.info("coordination service at %s stopped", self.target)
+
+
+async def start_server(
+    config: ServiceConfig,
+    *,
+    host: str,
+    port: int,
+    clock: Callable[[], float] = time.monotonic,
+    service_incarnation: int | None = None,
+    check_interval: float | None = None,
+) -> CoordinationServer:
+    """Serve ``config``'s cluster on ``host:port`` (port 0: any free port).
+
+    ``clock`` is the state machine's (monotonic seconds); parked calls sleep on the event loop's timers,
+    so it must run at real speed. ``check_interval`` (default: 0.25 s, or a quarter of the heartbeat
+    timeout if that is shorter) is how often silent tasks are looked for.
+
+    Raises ``StateError`` when the port is taken or the address is not this host's: both are facts about
+    this host (most often another ``tpuctl init`` already serving), fixed here, not in the cluster.
+    """
+    incarnation = service_incarnation or secrets.randbits(64) or 1
+    state = CoordinationState(config, service_incarnation=incarnation)
+    if check_interval is None:
+        check_interval = min(CHECK_INTERVAL_S, config.heartbeat_timeout / 4)
+    service = CoordinationServicer(state, clock=clock, check_interval=check_interval)
+    interceptors = [TokenCheck(config.token)] if config.token else []
+    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=interceptors)
+    pb_grpc.add_CoordinationServiceServicer_to_server(service, server)
+    try:
+        bound = server.add_insecure_port(host_port(host, port))
+    except RuntimeError as exc:  # grpc says only "Failed to bind"; ask the OS why
+        raise _bind_error(host, port) from exc
+    if not bound:  # older grpcio returned 0 instead of raising
+        raise _bind_error(host, port)
+    await server.start()
+    service.start()
+    log.info(
+        "coordination service for cluster %r (%d tasks) listening on %s, incarnation %d%s",
+        config.cluster,
+        len(config.tasks),
+        host_port(host, bound),
+        incarnation,
+        ", token required" if config.token else "",
+    )
+    return CoordinationServer(host, bound, service, server)
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as gRPC wants it: an IPv6 literal in brackets."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _bind_error(host: str, port: int) -> StateError:
+    where = host_port(host, port)
+    cause = _bind_probe(host, port)
+    if cause is not None and cause.errno == errno.EADDRINUSE:
+        return StateError(
+            f"cannot start the coordination service: {where} is already in use",
+            hint=f"another process (perhaps another `tpuctl init`) holds the port; `ss -ltnp 'sport = :{port}'` "
+            "shows which; stop it or choose another coordinator port in the cluster spec",
+        )
+    if cause is not None and cause.errno == errno.EADDRNOTAVAIL:
+        return StateError(
+            f"cannot start the coordination service on {where}: {host} is not an address of this host",
+            hint="task 0 serves on its own address: check that this host is task 0 of the cluster spec",
+        )
+    reason = cause.strerror if cause is not None and cause.strerror else "gRPC could not bind it"
+    return StateError(f"cannot start the coordination service on {where}: {reason}")
+
+
+def _bind_probe(host: str, port: int) -> OSError | None:
+    """Bind a plain socket where gRPC failed to, for the OS's reason (in use, not our address, ...)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror is one too
+        return exc
+    return None
