@@ -84,7 +84,9 @@ def bench_cluster(hosts_accel: str, repeats: int) -> None:
     print(f"## simulated cluster {hosts_accel} under {root}")
     base = statistics.median(timed(lambda: run_quiet([PY, "-c", "pass"]), 5))
     start = time.perf_counter()
-    proc = subprocess.run([*TPUCTL, "sim", "up", hosts_accel, "--root", str(root)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*TPUCTL, "sim", "up", hosts_accel, "--root", str(root)], capture_output=True, text=True, timeout=300
+    )
     up = time.perf_counter() - start
     if proc.returncode != 0:
         print(proc.stderr)
@@ -112,7 +114,9 @@ def bench_cluster(hosts_accel: str, repeats: int) -> None:
             for p in others:
                 p.wait(timeout=60)
         med = statistics.median(samples)
-        print(f"tpuctl barrier (last arrival, median of {repeats}) {ms(med)}; python -c pass {ms(base)}; ratio {med / base:.1f}x")
+        print(
+            f"tpuctl barrier (last arrival, median of {repeats}) {ms(med)}; python -c pass {ms(base)}; ratio {med / base:.1f}x"
+        )
         print(f"8-host init wall (from sim up) {init_lines[0] if init_lines else up}")
     finally:
         subprocess.run([*TPUCTL, "sim", "down", "--root", str(root)], capture_output=True, timeout=60)

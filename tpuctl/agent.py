@@ -1,0 +1,432 @@
+"""The bootstrap use case: one host's agent, from registration to the mapping file and beyond.
+
+``run_agent`` is what ``tpuctl init`` runs on every host (in the background, or attached with
+``--foreground``). It is callable without click:
+
+1. take the state dir's lock (a second agent for the same state dir is refused);
+2. task 0 starts the coordination service at ``hosts[0]:port``;
+3. register (cluster name, task id, fresh incarnation) and wait for every host, reporting who is missing;
+4. heartbeat in the background; watch the service's error long-poll;
+5. publish this host's core IDs (from the backend) and gather everyone's: the core-ID merge;
+6. build the topology and the device mapping; write the mapping file atomically;
+7. a final barrier, then report ready (``init`` prints its summary and exits 0);
+8. serve local commands (``barrier``, ``status``, ``down``) on the state dir's socket until told to stop,
+   the cluster fails, or a signal arrives.
+
+Progress and the outcome go to a ``Reporter`` (the init process reads them from a pipe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tpuctl.control import serve
+from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
+from tpuctl.spec import ClusterSpec
+from tpuctl.statedir import StateDir
+
+log = logging.getLogger("tpuctl.agent")
+
+INIT_CORES_BARRIER = "tpuctl/init/cores"
+INIT_DONE_BARRIER = "tpuctl/init/done"
+SHUTDOWN_KEY = "tpuctl/shutdown"
+PROGRESS_EVERY_S = 5.0  # how often a long wait says what it is waiting for
+
+
+class Reporter:
+    """Where the agent says how init is going: ``progress`` lines, then ``ready`` or ``failed``."""
+
+    def progress(self, text: str) -> None:
+        raise NotImplementedError
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def failed(self, exc: TpuctlError) -> None:
+        raise NotImplementedError
+
+
+class PipeReporter(Reporter):
+    """JSON lines on a pipe to the waiting ``tpuctl init`` process; closed after the outcome."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream: IO[str] | None = stream
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(json.dumps(message) + "\n")
+            self._stream.flush()
+        except (BrokenPipeError, OSError):
+            self._stream = None  # init went away (Ctrl-C): carry on, the log still has everything
+
+    def _close(self) -> None:
+        if self._stream is not None:
+            with contextlib.suppress(OSError):
+                self._stream.close()
+            self._stream = None
+
+    def progress(self, text: str) -> None:
+        log.info("%s", text)
+        self._send({"event": "progress", "text": text})
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        self._send({"event": "ready", "summary": summary})
+        self._close()
+
+    def failed(self, exc: TpuctlError) -> None:
+        from tpuctl.control import error_payload
+
+        self._send({"event": "failed", "error": error_payload(exc)})
+        self._close()
+
+
+@dataclass
+class AgentOptions:
+    spec: ClusterSpec
+    task: int
+    state: StateDir
+    output: Path
+    address: str
+    config_path: str | None = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent:
+    """One host's membership in the cluster. Create, then ``await run()``."""
+
+    def __init__(self, options: AgentOptions, reporter: Reporter) -> None:
+        self.options = options
+        self.spec = options.spec
+        self.task = options.task
+        self.reporter = reporter
+        self.incarnation = secrets.randbits(63) or 1
+        self.stop = asyncio.Event()
+        self.shutdown_all = False
+        self.cluster_error: TpuctlError | None = None
+        self._server: Any = None
+        self._client: Any = None
+        self._membership: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._ready = False
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        lock = _take_lock(self.options.state)
+        try:
+            self.options.state.pid_file.write_text(f"{os.getpid()}\n")
+            return await self._run_locked()
+        finally:
+            for path in (self.options.state.socket, self.options.state.pid_file):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            lock.close()
+
+    async def _run_locked(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self._bring_up()
+        except TpuctlError as exc:
+            log.error("init failed: %s", exc)
+            self.reporter.failed(exc)
+            await self._tear_down(leaving=False)
+            return exc.exit_code
+        except asyncio.CancelledError:
+            reason = self.cluster_error or StateError(f"task {self.task}: init interrupted by a signal")
+            self.reporter.failed(reason)
+            await self._tear_down(leaving=False)
+            return reason.exit_code
+        await self.stop.wait()
+        await self._tear_down(leaving=True)
+        return 0
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("received %s: leaving the cluster", sig.name)
+        if not self._ready:
+            for task in self._tasks:
+                task.cancel()
+            if self._main_task is not None:
+                self._main_task.cancel()
+        self.stop.set()
+
+    _main_task: asyncio.Task[Any] | None = None
+
+    async def _bring_up(self) -> None:
+        self._main_task = asyncio.current_task()
+        from tpuctl.coordination.client import CoordinationClient
+
+        spec, task = self.spec, self.task
+        token = _load_token(spec)
+        if task == 0:
+            self._server = await _start_service(spec, token)
+            self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}")
+        self._client = CoordinationClient(spec.coordinator_target, token=token)
+        client = self._client
+        self._membership = await client.register(
+            spec.cluster,
+            task,
+            incarnation=self.incarnation,
+            hostname=socket.gethostname(),
+            connect_timeout=spec.coordinator.register_timeout,
+        )
+        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}; waiting for every host")
+        await client.wait_for_all(
+            self._membership.task,
+            timeout=spec.coordinator.register_timeout,
+            progress=lambda progress: self.reporter.progress(f"task {task}: {progress.describe()}"),
+            progress_every=PROGRESS_EVERY_S,
+        )
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
+        self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
+        mapping = await self._merge_and_write()
+        self.options.state.write_info(self._info(mapping))
+        control = await serve(self.options.state.socket, self._handle)
+        self._tasks.append(asyncio.create_task(_serve_forever(control), name="control"))
+        await self._barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
+        self._ready = True
+        self.reporter.ready(self._summary(mapping))
+
+    async def _merge_and_write(self) -> Any:
+        """Publish this host's core IDs, gather everyone's (the merge), write the mapping.
+
+        Every input of the mapping comes from the service (core IDs, the creation time task 0
+        publishes), so every host writes a byte-identical file.
+        """
+        from tpuctl.backends import get_backend
+        from tpuctl.mapping import build_mapping, write_mapping
+        from tpuctl.topology import build_topologies, merge_core_ids
+
+        spec, task, client = self.spec, self.task, self._client
+        prefix = f"tpuctl/init/{self.service_incarnation}"
+        if task == 0:
+            await client.kv_set(f"{prefix}/created", repr(time.time()).encode())
+        backend = get_backend(spec.backend, spec.slice)
+        core_ids = backend.local_core_ids(task)
+        await client.kv_set(f"{prefix}/cores/{task}", json.dumps(list(core_ids)).encode())
+        await self._barrier(INIT_CORES_BARRIER, spec.barrier_timeout)
+        entries = await client.kv_dir(f"{prefix}/cores")
+        per_task = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in entries}
+        created = float(await client.kv_get(f"{prefix}/created", timeout=spec.barrier_timeout))
+        merged = merge_core_ids(per_task, spec.slice)
+        mapping = build_mapping(
+            slice=spec.slice,
+            cluster=spec.cluster,
+            incarnation=self.service_incarnation,
+            hosts=list(spec.hosts),
+            merged=merged,
+            topology=build_topologies(merged, spec.slice),
+            created=created,
+        )
+        write_mapping(self.options.output, mapping)
+        self.reporter.progress(f"task {task}: wrote {self.options.output}")
+        return mapping
+
+    @property
+    def service_incarnation(self) -> int:
+        return int(self._membership.service_incarnation) if self._membership is not None else 0
+
+    async def _tear_down(self, *, leaving: bool) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        if self._client is not None:
+            if leaving and self._membership is not None and not self.shutdown_all:
+                with contextlib.suppress(TpuctlError, OSError):
+                    await self._client.disconnect(self._membership.task)
+            with contextlib.suppress(BaseException):
+                await self._client.close()
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+
+    # --- background work -------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        try:
+            await self._client.heartbeat_loop(self._membership, interval=self.spec.coordinator.heartbeat_interval)
+        except TpuctlError as exc:
+            self._fail(exc)
+
+    async def _watch_errors(self) -> None:
+        try:
+            failure = await self._client.watch_errors(self._membership.task)
+        except TpuctlError as exc:
+            self._fail(exc)
+            return
+        if failure is None:
+            return
+        text = str(failure)
+        if SHUTDOWN_KEY in text:
+            log.info("cluster shut down: %s", text)
+            self.shutdown_all = True
+            self.stop.set()
+            return
+        self._fail(ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"))
+
+    def _fail(self, exc: TpuctlError) -> None:
+        if self.cluster_error is None:
+            self.cluster_error = exc
+            log.error("task %d: %s", self.task, exc.message)
+            if not self._ready and self._main_task is not None:
+                self._main_task.cancel()  # init cannot finish: report the cluster's error now
+
+    async def _barrier(self, name: str, timeout: float) -> int:
+        if self.cluster_error is not None:
+            raise self.cluster_error
+        return int(await self._client.barrier(self._membership.task, name, timeout=timeout))
+
+    # --- local commands --------------------------------------------------------------------------
+
+    async def _handle(self, op: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
+        if op == "barrier":
+            name = str(args.get("name", ""))
+            if not name or name.startswith("tpuctl/"):
+                raise InputError(
+                    f"barrier name {name!r} is empty or reserved", hint="names starting tpuctl/ are tpuctl's own"
+                )
+            timeout = float(args.get("timeout") or self.spec.barrier_timeout)
+            waiter = asyncio.create_task(self._barrier(name, timeout))
+            started = time.monotonic()
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
+                if done:
+                    instance = waiter.result()
+                    return {"name": name, "instance": instance, "hosts": len(self.spec.hosts)}
+                await progress(f"waiting at barrier {name!r} for {time.monotonic() - started:.0f} s")
+        if op == "status":
+            return await self._status()
+        if op == "down":
+            self.shutdown_all = bool(args.get("all"))
+            if self.shutdown_all:
+                cause = f"{SHUTDOWN_KEY}: the cluster was shut down from task {self.task} (tpuctl down --all)"
+                await self._client.report_error(self._membership.task, cause)
+            self.stop.set()
+            return {"stopping": True}
+        if op == "info":
+            return self.options.state.read_info()
+        raise InputError(f"unknown agent operation {op!r}")
+
+    async def _status(self) -> dict[str, Any]:
+        base = {
+            "cluster": self.spec.cluster,
+            "task": self.task,
+            "coordinator": self.spec.coordinator_target,
+            "mapping": str(self.options.output),
+        }
+        try:
+            info = (await self._client.status()).as_dict()
+        except TpuctlError as exc:
+            # The coordinator is gone: say what this host knows, and why the rest is missing.
+            return {**base, "tasks": [], "error": (self.cluster_error or exc).message}
+        local = self.cluster_error.message if self.cluster_error else None
+        return {**base, **info, "error": info.get("error") or local}
+
+    # --- descriptions ----------------------------------------------------------------------------
+
+    def _info(self, mapping: Any) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "pid": os.getpid(),
+            "cluster": spec.cluster,
+            "task": self.task,
+            "address": self.options.address,
+            "num_tasks": len(spec.hosts),
+            "hosts": list(spec.hosts),
+            "coordinator": spec.coordinator_target,
+            "accelerator": spec.slice.accelerator_type,
+            "topology": spec.slice.topology_str,
+            "mapping": str(self.options.output),
+            "config": self.options.config_path,
+            "incarnation": str(self.incarnation),
+            "service_incarnation": str(self.service_incarnation),
+            "barrier_timeout": spec.barrier_timeout,
+            "started": time.time(),
+            **self.options.extra_info,
+        }
+
+    def _summary(self, mapping: Any) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "cluster": spec.cluster,
+            "task": self.task,
+            "tasks": len(spec.hosts),
+            "accelerator": spec.slice.accelerator_type,
+            "topology": spec.slice.topology_str,
+            "devices": spec.slice.num_devices,
+            "local_devices": spec.slice.devices_per_host,
+            "mapping": str(self.options.output),
+            "pid": os.getpid(),
+        }
+
+
+def _load_token(spec: ClusterSpec) -> str | None:
+    if spec.auth is None:
+        return None
+    from tpuctl.coordination.auth import load_token
+
+    return load_token(spec.auth.token_file)
+
+
+async def _start_service(spec: ClusterSpec, token: str | None) -> Any:
+    from tpuctl.coordination.server import start_server
+    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+
+    config = ServiceConfig(
+        cluster=spec.cluster,
+        tasks=tuple(TaskSpec(address=h) for h in spec.hosts),
+        heartbeat_timeout=spec.coordinator.heartbeat_timeout,
+        register_timeout=spec.coordinator.register_timeout,
+        barrier_timeout=spec.barrier_timeout,
+        token=token,
+    )
+    return await start_server(config, host=spec.coordinator_address, port=spec.coordinator.port)
+
+
+async def _serve_forever(server: asyncio.AbstractServer) -> None:
+    async with server:
+        await server.serve_forever()
+
+
+def _take_lock(state: StateDir) -> IO[str]:
+    state.ensure()
+    handle = state.lock_file.open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        pid = state.live_pid()
+        raise StateError(
+            f"a tpuctl agent is already running for state dir {state.path}" + (f" (pid {pid})" if pid else ""),
+            hint="`tpuctl status` shows it; `tpuctl down` stops it; use another --state-dir for another host",
+        ) from None
+    return handle
+
+
+def configure_logging(path: Path | None, level: int = logging.INFO) -> None:
+    """Agent log: to ``path`` (background agent) or stderr (``--foreground``)."""
+    handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("tpuctl")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+__all__ = ["Agent", "AgentOptions", "PipeReporter", "Reporter", "configure_logging"]

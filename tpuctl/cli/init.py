@@ -1,0 +1,189 @@
+"""``tpuctl init``: join this host to the cluster, merge core IDs, write the device mapping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tpuctl.agent import AgentOptions, Reporter
+from tpuctl.cli.common import say, state_dir_option
+from tpuctl.control import error_from_payload
+from tpuctl.errors import StateError, TpuctlError
+from tpuctl.statedir import StateDir, resolve_state_dir
+
+# Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
+STARTUP_SLACK_S = 30.0
+LOG_TAIL_LINES = 20
+
+
+@click.command("init")
+@click.option(
+    "--config", "-c", metavar="FILE", help="Cluster spec (YAML). Without it, Cloud TPU / GKE variables make one."
+)
+@click.option(
+    "--task-id",
+    type=click.IntRange(min=0),
+    help="This host's task id (else TPUCTL_TASK_ID, address match, TPU_WORKER_ID).",
+)
+@click.option("--output", "-o", metavar="PATH", help="Where to write the device mapping (default: the spec's output).")
+@click.option("--foreground", is_flag=True, help="Stay attached (for systemd or Kubernetes); log to stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON document.")
+@state_dir_option
+def init(
+    config: str | None, task_id: int | None, output: str | None, foreground: bool, as_json: bool, state_dir: str | None
+) -> int:
+    """Join this host to the cluster and write the device mapping file.
+
+    \b
+    Run it on every host with the same spec:
+      tpuctl init --config cluster.yaml
+    Task 0 starts the coordination service; every host registers, reports its TPU core IDs,
+    and the merged topology is written to the mapping file on every host. stderr shows progress
+    (naming the hosts still missing); stdout gets a one-line summary. The agent then stays in the
+    background (heartbeats, error watch, `tpuctl barrier`) until `tpuctl down`.
+
+    Exit codes: 0 up, 2 bad spec, 3 cluster failure, 4 a host never came (deadline), 5 already up.
+    """
+    options = build_options(config, task_id, output, state_dir)
+    _refuse_if_running(options.state)
+    if foreground:
+        return _run_foreground(options, as_json)
+    summary = _run_background(options, config, task_id)
+    _print_summary(summary, as_json)
+    return 0
+
+
+def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
+    """Resolve the spec, this host's task id, the output path and the state dir (no side effects)."""
+    from tpuctl import hostenv
+    from tpuctl.identity import resolve_task_id, spec_from_tpu_env
+    from tpuctl.specfile import load_spec
+
+    environ = hostenv.environ()
+    spec = load_spec(config) if config else spec_from_tpu_env(environ)
+    task = resolve_task_id(spec, task_id=task_id, environ=environ, local_names=hostenv.local_names())
+    state = resolve_state_dir(state_dir)
+    return AgentOptions(
+        spec=spec,
+        task=task,
+        state=state,
+        output=Path(output or spec.output).absolute(),
+        address=spec.hosts[task],
+        config_path=str(Path(config).absolute()) if config else None,
+    )
+
+
+def _refuse_if_running(state: StateDir) -> None:
+    pid = state.live_pid()
+    if pid is None:
+        return
+    try:
+        info = state.read_info()
+        what = f"cluster {info.get('cluster')!r} as task {info.get('task')}"
+    except TpuctlError:
+        what = "starting up"
+    raise StateError(
+        f"this host is already up: a tpuctl agent (pid {pid}) runs for state dir {state.path}, {what}",
+        hint="`tpuctl status` shows the cluster; `tpuctl down` stops this host's agent first",
+    )
+
+
+class _StderrReporter(Reporter):
+    def __init__(self) -> None:
+        self.summary: dict[str, Any] | None = None
+
+    def progress(self, text: str) -> None:
+        say(text)
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        self.summary = summary
+        click.echo(_summary_line(summary))
+
+    def failed(self, exc: TpuctlError) -> None:
+        pass  # raised to main(), which prints it
+
+
+def _run_foreground(options: AgentOptions, as_json: bool) -> int:
+    import asyncio
+
+    from tpuctl.agent import Agent, configure_logging
+
+    configure_logging(None)
+    return asyncio.run(Agent(options, _StderrReporter()).run())
+
+
+def _run_background(options: AgentOptions, config: str | None, task_id: int | None) -> dict[str, Any]:
+    state = options.state
+    state.ensure()
+    read_fd, write_fd = os.pipe()
+    command = [
+        sys.executable, "-m", "tpuctl.agent_main",
+        "--task-id", str(options.task),
+        "--output", str(options.output),
+        "--state-dir", str(state.path),
+        "--progress-fd", str(write_fd),
+    ]  # fmt: skip
+    if config:
+        command += ["--config", str(Path(config).absolute())]
+    with state.log_file.open("a") as log:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,), start_new_session=True
+        )
+    os.close(write_fd)
+    spec = options.spec
+    limit = spec.coordinator.register_timeout + 2 * spec.barrier_timeout + STARTUP_SLACK_S
+    deadline = time.monotonic() + limit
+    with os.fdopen(read_fd) as events:
+        for line in events:
+            message = json.loads(line)
+            if message.get("event") == "progress":
+                say(message.get("text", ""))
+            elif message.get("event") == "ready":
+                return dict(message.get("summary", {}))
+            elif message.get("event") == "failed":
+                _reap(proc, deadline)
+                raise error_from_payload(message.get("error", {}))
+            if time.monotonic() > deadline:
+                break
+    code = _reap(proc, deadline)
+    raise StateError(
+        f"task {options.task}: the tpuctl agent exited (code {code}) before the cluster was up",
+        hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
+    )
+
+
+def _reap(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
+    try:
+        return proc.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-LOG_TAIL_LINES:]) or "(empty log)"
+
+
+def _summary_line(summary: dict[str, Any]) -> str:
+    return (
+        f"tpuctl: cluster {summary.get('cluster')!r} up: task {summary.get('task')} of {summary.get('tasks')}, "
+        f"{summary.get('accelerator')} ({summary.get('topology')}), {summary.get('local_devices')} local of "
+        f"{summary.get('devices')} devices, mapping {summary.get('mapping')}, agent pid {summary.get('pid')}"
+    )
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        click.echo(_summary_line(summary))
