@@ -118,6 +118,10 @@ class Agent:
         self.stop = asyncio.Event()
         self.shutdown_all = False
         self.cluster_error: TpuctlError | None = None
+        self.failures: list[dict[str, Any]] = []
+        self.failed_at: float | None = None
+        self.changed = asyncio.Event()  # set when the cluster errs or this agent stops
+        self.job_ports: dict[str, Any] = {}
         self._server: Any = None
         self._client: Any = None
         self._membership: Any = None
@@ -165,6 +169,7 @@ class Agent:
             if self._main_task is not None:
                 self._main_task.cancel()
         self.stop.set()
+        self.changed.set()
 
     _main_task: asyncio.Task[Any] | None = None
 
@@ -220,7 +225,24 @@ class Agent:
         backend = get_backend(spec.backend, spec.slice)
         core_ids = backend.local_core_ids(task)
         await client.kv_set(f"{prefix}/cores/{task}", json.dumps(list(core_ids)).encode())
-        await self._barrier(INIT_CORES_BARRIER, spec.barrier_timeout)
+        # Ports for the jobs' own runtimes (DTensor's gRPC server on every host, JAX's coordinator on
+        # task 0). Each is held open until every host has published, so hosts sharing a machine
+        # (a simulated cluster) cannot pick the same one.
+        held = [_hold_port()]
+        if task == 0:
+            held.append(_hold_port())
+        ports = {"dtensor": held[0].getsockname()[1], "jax": held[1].getsockname()[1] if task == 0 else None}
+        await client.kv_set(f"{prefix}/ports/{task}", json.dumps(ports).encode())
+        try:
+            await self._barrier(INIT_CORES_BARRIER, spec.barrier_timeout)
+        finally:
+            for sock in held:
+                sock.close()
+        published = {int(k.rsplit("/", 1)[1]): json.loads(v) for k, v in await client.kv_dir(f"{prefix}/ports")}
+        self.job_ports = {
+            "dtensor": [published[t]["dtensor"] for t in sorted(published)],
+            "jax": published[0]["jax"],
+        }
         entries = await client.kv_dir(f"{prefix}/cores")
         per_task = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in entries}
         created = float(await client.kv_get(f"{prefix}/created", timeout=spec.barrier_timeout))
@@ -278,12 +300,18 @@ class Agent:
             log.info("cluster shut down: %s", text)
             self.shutdown_all = True
             self.stop.set()
+            self.changed.set()
             return
+        self.failures = [
+            {"task": f.task.task_id, "address": f.task.address, "cause": f.cause} for f in failure.failures
+        ]
         self._fail(ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"))
 
     def _fail(self, exc: TpuctlError) -> None:
         if self.cluster_error is None:
             self.cluster_error = exc
+            self.failed_at = time.time()
+            self.changed.set()
             log.error("task %d: %s", self.task, exc.message)
             if not self._ready and self._main_task is not None:
                 self._main_task.cancel()  # init cannot finish: report the cluster's error now
@@ -319,10 +347,26 @@ class Agent:
                 cause = f"{SHUTDOWN_KEY}: the cluster was shut down from task {self.task} (tpuctl down --all)"
                 await self._client.report_error(self._membership.task, cause)
             self.stop.set()
+            self.changed.set()
             return {"stopping": True}
         if op == "info":
             return self.options.state.read_info()
+        if op == "wait_error":
+            # Long-poll for `tpuctl run`: returns when the cluster errs, shuts down, or `timeout` passes.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=float(args.get("timeout", 30.0)))
+            return self._error_report()
         raise InputError(f"unknown agent operation {op!r}")
+
+    def _error_report(self) -> dict[str, Any]:
+        return {
+            "error": self.cluster_error.message if self.cluster_error else None,
+            "error_type": type(self.cluster_error).__name__ if self.cluster_error else None,
+            "failures": self.failures,
+            "detected_at": self.failed_at,
+            "shutdown": self.shutdown_all,
+            "stopping": self.stop.is_set(),
+        }
 
     async def _status(self) -> dict[str, Any]:
         base = {
@@ -358,6 +402,7 @@ class Agent:
             "incarnation": str(self.incarnation),
             "service_incarnation": str(self.service_incarnation),
             "barrier_timeout": spec.barrier_timeout,
+            "job_ports": self.job_ports,
             "started": time.time(),
             **self.options.extra_info,
         }
@@ -375,6 +420,13 @@ class Agent:
             "mapping": str(self.options.output),
             "pid": os.getpid(),
         }
+
+
+def _hold_port() -> socket.socket:
+    """A TCP socket bound to a free port on every interface, kept open to reserve the port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("", 0))
+    return sock
 
 
 def _load_token(spec: ClusterSpec) -> str | None:
