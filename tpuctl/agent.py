@@ -214,7 +214,6 @@ class Agent:
         Every input of the mapping comes from the service (core IDs, the creation time task 0
         publishes), so every host writes a byte-identical file.
         """
-        from tpuctl.backends import get_backend
         from tpuctl.mapping import build_mapping, write_mapping
         from tpuctl.topology import build_topologies, merge_core_ids
 
@@ -222,8 +221,7 @@ class Agent:
         prefix = f"tpuctl/init/{self.service_incarnation}"
         if task == 0:
             await client.kv_set(f"{prefix}/created", repr(time.time()).encode())
-        backend = get_backend(spec.backend, spec.slice)
-        core_ids = backend.local_core_ids(task)
+        core_ids = await self._local_core_ids()
         await client.kv_set(f"{prefix}/cores/{task}", json.dumps(list(core_ids)).encode())
         # Ports for the jobs' own runtimes (DTensor's gRPC server on every host, JAX's coordinator on
         # task 0). Each is held open until every host has published, so hosts sharing a machine
@@ -259,6 +257,25 @@ class Agent:
         write_mapping(self.options.output, mapping)
         self.reporter.progress(f"task {task}: wrote {self.options.output}")
         return mapping
+
+    async def _local_core_ids(self) -> list[int]:
+        """This host's core IDs from the backend. Real backends run in a short-lived child so this
+        long-lived agent never holds the TPU the job needs; the sim backend runs in-process, after the
+        simulated runtime start-up time ``TPUCTL_SIM_INIT_DELAY`` (seconds; 0 by default; tests use it
+        to kill a host in the middle of init)."""
+        spec = self.spec
+        if spec.backend != "sim":
+            from tpuctl.backends.probe import probe_core_ids
+
+            return await probe_core_ids(spec.backend, self.task, spec.slice)
+        from tpuctl import hostenv
+        from tpuctl.backends import get_backend
+
+        delay = float(hostenv.environ().get("TPUCTL_SIM_INIT_DELAY", "0") or 0)
+        if delay > 0:
+            self.reporter.progress(f"task {self.task}: simulated TPU runtime starting ({delay:g} s)")
+            await asyncio.sleep(delay)
+        return get_backend("sim", spec.slice).local_core_ids(self.task)
 
     @property
     def service_incarnation(self) -> int:

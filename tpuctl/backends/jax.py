@@ -15,7 +15,7 @@ from tpuctl.errors import NoTpuError
 from tpuctl.topology import device_core_id
 from tpuctl.tpuslice import TpuSlice
 
-NO_TPU_HINT = "run tpuctl init on a TPU VM, or use --backend sim to simulate the slice"
+NO_TPU_HINT = "run tpuctl init on a TPU VM, or set `backend: sim` in the spec to simulate the slice"
 # libtpu lets one process own the TPU; a second one fails on its lockfile.
 BUSY_SIGNS = ("libtpu_lockfile", "multi-process lockfile", "TPU is already in use")
 BUSY_HINT = "stop the process using the TPU (`lsof -w /dev/accel* /dev/vfio/*` shows it), then run tpuctl init again"

@@ -18,7 +18,7 @@ from typing import Any
 from tpuctl.errors import NoTpuError
 from tpuctl.tpuslice import TpuSlice
 
-NO_TPU_HINT = "run tpuctl init on a TPU VM with a TPU build of TensorFlow, or use --backend sim"
+NO_TPU_HINT = "run tpuctl init on a TPU VM with a TPU build of TensorFlow, or set `backend: sim` in the spec"
 
 
 @dataclass(frozen=True)

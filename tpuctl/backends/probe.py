@@ -1,0 +1,91 @@
+"""Ask a real-TPU backend for this host's core IDs in a short-lived child process.
+
+The agent lives as long as the cluster; if it imported jax or tensorflow and touched the TPU itself,
+it would hold the chips and the job could not open them. So ``tpuctl init`` runs the backend here,
+in a child that prints one JSON line and exits, releasing the TPU.
+
+    python -m tpuctl.backends.probe BACKEND TASK GENERATION TOPOLOGY CHIPS_PER_HOST NUM_SLICES MEGACORE KIND
+    -> {"core_ids": [...]}   or   {"error": {"type": "NoTpuError", "message": ..., "hint": ..., "exit_code": 6}}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from tpuctl.errors import TpuctlError
+from tpuctl.tpuslice import TpuSlice, resolve_slice
+
+PROBE_TIMEOUT_S = 300.0  # TPU runtime initialisation can take minutes on a large host
+
+
+def probe_args(backend: str, task: int, tpu: TpuSlice) -> list[str]:
+    return [
+        backend,
+        str(task),
+        tpu.generation.name,
+        tpu.topology_str,
+        str(tpu.chips_per_host),
+        str(tpu.num_slices),
+        "1" if tpu.megacore else "0",
+        tpu.device_kind,
+    ]
+
+
+async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: float = PROBE_TIMEOUT_S) -> list[int]:
+    """Run the probe child and return its core IDs, or raise the error it reported."""
+    from tpuctl.control import error_from_payload
+    from tpuctl.errors import DeadlineError, StateError
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tpuctl.backends.probe", *probe_args(backend, task, tpu),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise DeadlineError(
+            f"task {task}: backend {backend} did not report this host's TPU cores within {timeout:.0f} s"
+        ) from None
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith("{")]
+    if not lines:
+        raise StateError(
+            f"task {task}: the {backend} backend probe exited with code {proc.returncode} and no answer",
+            hint="its stderr ends with: " + err.decode(errors="replace")[-500:],
+        )
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise error_from_payload(answer["error"])
+    return [int(i) for i in answer["core_ids"]]
+
+
+def main(argv: list[str]) -> int:
+    from tpuctl.backends import get_backend
+    from tpuctl.control import error_payload
+
+    backend, task, generation, topology, chips_per_host, num_slices, megacore, kind = argv
+    try:
+        tpu = resolve_slice(
+            generation=generation,
+            topology=topology,
+            chips_per_host=int(chips_per_host),
+            num_slices=int(num_slices),
+            megacore=megacore == "1",
+            device_kind=kind,
+        )
+        ids = get_backend(backend, tpu).local_core_ids(int(task))
+    except TpuctlError as exc:
+        print(json.dumps({"error": error_payload(exc)}), flush=True)
+        return exc.exit_code
+    print(json.dumps({"core_ids": [int(i) for i in ids]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+__all__ = ["probe_args", "probe_core_ids"]
