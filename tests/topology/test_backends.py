@@ -145,7 +145,7 @@ def test_jax_backend_without_tpu_raises_no_tpu_error() -> None:
     assert time.monotonic() - start < 30
     assert info.value.message.startswith("no TPU found on this host (backend jax): Backend 'tpu' failed to initialize")
     assert info.value.exit_code == 6
-    assert "--backend sim" in str(info.value.hint)
+    assert "backend: sim" in str(info.value.hint)
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
