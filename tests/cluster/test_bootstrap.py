@@ -1,0 +1,177 @@
+"""Whole clusters of real ``tpuctl`` processes on 127.0.0.x: the bootstrap end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from tpuctl.mapping import load_mapping
+
+pytestmark = pytest.mark.slow
+
+
+def test_four_hosts_write_identical_mappings_and_pass_repeated_barriers(make_cluster) -> None:
+    c = make_cluster("v4-32")
+    results = c.up()
+    for task, r in enumerate(results):
+        assert f"tpuctl: cluster 'test-pod' up: task {task} of 4, v4-32 (2x2x4)" in r.out
+    first = c.mapping(0).read_bytes()
+    assert all(c.mapping(t).read_bytes() == first for t in range(4))
+    mapping = load_mapping(str(c.mapping(2)))
+    assert [d.id for d in mapping.devices_of_task(2)] == [8, 9, 10, 11]
+    assert [t.address for t in mapping.tasks] == c.hosts
+    shown = c.tpuctl("topology", "show", "--mapping", str(c.mapping(1)))
+    assert shown.code == 0 and "3     127.0.0.5  0      12 13 14 15" in shown.out
+
+    for round_ in range(1, 6):  # a shell loop calling `tpuctl barrier step` on every host
+        procs = [c.spawn("barrier", "step", task=t) for t in range(4)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
+        assert all(f"barrier 'step' #{round_} passed (4 hosts)" in err for _, err in outs)
+
+    status = c.tpuctl("status", "--json", task=3)
+    assert status.code == 0
+    doc = json.loads(status.out)
+    assert [t["state"] for t in doc["tasks"]] == ["connected"] * 4
+    assert doc["error"] is None
+
+
+def test_barrier_timeout_names_every_missing_host(make_cluster) -> None:
+    c = make_cluster("v4-32")
+    c.up()
+    r = c.tpuctl("barrier", "lonely", "--timeout", "1500ms", task=1)
+    assert r.code == 4
+    assert (
+        "barrier 'lonely' #1 timed out after 1.5 s: 1 of 4 hosts arrived; "
+        "missing: task 0 (127.0.0.2), task 2 (127.0.0.4), task 3 (127.0.0.5)" in r.err
+    )
+    assert "Traceback" not in r.err
+
+
+def test_init_again_on_a_host_that_is_up_is_refused(make_cluster) -> None:
+    c = make_cluster("v4-16")
+    c.up()
+    c.start_init(1, label="again")
+    r = c.wait_init("again")
+    assert r.code == 5
+    assert "this host is already up: a tpuctl agent" in r.err
+    assert "cluster 'test-pod' as task 1" in r.err
+
+
+def test_registration_timeout_lists_all_missing_hosts(make_cluster) -> None:
+    c = make_cluster("v4-32", register_timeout="2s")
+    c.start_init(0)
+    c.start_init(2)
+    r0, r2 = c.wait_init("init-0"), c.wait_init("init-2")
+    for r in (r0, r2):
+        assert r.code == 4, c.logs()
+        assert "task 1 (127.0.0.3), task 3 (127.0.0.5)" in r.err
+    assert "waiting for" in r0.err  # progress named the missing hosts while it waited
+
+
+def test_wrong_cluster_name_is_rejected(make_cluster) -> None:
+    c = make_cluster("v4-16", register_timeout="5s")
+    other = c.root / "other.yaml"
+    other.write_text(c.spec.read_text().replace("cluster: test-pod", "cluster: pod-b"))
+    c.start_init(0)
+    c.start_init(1, spec=other, label="intruder")
+    r = c.wait_init("intruder")
+    assert r.code == 3, c.logs()
+    assert "pod-b" in r.err and "test-pod" in r.err
+
+
+def test_duplicate_task_id_is_rejected(make_cluster) -> None:
+    c = make_cluster("v4-16", register_timeout="5s")
+    c.start_init(0)
+    c.start_init(1)
+    c.wait_for_log(1, "registered with")
+    c.start_init(1, state=c.root / "dup-1", label="dup")
+    r = c.wait_init("dup")
+    assert r.code == 3, c.logs()
+    assert "task 1 is already registered by another live process" in r.err
+
+
+def test_port_in_use_is_refused_naming_it(make_cluster) -> None:
+    c = make_cluster("v4-8")
+    with socket.socket() as holder:
+        holder.bind((c.hosts[0], c.port))
+        holder.listen()
+        c.start_init(0)
+        r = c.wait_init("init-0")
+    assert r.code == 5
+    assert f"{c.hosts[0]}:{c.port} is already in use" in r.err
+
+
+def test_worker_killed_during_init_fails_the_others_naming_it(make_cluster) -> None:
+    c = make_cluster("v4-32", heartbeat_timeout="2s")
+    for task in range(3):
+        c.start_init(task)
+    c.start_init(3, env={"TPUCTL_SIM_INIT_DELAY": "60"})
+    c.wait_for_log(3, "simulated TPU runtime starting")
+    os.kill(c.agent_pid(3), signal.SIGKILL)
+    killed = time.monotonic()
+    for task in range(3):
+        r = c.wait_init(f"init-{task}", timeout=30)
+        assert r.code == 3, c.logs()
+        assert "task 3 (127.0.0.5) failed: no heartbeat" in r.err
+    assert time.monotonic() - killed < 2.0 + 5.0
+
+
+def test_worker_killed_in_steady_state_fails_barriers_at_once(make_cluster) -> None:
+    c = make_cluster("v4-32", heartbeat_timeout="2s")
+    c.up()
+    waiting = c.spawn("barrier", "step", task=0)  # parked, waiting for the others
+    os.kill(c.agent_pid(2), signal.SIGKILL)
+    killed = time.monotonic()
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 3
+    assert "task 2 (127.0.0.4) failed: no heartbeat" in err
+    assert time.monotonic() - killed < 2.0 + 3.0
+    later = c.tpuctl("barrier", "after", task=1)
+    assert later.code == 3 and "task 2 (127.0.0.4) failed" in later.err
+    status = c.tpuctl("status", "--json", task=3)
+    assert status.code == 3
+    assert json.loads(status.out)["tasks"][2]["state"] == "failed"
+
+
+def test_coordinator_killed_clients_say_unreachable(make_cluster) -> None:
+    c = make_cluster("v4-16", heartbeat_timeout="2s")
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    r = c.tpuctl("barrier", "after", "--timeout", "10s", task=1)
+    assert r.code == 3
+    assert "coordinator unreachable at 127.0.0.2" in r.err
+
+
+def test_down_all_stops_every_agent(make_cluster) -> None:
+    c = make_cluster("v4-32")
+    c.up()
+    pids = [c.agent_pid(t) for t in range(4)]
+    r = c.tpuctl("down", "--all", task=2)
+    assert r.code == 0 and "cluster shut down" in r.err
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sixteen_hosts_come_up_with_identical_mappings(make_cluster) -> None:
+    c = make_cluster("v4-128", heartbeat="1s", heartbeat_timeout="10s")
+    c.up(timeout=120)
+    digest = c.mapping(0).read_bytes()
+    assert all(c.mapping(t).read_bytes() == digest for t in range(16))
+    procs = [c.spawn("barrier", "all16", task=t) for t in range(16)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 16
