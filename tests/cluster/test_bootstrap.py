@@ -175,3 +175,30 @@ def test_sixteen_hosts_come_up_with_identical_mappings(make_cluster) -> None:
     assert all(c.mapping(t).read_bytes() == digest for t in range(16))
     procs = [c.spawn("barrier", "all16", task=t) for t in range(16)]
     assert [p.wait(timeout=60) for p in procs] == [0] * 16
+
+
+def test_shared_token_cluster_comes_up_and_refuses_strangers(make_cluster, tmp_path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    token.chmod(0o600)
+    c = make_cluster("v4-16", extra=f"auth: {{token_file: {token}}}\n")
+    c.up()
+    assert c.tpuctl("barrier", "authed", "--timeout", "1s", task=0).code == 4  # reached the service, alone
+
+    import asyncio
+
+    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.errors import TpuctlError
+
+    async def stranger() -> str:
+        async with CoordinationClient(f"{c.hosts[0]}:{c.port}", token="wrong") as client:
+            try:
+                await client.status()
+            except TpuctlError as exc:
+                return exc.message
+        return "accepted"
+
+    assert "token" in asyncio.run(stranger()).lower()
+    token.chmod(0o644)
+    r = c.tpuctl("init", "--config", str(c.spec), "--task-id", "1", "--state-dir", str(c.root / "late"))
+    assert r.code == 2 and "chmod 600" in r.err
