@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
+DEMO_ROOT ?= /tmp/tpuctl-demo-$(shell id -u)
 
 .PHONY: install test test-fast lint protos check-protos demo bench clean
 
@@ -34,7 +35,9 @@ lint: install
 	$(VENV)/bin/mypy tpuctl
 
 demo: install
-	$(VENV)/bin/tpuctl topology show --accelerator v4-32
+	$(VENV)/bin/tpuctl sim up v4-32 --root $(DEMO_ROOT)
+	$(VENV)/bin/tpuctl status --state-dir $(DEMO_ROOT)/host-0
+	$(VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
 bench: install
 	$(PY) bench/run.py
