@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -120,23 +119,30 @@ def _run_foreground(options: AgentOptions, as_json: bool) -> int:
 
 
 def _run_background(options: AgentOptions, config: str | None, task_id: int | None) -> dict[str, Any]:
+    """Fork the agent (it keeps the spec already loaded here: no second interpreter start), detach it
+    into its own session with its output in the state dir's log, and relay its progress until it
+    reports ready or failed."""
     state = options.state
     state.ensure()
     read_fd, write_fd = os.pipe()
-    command = [
-        sys.executable, "-m", "tpuctl.agent_main",
-        "--task-id", str(options.task),
-        "--output", str(options.output),
-        "--state-dir", str(state.path),
-        "--progress-fd", str(write_fd),
-    ]  # fmt: skip
-    if config:
-        command += ["--config", str(Path(config).absolute())]
-    with state.log_file.open("a") as log:
-        proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,), start_new_session=True
-        )
+    log_fd = os.open(state.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the agent
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            code = _agent_child(options, write_fd)
+        finally:
+            os._exit(code)
     os.close(write_fd)
+    os.close(log_fd)
     spec = options.spec
     limit = spec.coordinator.register_timeout + 2 * spec.barrier_timeout + STARTUP_SLACK_S
     deadline = time.monotonic() + limit
@@ -148,22 +154,42 @@ def _run_background(options: AgentOptions, config: str | None, task_id: int | No
             elif message.get("event") == "ready":
                 return dict(message.get("summary", {}))
             elif message.get("event") == "failed":
-                _reap(proc, deadline)
+                _reap(pid, deadline)
                 raise error_from_payload(message.get("error", {}))
             if time.monotonic() > deadline:
                 break
-    code = _reap(proc, deadline)
+    exit_code = _reap(pid, deadline)
     raise StateError(
-        f"task {options.task}: the tpuctl agent exited (code {code}) before the cluster was up",
+        f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
         hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
     )
 
 
-def _reap(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
+def _agent_child(options: AgentOptions, write_fd: int) -> int:
+    import asyncio
+
+    from tpuctl.agent import Agent, PipeReporter, configure_logging
+
+    configure_logging(options.state.log_file)
+    reporter = PipeReporter(os.fdopen(write_fd, "w"))
     try:
-        return proc.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
-    except subprocess.TimeoutExpired:
-        return None
+        return asyncio.run(Agent(options, reporter).run())
+    except BaseException as exc:  # never let the child fall back into click's code
+        import logging
+
+        logging.getLogger("tpuctl.agent").exception("agent crashed: %s", exc)
+        reporter.failed(StateError(f"task {options.task}: the tpuctl agent crashed: {exc!r}"))
+        return 1
+
+
+def _reap(pid: int, deadline: float) -> int | None:
+    """The agent's exit code once it has exited (it exits right after reporting a failure)."""
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    return None
 
 
 def _tail(path: Path) -> str:

@@ -44,18 +44,18 @@ MAX_WAIT_S = 3600.0
 """Client-side bound on a wait the caller left to the service's default (a barrier without a timeout)."""
 WATCH_POLL_S = 30.0
 """How long one error poll is held by the service: short enough that a dropped connection is noticed."""
-RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0)
+RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
 
 _CHANNEL_OPTIONS = (
     # Coordination traffic stays inside the cluster; an http_proxy in the environment would route it
     # through a proxy and hang (jax-ml/jax#22995).
     ("grpc.enable_http_proxy", 0),
-    # Hosts start in any order: once the coordinator is up, reconnect within a second, not after
+    # Hosts start in any order: once the coordinator is up, reconnect within 250 ms, not after
     # gRPC's default backoff of up to two minutes.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 250),
 )
 
 
