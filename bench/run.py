@@ -50,7 +50,7 @@ def bench_slice_model(repeats: int) -> None:
 
     from tpuctl.tpuslice import resolve_slice
 
-    print("## slice model: device list of the largest pods (min of %d)" % repeats)
+    print(f"## slice model: device list of the largest pods (min of {repeats})")
     for accel in ("v5p-17920", "tpu7x-18432", "v4-8192"):
 
         def ours(accel: str = accel) -> object:
@@ -70,7 +70,7 @@ def bench_slice_model(repeats: int) -> None:
 
 
 def bench_startup(repeats: int) -> None:
-    print("## CLI start-up (median of %d, interleaved)" % repeats)
+    print(f"## CLI start-up (median of {repeats}, interleaved)")
     base, ours = [], []
     for _ in range(repeats):
         base += timed(lambda: run_quiet([PY, "-c", "pass"]), 1)
