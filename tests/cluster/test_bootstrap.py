@@ -202,3 +202,28 @@ def test_shared_token_cluster_comes_up_and_refuses_strangers(make_cluster, tmp_p
     token.chmod(0o644)
     r = c.tpuctl("init", "--config", str(c.spec), "--task-id", "1", "--state-dir", str(c.root / "late"))
     assert r.code == 2 and "chmod 600" in r.err
+
+
+def test_foreground_init_stays_attached_until_down(make_cluster) -> None:
+    import subprocess
+    import sys
+
+    c = make_cluster("v4-8")
+    state = c.state(0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpuctl", "init", "--config", str(c.spec), "--task-id", "0", "--foreground",
+         "--state-dir", str(state), "--output", str(state / "mapping.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the summary, printed once the cluster is up
+        assert "tpuctl: cluster 'test-pod' up: task 0 of 1" in line
+        assert proc.poll() is None  # still attached
+        assert c.tpuctl("barrier", "solo", task=0).code == 0
+        assert c.tpuctl("down", task=0).code == 0
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

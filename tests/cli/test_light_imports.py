@@ -1,0 +1,52 @@
+"""The commands used in job scripts stay cheap: no grpc, numpy, tensorflow or jax on their path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("grpc", "numpy", "tensorflow", "jax", "yaml")
+
+PROBE = """
+import sys
+from tpuctl.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted(m for m in {heavy!r} if m in sys.modules)
+print("HEAVY=" + ",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["barrier", "step"],
+        ["barrier", "step", "--timeout", "5s"],
+        ["status"],
+        ["status", "--json"],
+        ["down"],
+        ["--help"],
+    ],
+)
+def test_agent_commands_import_nothing_heavy(args: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE.format(heavy=HEAVY),
+            *args,
+            *(["--state-dir", str(tmp_path)] if args != ["--help"] else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    heavy_line = [ln for ln in proc.stdout.splitlines() if ln.startswith("HEAVY=")]
+    assert heavy_line == ["HEAVY="], proc.stdout + proc.stderr
+    if args != ["--help"]:
+        assert f"no tpuctl agent is running for state dir {tmp_path}" in proc.stderr
