@@ -191,6 +191,8 @@ class Agent:
             hostname=socket.gethostname(),
             connect_timeout=spec.coordinator.register_timeout,
         )
+        # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}; waiting for every host")
         await client.wait_for_all(
             self._membership.task,
@@ -198,7 +200,6 @@ class Agent:
             progress=lambda progress: self.reporter.progress(f"task {task}: {progress.describe()}"),
             progress_every=PROGRESS_EVERY_S,
         )
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
         self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
         mapping = await self._merge_and_write()
         self.options.state.write_info(self._info(mapping))

@@ -227,3 +227,16 @@ def test_foreground_init_stays_attached_until_down(make_cluster) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_host_arriving_later_than_the_heartbeat_timeout_still_joins(make_cluster) -> None:
+    # Hosts waiting for a late one keep heartbeating: waiting is not silence.
+    c = make_cluster("v4-32", heartbeat_timeout="1500ms")
+    for task in range(3):
+        c.start_init(task)
+    c.wait_for_log(2, "registered with")
+    time.sleep(3.5)
+    c.start_init(3)
+    results = [c.wait_init(f"init-{t}", timeout=60) for t in range(4)]
+    assert [r.code for r in results] == [0, 0, 0, 0], c.logs()
+    assert "waiting for 1 of 4 hosts: task 3 (127.0.0.5)" in results[0].err
