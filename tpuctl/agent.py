@@ -43,7 +43,8 @@ log = logging.getLogger("tpuctl.agent")
 INIT_CORES_BARRIER = "tpuctl/init/cores"
 INIT_DONE_BARRIER = "tpuctl/init/done"
 SHUTDOWN_KEY = "tpuctl/shutdown"
-PROGRESS_EVERY_S = 5.0  # how often a long wait says what it is waiting for
+PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
+REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 
 
 class Reporter:
@@ -198,7 +199,7 @@ class Agent:
             self._membership.task,
             timeout=spec.coordinator.register_timeout,
             progress=lambda progress: self.reporter.progress(f"task {task}: {progress.describe()}"),
-            progress_every=PROGRESS_EVERY_S,
+            progress_every=REGISTER_PROGRESS_EVERY_S,
         )
         self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
         mapping = await self._merge_and_write()
