@@ -12,6 +12,8 @@ snake_case names and every field printed. A job loads it with::
     mapping = load_mapping()            # $TPUCTL_MAPPING
     mapping.local_devices(task)         # this host's devices, in local ordinal order
     mapping.topology_proto_bytes        # for tf.tpu.experimental.Topology(serialized=...)
+    mapping.mesh("dp_mp").device_ids    # a declared mesh: global ids in row-major mesh order
+    mapping.dtensor_mesh_string("dp_mp", task)   # for tf.experimental.dtensor.Mesh.from_string
 
 This module imports neither grpc, click nor tensorflow (a test checks it), so loading stays cheap; it
 reads ``os.environ`` only in :func:`load_mapping`.
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,6 +38,11 @@ from google.protobuf.descriptor import Descriptor
 
 from tpuctl.errors import ClusterError, MappingError, StateError, TpuctlError
 from tpuctl.hardware import Triple, find_generation
+from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh
+from tpuctl.mesh.model import AxisQuality as AxisQuality
+from tpuctl.mesh.model import MeshAxis as MeshAxis
+from tpuctl.mesh.quality import Torus, mesh_quality
+from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
 from tpuctl.proto import mapping_pb2
 from tpuctl.topology import (
     MESH_RANK,
@@ -46,7 +55,7 @@ from tpuctl.topology import (
     serialize_topology_proto,
     tasks_of_slice,
 )
-from tpuctl.tpuslice import TpuSlice, format_dims, resolve_slice
+from tpuctl.tpuslice import Device, TpuSlice, format_dims, resolve_slice
 
 SCHEMA_VERSION = 1
 """The schema this tpuctl writes; :func:`load_mapping` reads only versions in ``KNOWN_SCHEMA_VERSIONS``."""
@@ -61,6 +70,9 @@ _INLINE_WIDTH = 100
 _LIST_CHUNK = 16  # scalars per line when a list wraps (4 devices of device_coordinates)
 
 _pb = mapping_pb2.DeviceMapping
+
+MappedMesh = Mesh
+"""A named logical mesh as the mapping stores it: :class:`tpuctl.mesh.model.Mesh`."""
 
 
 @dataclass(frozen=True)
@@ -85,22 +97,6 @@ class MappedTask:
     address: str
     slice: int
     devices: tuple[MappedDevice, ...]
-
-
-@dataclass(frozen=True)
-class MeshAxis:
-    name: str
-    size: int
-
-
-@dataclass(frozen=True)
-class MappedMesh:
-    """A named logical mesh (placeholder until the mesh builder fills the file's ``meshes``)."""
-
-    name: str
-    axes: tuple[MeshAxis, ...]
-    device_ids: tuple[int, ...]
-    algorithm: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,8 +173,60 @@ class DeviceMapping:
         """``tensorflow.tpu.TopologyProto`` bytes of the (single-slice) topology."""
         return serialize_topology_proto(self.topology)
 
+    # --- meshes ----------------------------------------------------------------------------------
+
+    def mesh(self, name: str) -> MappedMesh:
+        """The declared mesh called ``name`` (MappingError, with a "did you mean", when there is none)."""
+        for mesh in self.meshes:
+            if mesh.name == name:
+                return mesh
+        names = [m.name for m in self.meshes]
+        guess = difflib.get_close_matches(name, names, n=1)
+        listed = ", ".join(repr(n) for n in names) or "none"
+        raise MappingError(
+            f"the device mapping of cluster {self.cluster!r} has no mesh {name!r} (meshes: {listed})",
+            hint=f"did you mean {guess[0]!r}?"
+            if guess
+            else "declare it under meshes: in the spec and re-run tpuctl init",
+        )
+
+    def mesh_local_device_ids(self, name: str, task: int) -> tuple[int, ...]:
+        """DTensor's ``local_device_ids`` of mesh ``name`` on ``task``: the mesh position of each of the
+        task's devices, in local ordinal order."""
+        positions = self.mesh(name).positions()
+        return tuple(positions[d.id] for d in self.devices_of_task(task))
+
+    def mesh_core_ids(self, name: str) -> tuple[int, ...]:
+        """The runtime core id of each device of mesh ``name``, in mesh order: what DTensor's
+        ``create_tpu_mesh`` registers with ``set_tpu_core_ids(name, ...)``."""
+        core_of = {d.id: d.core_id for d in self.devices}
+        return tuple(core_of[i] for i in self.mesh(name).device_ids)
+
+    def dtensor_mesh_string(self, name: str, task: int, *, host: bool = False, job: str | None = None) -> str:
+        """``tf.experimental.dtensor.Mesh.to_string()`` of mesh ``name`` as ``task`` builds it (``host``:
+        its ``host_mesh()``). ``job``: DTensor's job name; default ``worker`` (``localhost`` for one task)."""
+        mesh = self.mesh(name)
+        job = job or default_job_name(self.num_tasks)
+        local = self.mesh_local_device_ids(name, task)
+        render = dtensor_host_mesh_string if host else dtensor_mesh_string
+        return render(mesh, task, local, job)
+
 
 # --- building --------------------------------------------------------------------------------------
+
+
+def merged_devices(slice: TpuSlice, merged: MergedCores) -> tuple[Device, ...]:
+    """Every device the merge found, task-major in local ordinal order, placed by its reported core id
+    (``tpuctl.mesh.build_declared_meshes`` takes these). Raises ClusterError for a core id outside the
+    slice; :func:`build_mapping` checks the rest."""
+    out: list[Device] = []
+    for t in range(merged.num_tasks):
+        s = t // slice.hosts_per_slice
+        for ordinal, core_id in enumerate(merged.core_ids_of_task(t)):
+            loc = core_location(core_id, slice)
+            core = 0 if slice.megacore else loc.core
+            out.append(Device(slice.device_id(loc.coords, core, s), t, s, loc.coords, core, ordinal))
+    return tuple(out)
 
 
 def build_mapping(
@@ -189,6 +237,7 @@ def build_mapping(
     merged: MergedCores,
     topology: DTensorTopology | Sequence[DTensorTopology],
     created: datetime | float,
+    meshes: Sequence[MappedMesh] = (),
 ) -> DeviceMapping:
     """Assemble the mapping every host writes after the merge.
 
@@ -222,14 +271,13 @@ def build_mapping(
             [f"{len(addresses)} host address(es) and {merged.num_tasks} merged task(s) for {slice.num_hosts} hosts"]
         )
     tasks = []
+    placed = merged_devices(slice, merged)
+    per = merged.devices_per_task
     for t, address in enumerate(addresses):
-        s = t // slice.hosts_per_slice
-        devices = []
-        for ordinal, core_id in enumerate(merged.core_ids_of_task(t)):
-            loc = core_location(core_id, slice)
-            core = 0 if slice.megacore else loc.core
-            devices.append(MappedDevice(slice.device_id(loc.coords, core, s), loc.coords, core, core_id, ordinal))
-        tasks.append(MappedTask(t, address, s, tuple(devices)))
+        own = placed[t * per : (t + 1) * per]
+        core_ids = merged.core_ids_of_task(t)
+        devices = tuple(MappedDevice(d.id, d.coords, d.core, c, d.ordinal) for d, c in zip(own, core_ids, strict=True))
+        tasks.append(MappedTask(t, address, t // slice.hosts_per_slice, devices))
     mapping = DeviceMapping(
         cluster=cluster,
         incarnation=incarnation,
@@ -239,6 +287,7 @@ def build_mapping(
         all_core_ids=merged.all_core_ids,
         device_counts=merged.device_counts,
         topologies=topologies,
+        meshes=tuple(meshes),
     )
     problems = mapping_problems(mapping)
     if problems:
@@ -293,16 +342,57 @@ def mapping_problems(mapping: DeviceMapping) -> list[str]:
             problems.append(f"mesh_shape{where} {list(have.mesh_shape)} should be {list(want.mesh_shape)}")
         if have.device_coordinates != want.device_coordinates:
             problems.append(f"device_coordinates{where} do not match the tasks' device coordinates")
+    problems += _mesh_problems(mapping)
+    return problems
+
+
+def _mesh_problems(mapping: DeviceMapping) -> list[str]:
+    """Each mesh: a unique name, unique and unreserved axis names, sizes that multiply to its device ids,
+    every device of the cluster exactly once, a DCN shape that fits, and quality figures (when stored)
+    equal to what its order gives. O(N) per mesh and axis."""
+    problems: list[str] = []
     ids = {d.id for d in mapping.devices}
+    names = [m.name for m in mapping.meshes]
     for mesh in mapping.meshes:
-        size = 1
-        for axis in mesh.axes:
-            size *= axis.size
-        if size != len(mesh.device_ids):
-            problems.append(f"mesh {mesh.name!r} has {len(mesh.device_ids)} device ids; its axes hold {size}")
-        unknown = sorted(set(mesh.device_ids) - ids)
-        if unknown:
-            problems.append(f"mesh {mesh.name!r} names device ids that are not in the mapping: {unknown[:8]}")
+        if not mesh.name or names.count(mesh.name) > 1:
+            problems.append(f"mesh {mesh.name!r}: mesh names must be non-empty and unique")
+        found = _one_mesh_problems(mesh, ids, mapping.slice.num_slices)
+        if not found and mesh.quality:
+            expected = mesh_quality(mesh.axis_names, mesh.shape, mesh.device_ids, Torus.of(mapping.slice))
+            if mesh.quality != expected:
+                found.append(f"mesh {mesh.name!r}: its quality figures do not match its device order")
+        problems += found
+    return problems
+
+
+def _one_mesh_problems(mesh: MappedMesh, ids: set[int], num_slices: int) -> list[str]:
+    where = f"mesh {mesh.name!r}"
+    problems: list[str] = []
+    names = mesh.axis_names
+    bad = sorted({n for n in names if names.count(n) > 1 or n in RESERVED_AXIS_NAMES or not n})
+    if bad:
+        problems.append(f"{where} has repeated, reserved or empty axis names: {bad}")
+    if not names:
+        problems.append(f"{where} has no axes")
+    if mesh.size != len(mesh.device_ids):
+        problems.append(f"{where} has {len(mesh.device_ids)} device ids; its axes hold {mesh.size}")
+    unknown = sorted(set(mesh.device_ids) - ids)
+    if unknown:
+        problems.append(f"{where} names device ids that are not in the mapping: {unknown[:8]}")
+    repeated = sorted(i for i, count in Counter(mesh.device_ids).items() if count > 1)
+    if repeated:
+        problems.append(f"{where} names device ids more than once: {repeated[:8]}")
+    if not unknown and not repeated and len(mesh.device_ids) != len(ids):
+        problems.append(
+            f"{where} holds {len(mesh.device_ids)} of the cluster's {len(ids)} devices; a mesh uses every device"
+        )
+    if mesh.dcn_shape:
+        dcn = list(mesh.dcn_shape)
+        fits = len(dcn) == len(names) and all(d >= 1 and a.size % d == 0 for d, a in zip(dcn, mesh.axes, strict=False))
+        if not fits or math.prod(dcn) != num_slices:
+            problems.append(
+                f"{where} has dcn_shape {dcn}; expected slices per axis dividing its sizes, multiplying to {num_slices}"
+            )
     return problems
 
 
@@ -366,9 +456,45 @@ def to_proto(mapping: DeviceMapping) -> mapping_pb2.DeviceMapping:
             entry = msg.slice_topologies.add(slice=s, tasks=list(tasks_of_slice(tpu, s)))
             _flat_topology(entry, topology)
     for mesh in mapping.meshes:
-        axes = [_pb.Axis(name=a.name, size=a.size) for a in mesh.axes]
-        msg.meshes.append(_pb.Mesh(name=mesh.name, axes=axes, device_ids=mesh.device_ids, algorithm=mesh.algorithm))
+        msg.meshes.append(_mesh_to_proto(mapping, mesh))
     return msg
+
+
+def _mesh_to_proto(mapping: DeviceMapping, mesh: MappedMesh) -> mapping_pb2.DeviceMapping.Mesh:
+    """The mesh, with what every task needs derived from it (local ids, task 0's DTensor strings)."""
+    positions = mesh.positions()
+    local = [[positions.get(d.id, 0) for d in task.devices] for task in mapping.tasks]
+    job = default_job_name(mapping.num_tasks)
+    first = local[0] if local else []
+    return _pb.Mesh(
+        name=mesh.name,
+        axes=[_pb.Axis(name=a.name, size=a.size) for a in mesh.axes],
+        device_ids=mesh.device_ids,
+        algorithm=mesh.algorithm,
+        dcn_shape=mesh.dcn_shape,
+        tasks=[_pb.MeshTask(task=t, local_device_ids=ids) for t, ids in enumerate(local)],
+        dtensor_mesh=dtensor_mesh_string(mesh, 0, first, job),
+        dtensor_host_mesh=dtensor_host_mesh_string(mesh, 0, first, job),
+        quality=[
+            _pb.AxisQuality(
+                axis=q.axis, neighbours=q.neighbours, ring=q.ring, max_hop=q.max_hop, closing_hop=q.closing_hop,
+                wraparound=q.wraparound, dcn_steps=q.dcn_steps, reason=q.reason,
+            )
+            for q in mesh.quality
+        ],
+    )  # fmt: skip
+
+
+def _mesh_record_problems(msg: mapping_pb2.DeviceMapping, mapping: DeviceMapping) -> list[str]:
+    """The derived fields of each stored mesh against what its order gives (after mapping_problems)."""
+    problems: list[str] = []
+    for stored, mesh in zip(msg.meshes, mapping.meshes, strict=True):
+        want = _mesh_to_proto(mapping, mesh)
+        for field in ("tasks", "dtensor_mesh", "dtensor_host_mesh"):
+            if getattr(stored, field) != getattr(want, field):
+                what = "local_device_ids" if field == "tasks" else field
+                problems.append(f"mesh {mesh.name!r}: its {what} do not match its device order and the tasks' devices")
+    return problems
 
 
 def _triple(values: Sequence[int], what: str) -> Triple:
@@ -480,9 +606,22 @@ def from_proto(msg: mapping_pb2.DeviceMapping) -> DeviceMapping:
                 )
         topologies = tuple(_topology_from_proto(e, f"slice_topologies[{e.slice}]: ") for e in msg.slice_topologies)
     meshes = tuple(
-        MappedMesh(m.name, tuple(MeshAxis(a.name, a.size) for a in m.axes), tuple(m.device_ids), m.algorithm)
+        MappedMesh(
+            m.name,
+            tuple(MeshAxis(a.name, a.size) for a in m.axes),
+            tuple(m.device_ids),
+            m.algorithm,
+            tuple(m.dcn_shape),
+            tuple(
+                AxisQuality(
+                    q.axis, next((a.size for a in m.axes if a.name == q.axis), 0), q.neighbours, q.ring,
+                    q.max_hop, q.closing_hop, q.wraparound, q.dcn_steps, q.reason,
+                )
+                for q in m.quality
+            ),
+        )
         for m in msg.meshes
-    )
+    )  # fmt: skip
     return DeviceMapping(
         cluster=msg.cluster,
         incarnation=msg.incarnation,
@@ -633,7 +772,7 @@ def _from_json(text: str, source: str) -> DeviceMapping:
     except json_format.ParseError as exc:
         raise MappingError(f"{source}: does not match the device mapping schema: {exc}") from exc
     mapping = from_proto(msg)
-    problems = mapping_problems(mapping)
+    problems = mapping_problems(mapping) or _mesh_record_problems(msg, mapping)
     if problems:
         raise MappingError(
             f"{source}: inconsistent device mapping ({len(problems)} problem(s))\n" + _listed(problems),

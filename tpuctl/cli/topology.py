@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,6 +13,9 @@ from tpuctl.cli.output import emit
 from tpuctl.cli.slice_options import slice_from_options, slice_options
 from tpuctl.errors import InputError
 from tpuctl.tpuslice import TpuSlice
+
+if TYPE_CHECKING:  # imported lazily at run time
+    from tpuctl.mesh.model import Mesh
 
 
 @click.group("topology")
@@ -32,6 +37,12 @@ def topology() -> None:
     help="text for people, json for scripts, svg for a picture.",
 )
 @click.option("--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
+@click.option(
+    "--mesh", "mesh_name", metavar="NAME", help="Also show a mesh of --config or --mapping: grid and quality."
+)
+@click.option(
+    "--mesh-axis", metavar="AXIS", help="--format svg: the mesh axis whose rings are drawn (default: the last)."
+)
 def show(
     accelerator: str | None,
     generation: str | None,
@@ -43,6 +54,8 @@ def show(
     mapping_path: str | None,
     fmt: str,
     output: str | None,
+    mesh_name: str | None,
+    mesh_axis: str | None,
 ) -> None:
     """Show a slice: header, host table, and the chip grid one z-plane at a time.
 
@@ -57,26 +70,74 @@ def show(
     Each chip cell reads "IDS tT": the device ids on that chip and the task (host) owning it.
     --format json prints one document (keys: accelerator, topology, wraparound, tasks, devices, ...);
     --format svg -o slice.svg draws chips coloured by host with ICI and wraparound links.
+
+    \b
+    --mesh NAME adds one of the meshes the spec declares (--config: built as tpuctl init would) or the
+    mapping holds (--mapping): its device grid and, per axis, whether consecutive devices are ICI
+    neighbours and whether the axis closes into a ring, and why (json: a "mesh" key; svg: the rings of
+    --mesh-axis drawn over the chips).
     """
-    tpu, hosts = _resolve(
+    tpu, hosts, source = _resolve(
         accelerator, generation, topology_dims, chips_per_host, num_slices, megacore, config, mapping_path
     )
+    mesh, task_devices = _mesh(mesh_name, source) if mesh_name is not None else (None, [])
+    if mesh_axis is not None and (mesh is None or fmt != "svg"):
+        raise InputError(
+            "--mesh-axis goes with --mesh NAME --format svg", hint="e.g. --mesh dp_mp --mesh-axis model -f svg -o m.svg"
+        )
     if fmt == "json":
         from tpuctl.render.document import slice_document
 
-        emit(json.dumps(slice_document(tpu, hosts), indent=2) + "\n", output)
+        document = slice_document(tpu, hosts)
+        if mesh is not None:
+            from tpuctl.mesh.report import mesh_document
+
+            document["mesh"] = mesh_document(mesh, tpu, task_devices)
+        emit(json.dumps(document, indent=2) + "\n", output)
     elif fmt == "svg":
         if output is None:
             raise InputError(
                 "--format svg needs --output FILE", hint="e.g. tpuctl topology show -a v4-32 -f svg -o slice.svg"
             )
-        from tpuctl.render.svg import render_svg
+        from tpuctl.render.svg import mesh_overlay, render_svg
 
-        emit(render_svg(tpu, hosts), output)
+        overlay = mesh_overlay(mesh, tpu, mesh_axis) if mesh is not None else None
+        addresses = [h or "" for h in hosts] if hosts is not None else None
+        emit(render_svg(tpu, addresses, overlay=overlay), output)
     else:
         from tpuctl.render.text import render_text
 
-        emit(render_text(tpu, hosts), output)
+        text = render_text(tpu, hosts)
+        if mesh is not None:
+            from tpuctl.mesh.report import mesh_text
+
+            text += "\n" + mesh_text(mesh, tpu, task_devices)
+        emit(text, output)
+
+
+def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:
+    """The mesh ``name`` of the spec (built on the slice model) or of the mapping, and each task's ids."""
+    from tpuctl.spec import ClusterSpec
+
+    if source is None:
+        raise InputError(
+            "--mesh needs --config (the spec's meshes) or --mapping (the meshes tpuctl init wrote)",
+            hint="for a mesh without a spec: tpuctl mesh plan --accelerator TYPE --shape data=N,model=M",
+        )
+    if not isinstance(source, ClusterSpec):  # a DeviceMapping
+        return source.mesh(name), [[d.id for d in t.devices] for t in source.tasks]
+    from tpuctl.mesh import build_mesh
+
+    declared = {m.name: m for m in source.meshes}
+    if name not in declared:
+        guess = difflib.get_close_matches(name, list(declared), n=1)
+        listed = ", ".join(declared) or "none"
+        raise InputError(
+            f"{source.source} declares no mesh {name!r} (meshes: {listed})",
+            hint=f"did you mean {guess[0]}?" if guess else "declare it under meshes: in the spec",
+        )
+    tpu = source.slice
+    return build_mesh(declared[name], tpu), [[d.id for d in tpu.devices_of_task(t)] for t in range(tpu.num_hosts)]
 
 
 def _resolve(
@@ -88,7 +149,8 @@ def _resolve(
     megacore: bool | None,
     config: str | None,
     mapping_path: str | None,
-) -> tuple[TpuSlice, Sequence[str | None] | None]:
+) -> tuple[TpuSlice, Sequence[str | None] | None, Any]:
+    """The slice, its host addresses (if known), and the spec or mapping it came from (None: options)."""
     named = slice_from_options(accelerator, generation, topology_dims, chips_per_host, num_slices, megacore)
     sources = [s for s in (named is not None, config is not None, mapping_path is not None) if s]
     if len(sources) != 1:
@@ -97,14 +159,14 @@ def _resolve(
             hint="e.g. tpuctl topology show --accelerator v4-32",
         )
     if named is not None:
-        return named, None
+        return named, None, None
     if config is not None:
         from tpuctl.specfile import load_spec
 
         spec = load_spec(config)
-        return spec.slice, list(spec.hosts)
+        return spec.slice, list(spec.hosts), spec
     from tpuctl.mapping import load_mapping
 
     assert mapping_path is not None
     mapping = load_mapping(mapping_path)
-    return mapping.slice, [t.address for t in mapping.tasks]
+    return mapping.slice, [t.address for t in mapping.tasks], mapping

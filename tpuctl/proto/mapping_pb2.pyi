@@ -202,7 +202,11 @@ class DeviceMapping(_message.Message):
 
     @_typing.final
     class Mesh(_message.Message):
-        """A named logical mesh over the cluster's devices (placeholder: the mesh builder will fill it)."""
+        """A named logical mesh over every device of the cluster (docs/meshes.md).
+
+        Everything after `dcn_shape` is derived from the fields above it and the tasks' devices; readers
+        check it and refuse a file where it disagrees (an edited file).
+        """
 
         DESCRIPTOR: _descriptor.Descriptor
 
@@ -210,9 +214,23 @@ class DeviceMapping(_message.Message):
         AXES_FIELD_NUMBER: _builtins.int
         DEVICE_IDS_FIELD_NUMBER: _builtins.int
         ALGORITHM_FIELD_NUMBER: _builtins.int
+        DCN_SHAPE_FIELD_NUMBER: _builtins.int
+        TASKS_FIELD_NUMBER: _builtins.int
+        DTENSOR_MESH_FIELD_NUMBER: _builtins.int
+        DTENSOR_HOST_MESH_FIELD_NUMBER: _builtins.int
+        QUALITY_FIELD_NUMBER: _builtins.int
         name: _builtins.str
         algorithm: _builtins.str
-        """How the order was built, e.g. "dtensor_ring" or "jax_create_device_mesh"."""
+        """How the order was built: "ring" (tpuctl's ring order), "ring:dtensor" (DTensor's create_tpu_mesh
+        exactly) or "jax" (jax's create_device_mesh / create_hybrid_device_mesh).
+        """
+        dtensor_mesh: _builtins.str
+        """tf.experimental.dtensor.Mesh.to_string() of this mesh as task 0 builds it (job name "worker", or
+        "localhost" for one task); other tasks differ only in local ids and device names
+        (tpuctl.mapping.DeviceMapping.dtensor_mesh_string(name, task)).
+        """
+        dtensor_host_mesh: _builtins.str
+        """Its host_mesh() string: the CPU devices 1:1 with the TPU cores (the name is cleared, as TF does)."""
         @_builtins.property
         def axes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.Axis]:
             """Axes, major to minor."""
@@ -221,6 +239,20 @@ class DeviceMapping(_message.Message):
         def device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
             """Global device ids in mesh order (row-major over axes). uint32 like Device.id, so JSON keeps numbers."""
 
+        @_builtins.property
+        def dcn_shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """Slices along each axis in a multislice (empty for one slice): axis i spans dcn_shape[i] slices."""
+
+        @_builtins.property
+        def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.MeshTask]:
+            """Per task, in task order: DTensor's local_device_ids, the mesh position of each of the task's
+            devices in local ordinal order.
+            """
+
+        @_builtins.property
+        def quality(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.AxisQuality]:
+            """One entry per axis (empty when the writer did not compute them)."""
+
         def __init__(
             self,
             *,
@@ -228,10 +260,15 @@ class DeviceMapping(_message.Message):
             axes: _abc.Iterable[Global___DeviceMapping.Axis] | None = ...,
             device_ids: _abc.Iterable[_builtins.int] | None = ...,
             algorithm: _builtins.str = ...,
+            dcn_shape: _abc.Iterable[_builtins.int] | None = ...,
+            tasks: _abc.Iterable[Global___DeviceMapping.MeshTask] | None = ...,
+            dtensor_mesh: _builtins.str = ...,
+            dtensor_host_mesh: _builtins.str = ...,
+            quality: _abc.Iterable[Global___DeviceMapping.AxisQuality] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "axes", b"axes", "device_ids", b"device_ids", "name", b"name"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "axes", b"axes", "dcn_shape", b"dcn_shape", "device_ids", b"device_ids", "dtensor_host_mesh", b"dtensor_host_mesh", "dtensor_mesh", b"dtensor_mesh", "name", b"name", "quality", b"quality", "tasks", b"tasks"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -252,6 +289,76 @@ class DeviceMapping(_message.Message):
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
         _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "size", b"size"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class MeshTask(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TASK_FIELD_NUMBER: _builtins.int
+        LOCAL_DEVICE_IDS_FIELD_NUMBER: _builtins.int
+        task: _builtins.int
+        @_builtins.property
+        def local_device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+        def __init__(
+            self,
+            *,
+            task: _builtins.int = ...,
+            local_device_ids: _abc.Iterable[_builtins.int] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["local_device_ids", b"local_device_ids", "task", b"task"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class AxisQuality(_message.Message):
+        """How the devices along one mesh axis sit on the ICI network, worst case over the axis's lines.
+        A hop is one ICI link between chips (through wraparound links where the slice has them).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        AXIS_FIELD_NUMBER: _builtins.int
+        NEIGHBOURS_FIELD_NUMBER: _builtins.int
+        RING_FIELD_NUMBER: _builtins.int
+        MAX_HOP_FIELD_NUMBER: _builtins.int
+        CLOSING_HOP_FIELD_NUMBER: _builtins.int
+        WRAPAROUND_FIELD_NUMBER: _builtins.int
+        DCN_STEPS_FIELD_NUMBER: _builtins.int
+        REASON_FIELD_NUMBER: _builtins.int
+        axis: _builtins.str
+        neighbours: _builtins.bool
+        """Every pair of consecutive devices is at most one hop apart."""
+        ring: _builtins.bool
+        """neighbours, and the last device of every line is one hop from its first."""
+        max_hop: _builtins.int
+        """Largest hop between consecutive devices (closing step excluded)."""
+        closing_hop: _builtins.int
+        """Largest hop from the last device of a line back to its first."""
+        wraparound: _builtins.bool
+        """Some step uses a wraparound link."""
+        dcn_steps: _builtins.int
+        """Steps between devices of different slices (over DCN), over all lines."""
+        reason: _builtins.str
+        """Why the axis is or is not a ring, in one line."""
+        def __init__(
+            self,
+            *,
+            axis: _builtins.str = ...,
+            neighbours: _builtins.bool = ...,
+            ring: _builtins.bool = ...,
+            max_hop: _builtins.int = ...,
+            closing_hop: _builtins.int = ...,
+            wraparound: _builtins.bool = ...,
+            dcn_steps: _builtins.int = ...,
+            reason: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["axis", b"axis", "closing_hop", b"closing_hop", "dcn_steps", b"dcn_steps", "max_hop", b"max_hop", "neighbours", b"neighbours", "reason", b"reason", "ring", b"ring", "wraparound", b"wraparound"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -314,7 +421,7 @@ class DeviceMapping(_message.Message):
 
     @_builtins.property
     def meshes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.Mesh]:
-        """Named device meshes (filled by a later tpuctl version; empty for now)."""
+        """The meshes the cluster spec declares (`meshes:`), in spec order; see Mesh."""
 
     def __init__(
         self,

@@ -20,6 +20,12 @@ planes drawn next to each other (every chip links to the same (x, y) in the next
 axis is drawn as dashed arrows leaving the last chip of each row (column, plane) and entering the
 first one on the opposite side.
 
+Mesh overlay (``topology show --mesh NAME -f svg``). The lines of one mesh axis (the last by default)
+are drawn over the chips, one colour per line, from a dot at the line's first device through every
+device in mesh order and back to the first (the closing step dashed). A step longer than one ICI hop is
+drawn in red, a step between slices (DCN) dotted grey; up to ``MAX_MESH_LINES`` lines are drawn. The
+header says whether the axis is a ring and why. Needs chip detail (no overlay in summary mode).
+
 Detail. Up to ``MAX_CHIPS`` chips (and ``MAX_SIDE`` chips per plane side) every chip is a box with its
 device ids (both cores for 2-device chips). Beyond that (full 3D pods, large multislices) each host is
 one box labelled with its task, and the header says so. Chip mode is O(chips), summary mode O(hosts);
@@ -35,6 +41,8 @@ from xml.sax.saxutils import escape
 
 from tpuctl.errors import InputError
 from tpuctl.hardware import Triple
+from tpuctl.mesh.model import AxisQuality, Mesh, strides
+from tpuctl.mesh.quality import Location, Torus
 from tpuctl.tpuslice import TpuSlice, format_dims
 
 # ColorBrewer Set3: 12 light qualitative colours, all legible under black text.
@@ -50,6 +58,10 @@ LEGEND_MAX_HOSTS = 64
 """Most hosts listed one by one in the legend; more are listed per colour."""
 LEGEND_MAX_ADDRESSED = 256
 """Most hosts listed one by one when addresses are given (else only tooltips show them)."""
+MAX_MESH_LINES = 16
+"""Most lines of a mesh axis drawn over the chips."""
+# ColorBrewer Dark2: 8 strong colours for mesh lines, legible over the light host colours.
+LINE_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
 
 CHIP = 44  # chip box side (px) in chip mode: room for two 6-digit multislice ids
 CHIP_GAP = 10  # between chips of one host
@@ -82,6 +94,11 @@ text{font-family:DejaVu Sans,Arial,sans-serif;fill:#222}
 .ici,.ici-z{stroke:#444;stroke-width:1.5;fill:none}
 .wrap{stroke:#7b3294;stroke-width:1.5;stroke-dasharray:4 2;fill:none;marker-end:url(#wrap-arrow)}
 .wlabel{font-size:8px;fill:#7b3294}
+.mesh{stroke-width:2.5;fill:none;stroke-linecap:round;opacity:.85}
+.mesh-close{stroke-dasharray:5 3}
+.mesh-far{stroke:#d7191c !important;stroke-dasharray:2 2}
+.mesh-dcn{stroke:#999 !important;stroke-dasharray:1 3}
+.mesh-wrap{stroke-dasharray:6 2 1 2}
 """
 
 
@@ -134,21 +151,53 @@ class _Plan:
         return self.caption + self.rows * self.plane_h + (self.rows - 1) * PLANE_GAP // 2
 
 
+@dataclass(frozen=True)
+class MeshOverlay:
+    """The lines of one mesh axis to draw over the chips: each a list of (slice, location) in mesh order."""
+
+    mesh: str
+    quality: AxisQuality
+    lines: tuple[tuple[tuple[int, Location], ...], ...]
+    total_lines: int
+
+
+def mesh_overlay(mesh: Mesh, slice_: TpuSlice, axis: str | None = None) -> MeshOverlay:
+    """The first ``MAX_MESH_LINES`` lines of ``axis`` (default: the last axis longer than 1). O(N)."""
+    names = mesh.axis_names
+    if axis is None:
+        longer = [a.name for a in mesh.axes if a.size > 1]
+        axis = longer[-1] if longer else names[-1]
+    if axis not in names:
+        raise InputError(f"mesh {mesh.name!r} has no axis {axis!r}", hint="its axes: " + ", ".join(names))
+    k = names.index(axis)
+    size, stride = mesh.shape[k], strides(mesh.shape)[k]
+    torus = Torus.of(slice_)
+    starts = [b for start in range(0, mesh.size, size * stride) for b in range(start, start + stride)]
+    lines = tuple(
+        tuple(torus.locate(mesh.device_ids[b + j * stride]) for j in range(size)) for b in starts[:MAX_MESH_LINES]
+    )
+    quality = mesh.axis_quality(axis) if mesh.quality else AxisQuality(axis, size, False, False, 0, 0, False, 0, "")
+    return MeshOverlay(mesh.name, quality, lines, len(starts))
+
+
 def is_summary(slice_: TpuSlice) -> bool:
     """Whether the picture shows one box per host instead of one per chip."""
     x, y, _ = slice_.topology
     return slice_.chips_per_slice * slice_.num_slices > MAX_CHIPS or max(x, y) > MAX_SIDE
 
 
-def render_svg(slice: TpuSlice, hosts: Sequence[str] | None = None, *, title: str | None = None) -> str:
-    """A standalone SVG document picturing ``slice``; ``hosts[task]`` is a task's address, if given."""
+def render_svg(
+    slice: TpuSlice, hosts: Sequence[str] | None = None, *, title: str | None = None, overlay: MeshOverlay | None = None
+) -> str:
+    """A standalone SVG document picturing ``slice``; ``hosts[task]`` is a task's address, if given;
+    ``overlay``: a mesh axis's lines drawn over the chips (:func:`mesh_overlay`)."""
     if hosts is not None and len(hosts) != slice.num_hosts:
         raise InputError(
             f"{len(hosts)} host addresses for {slice.describe()}, which has {slice.num_hosts} hosts",
             hint="give one address per task, in task order, or none",
         )
     plan = _plan(slice)
-    header = _header(slice, plan, title)
+    header = _header(slice, plan, title) + (_overlay_header(overlay, plan) if overlay is not None else [])
     entries = _legend_entries(slice, hosts)
     entry_w = max(_text_w(text, 12) for _, text in entries) + 30 + LEGEND_COL_GAP
     three_d = slice.topology[2] > 1
@@ -179,6 +228,8 @@ def render_svg(slice: TpuSlice, hosts: Sequence[str] | None = None, *, title: st
     for s in range(slice.num_slices):
         oy = top + s * (plan.slice_h + PLANE_GAP)
         out += _slice_panel(slice, plan, s, MARGIN, oy, hosts)
+    if overlay is not None and not plan.summary:
+        out += _overlay(slice, plan, overlay, top)
     out += _legend(entries, three_d, legend_cols, entry_w, MARGIN, legend_top)
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -391,6 +442,71 @@ def _links(slice_: TpuSlice, plan: _Plan, bx: int, by: int) -> list[str]:
             xc = bx + ax.offset(i) + ax.size // 2
             out.append(f'<path class="wrap" d="M{xc},{by + ay.length}v{STUB}"/>')
             out.append(f'<path class="wrap" d="M{xc},{by - STUB - 3}v{STUB}"/>')
+    return out
+
+
+# --- mesh overlay --------------------------------------------------------------------------------
+
+
+def _overlay_header(overlay: MeshOverlay, plan: _Plan) -> list[str]:
+    q = overlay.quality
+    shown = (
+        f"{len(overlay.lines)} of {overlay.total_lines} lines"
+        if overlay.total_lines > len(overlay.lines)
+        else f"all {overlay.total_lines} lines"
+    )
+    lines = [f"mesh {overlay.mesh}: axis {q.axis} ({q.size} devices a line): {q.reason}"]
+    if plan.summary:
+        lines.append(f"(the mesh is not drawn: it needs chip detail, at most {MAX_CHIPS} chips)")
+    else:
+        lines.append(
+            f"drawing {shown}: a dot marks each line's first device; red: a step over 1 hop; dashed: the closing "
+            "step; dash-dot arc: through a wraparound link; grey dots: over DCN"
+        )
+    return lines
+
+
+def _centre(slice_: TpuSlice, plan: _Plan, top: int, s: int, loc: Location) -> tuple[float, float]:
+    """Where a device sits in the picture: its chip's centre, cores side by side."""
+    x, y, z, core = loc
+    col, row = z % plan.cols, z // plan.cols
+    px = MARGIN + col * (plan.plane_w + PLANE_GAP)
+    py = top + s * (plan.slice_h + PLANE_GAP) + plan.caption + row * (plan.plane_h + PLANE_GAP // 2)
+    cx = px + PAD_L + plan.ax.offset(x) + plan.ax.size / 2
+    cy = py + plan.pad_t + plan.ay.offset(y) + plan.ay.size / 2
+    cores = slice_.devices_per_chip
+    return cx + (core - (cores - 1) / 2) * 12, cy + plan.ay.size / 2 - 6  # below the chip's ids
+
+
+def _overlay(slice_: TpuSlice, plan: _Plan, overlay: MeshOverlay, top: int) -> list[str]:
+    torus = Torus.of(slice_)
+    out = ['<g class="mesh-overlay">']
+    for k, line in enumerate(overlay.lines):
+        colour = LINE_COLOURS[k % len(LINE_COLOURS)]
+        points = [_centre(slice_, plan, top, s, loc) for s, loc in line]
+        closing = [len(line) - 1] if len(line) > 2 else []
+        for i in [*range(len(line) - 1), *closing]:
+            (sa, la), (sb, lb) = line[i], line[(i + 1) % len(line)]
+            cls = "mesh" + (" mesh-close" if i == len(line) - 1 else "")
+            wraps = sa == sb and torus.uses_wrap(la, lb)
+            if sa != sb:
+                cls += " mesh-dcn"
+            elif torus.hop(la, lb) > 1:
+                cls += " mesh-far"
+            elif wraps:
+                cls += " mesh-wrap"
+            (x0, y0), (x1, y1) = points[i], points[(i + 1) % len(line)]
+            if sa == sb and la[2] == lb[2] and not wraps:
+                d = f"M{x0:g},{y0:g}L{x1:g},{y1:g}"
+            else:  # to another plane or slice, or round a wraparound link: an arc, not along a row of chips
+                bend = min(40.0, math.hypot(x1 - x0, y1 - y0) / 4)
+                length = math.hypot(x1 - x0, y1 - y0) or 1.0
+                mx, my = (x0 + x1) / 2 - (y1 - y0) / length * bend, (y0 + y1) / 2 + (x1 - x0) / length * bend
+                d = f"M{x0:g},{y0:g}Q{mx:.1f},{my:.1f} {x1:g},{y1:g}"
+            out.append(f'<path class="{cls}" stroke="{colour}" d="{d}"/>')
+        x, y = points[0]
+        out.append(f'<circle cx="{x:g}" cy="{y:g}" r="4" fill="{colour}"/>')
+    out.append("</g>")
     return out
 
 

@@ -1,0 +1,68 @@
+"""DTensor mesh strings: parsed by the installed TensorFlow's ``Mesh.from_string``, and equal to what TF
+prints back (``to_string``) and derives (``host_mesh()``, ``local_device_ids()``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tpuctl.mesh import build_mesh
+from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string, local_device_ids
+from tpuctl.spec import MeshSpec
+from tpuctl.tpuslice import resolve_slice
+
+CASES = [
+    ("v4-8", (("x", 4),), "ring"),
+    ("v4-32", (("data", 4), ("model", 4)), "ring"),
+    ("v3-32", (("batch", 2), ("fsdp", 4), ("model", 4)), "ring"),
+    ("v5litepod-16", (("data", 2), ("model", 8)), "jax"),
+    ("tpu7x-16", (("data", 2), ("model", 8)), "jax"),
+    ("v5p-128", (("data", 16), ("model", 4)), "ring"),
+]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize(("accelerator", "axes", "mode"), CASES, ids=[c[0] for c in CASES])
+def test_tensorflow_parses_and_prints_them_back(
+    tf: SimpleNamespace, accelerator: str, axes: tuple[tuple[str, int], ...], mode: str
+) -> None:
+    tpu = resolve_slice(accelerator=accelerator)
+    options = (("allow_split_physical_axes", True),) if mode == "jax" else ()
+    mesh = build_mesh(MeshSpec("dp_mp", axes, mode, options), tpu)
+    job = default_job_name(tpu.num_hosts)
+    for task in sorted({0, tpu.num_hosts - 1}):
+        local = local_device_ids(mesh, [d.id for d in tpu.devices_of_task(task)])
+        text = dtensor_mesh_string(mesh, task, local, job)
+        parsed = tf.Mesh.from_string(text)
+        assert parsed.to_string() == text
+        assert parsed.name == "dp_mp" and parsed.dim_names == [a for a, _ in axes]
+        assert list(parsed.shape()) == [s for _, s in axes]
+        assert parsed.local_device_ids() == local
+        assert parsed.device_type() == "TPU"
+        assert parsed.host_mesh().to_string() == dtensor_host_mesh_string(mesh, task, local, job)
+        assert tf.Mesh.from_string(dtensor_host_mesh_string(mesh, task, local, job)).device_type() == "CPU"
+
+
+@pytest.mark.oracle
+def test_tensorflow_refuses_what_the_builder_refuses(tf: SimpleNamespace) -> None:
+    """Repeated and reserved axis names: DTensor's strict parser refuses them, and so does tpuctl, earlier."""
+    devices = ",".join(f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(4))
+    for dims in ("x=2,x=2", "unsharded=2,y=2"):
+        with pytest.raises(ValueError):
+            tf.Mesh.from_string(f"m|{dims}|0,1,2,3|0,1,2,3|{devices}")
+
+
+def test_format() -> None:
+    tpu = resolve_slice(accelerator="v4-16")
+    mesh = build_mesh(MeshSpec("dp", (("data", 2), ("model", 4))), tpu)
+    local = local_device_ids(mesh, [d.id for d in tpu.devices_of_task(1)])
+    assert local == [4, 5, 7, 6]
+    prefix = "/job:worker/replica:0/task:1/device"
+    assert dtensor_mesh_string(mesh, 1, local, "worker") == (
+        f"dp|data=2,model=4|0,1,2,3,4,5,6,7|4,5,7,6|{prefix}:TPU:0,{prefix}:TPU:1,{prefix}:TPU:2,{prefix}:TPU:3"
+    )
+    assert dtensor_host_mesh_string(mesh, 1, local, "worker") == (
+        f"|data=2,model=4|0,1,2,3,4,5,6,7|4,5,7,6|{prefix}:CPU:0,{prefix}:CPU:1,{prefix}:CPU:2,{prefix}:CPU:3"
+    )
+    assert default_job_name(1) == "localhost" and default_job_name(2) == "worker"
