@@ -6,7 +6,8 @@ process run (interleaved, min/median of several repeats):
 * slice model: building the largest pods' device lists, beside libtpu building the same pod;
 * CLI start-up: ``tpuctl --help`` beside ``python -c pass``;
 * ``tpuctl barrier`` from a shell on an 8-host simulated cluster, beside ``python -c pass``;
-* wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``.
+* wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``;
+* full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py).
 
 Only loopback addresses are used; every process started here is stopped here.
 """
@@ -129,6 +130,10 @@ def main() -> None:
     args = parser.parse_args()
     bench_slice_model(5)
     bench_startup(args.repeats)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mesh import main as bench_mesh
+
+    bench_mesh(7)
     if not args.skip_cluster:
         bench_cluster("v4-64", args.repeats)  # 8 hosts
 

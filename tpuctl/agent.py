@@ -216,7 +216,8 @@ class Agent:
         Every input of the mapping comes from the service (core IDs, the creation time task 0
         publishes), so every host writes a byte-identical file.
         """
-        from tpuctl.mapping import build_mapping, write_mapping
+        from tpuctl.mapping import build_mapping, merged_devices, write_mapping
+        from tpuctl.mesh import build_declared_meshes
         from tpuctl.topology import build_topologies, merge_core_ids
 
         spec, task, client = self.spec, self.task, self._client
@@ -247,6 +248,7 @@ class Agent:
         per_task = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in entries}
         created = float(await client.kv_get(f"{prefix}/created", timeout=spec.barrier_timeout))
         merged = merge_core_ids(per_task, spec.slice)
+        meshes = build_declared_meshes(spec.meshes, spec.slice, merged_devices(spec.slice, merged))
         mapping = build_mapping(
             slice=spec.slice,
             cluster=spec.cluster,
@@ -255,6 +257,7 @@ class Agent:
             merged=merged,
             topology=build_topologies(merged, spec.slice),
             created=created,
+            meshes=meshes,
         )
         write_mapping(self.options.output, mapping)
         self.reporter.progress(f"task {task}: wrote {self.options.output}")

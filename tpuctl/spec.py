@@ -120,9 +120,11 @@ BACKENDS: tuple[Backend, ...] = ("sim", "tensorflow", "jax")
 MESH_MODES = ("ring", "jax")
 RING_OPTIONS = (
     "ring_dims", "ring_axes", "ring_bounds",
-    "can_split_host_across_rings", "build_ring_across_rings", "rotate_ring_across_rings",
+    "can_split_host_across_rings", "build_ring_across_rings", "rotate_ring_across_rings", "compat",
 )  # fmt: skip
-JAX_OPTIONS = ("contiguous_submeshes", "allow_split_physical_axes", "dcn_shape")
+JAX_OPTIONS = ("contiguous_submeshes", "allow_split_physical_axes")
+COMMON_MESH_OPTIONS = ("dcn_shape",)  # multislice: slices per axis, in either mode
+COMPAT_VALUES = ("dtensor",)
 # DTensor layouts spell these as sharding specs; an axis of that name makes a layout ambiguous.
 RESERVED_AXIS_NAMES = ("unsharded", "match", "any", "scalar")
 DEFAULT_PORT = 8476
@@ -747,6 +749,12 @@ def _option_value(
         return bounds
     if name == "dcn_shape":
         return _dcn_shape(ck, node, path, axes, tpu)
+    if name == "compat":
+        value = ck.string(node, path, "dtensor")
+        if value is not None and value not in COMPAT_VALUES:
+            ck.add(node, path, f"{value!r} is not a compatibility mode; expected dtensor (reproduce DTensor exactly)")
+            return None
+        return value
     return ck.boolean(node, path)
 
 
@@ -790,7 +798,7 @@ def _options(
     ck: _Checker, node: Node, path: str, mode: str | None, axes: tuple[tuple[str, int], ...] | None,
     tpu: TpuSlice | None,
 ) -> tuple[tuple[str, object], ...] | None:  # fmt: skip
-    every = RING_OPTIONS + JAX_OPTIONS
+    every = RING_OPTIONS + JAX_OPTIONS + COMMON_MESH_OPTIONS
     if node.kind != "mapping":
         ck.add(node, path, f"got {_shown(node)}; expected a mapping of mesh options")
         return None
@@ -801,7 +809,7 @@ def _options(
         if name not in every:
             ck.add(key, option, "unknown option; " + did_you_mean(name, every))
             failed = True
-        elif mode is not None and name not in (RING_OPTIONS if mode == "ring" else JAX_OPTIONS):
+        elif mode is not None and name not in (RING_OPTIONS if mode == "ring" else JAX_OPTIONS) + COMMON_MESH_OPTIONS:
             other = "jax" if mode == "ring" else "ring"
             ck.add(key, option, f"is an option of mode {other}, but this mesh has mode {mode}; expected mode: {other}")
             failed = True
@@ -810,6 +818,17 @@ def _options(
             failed |= parsed is None
             out.append((name, parsed))
     return None if failed else tuple(out)
+
+
+def _mesh_build_problem(mesh: MeshSpec, tpu: TpuSlice) -> str | None:
+    """Build the mesh on the slice now, so that `validate` reports what `init` would refuse."""
+    from tpuctl.mesh.build import build_mesh
+
+    try:
+        build_mesh(mesh, tpu)
+    except InputError as exc:
+        return exc.message + (f"; {exc.hint}" if exc.hint else "")
+    return None
 
 
 def _meshes(ck: _Checker, node: Node, tpu: TpuSlice | None) -> tuple[MeshSpec, ...] | None:
@@ -842,7 +861,11 @@ def _meshes(ck: _Checker, node: Node, tpu: TpuSlice | None) -> tuple[MeshSpec, .
                 mode = None
         options = _options(ck, keys["options"], f"{path}.options", mode, axes, tpu) if "options" in keys else ()
         if name is not None and axes is not None and mode is not None and options is not None:
-            meshes.append(MeshSpec(name, axes, mode, options))
+            mesh = MeshSpec(name, axes, mode, options)
+            if tpu is not None and (problem := _mesh_build_problem(mesh, tpu)):
+                ck.add(item, path, problem)
+                continue
+            meshes.append(mesh)
     return tuple(meshes) if len(meshes) == len(items) else None
 
 

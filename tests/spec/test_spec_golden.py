@@ -273,7 +273,7 @@ meshes:
   - name: 2d
     shape: {unsharded: 16}
   - shape: {batch: 16}
-    options: {ring_dim: 1, dcn_shape: [1]}
+    options: {ring_dim: 1, contiguous_submeshes: true}
 """,
         [
             "c.yaml:7:12: meshes[0].shape: 4x2 = 8 devices, but v4-32 has 16 devices (16 chips, 1 device per chip); expected sizes whose product is 16",
@@ -284,7 +284,7 @@ meshes:
             "c.yaml:12:13: meshes[2].shape.unsharded: is reserved (unsharded, match, any, scalar are DTensor sharding specs); expected another axis name",
             "c.yaml:13:5: meshes[3].name: missing; expected a mesh name like dp_mp",
             "c.yaml:14:15: meshes[3].options.ring_dim: unknown option; did you mean 'ring_dims'?",
-            "c.yaml:14:28: meshes[3].options.dcn_shape: is an option of mode jax, but this mesh has mode ring; expected mode: jax",
+            "c.yaml:14:28: meshes[3].options.contiguous_submeshes: is an option of mode jax, but this mesh has mode ring; expected mode: jax",
         ],
     ),
     (

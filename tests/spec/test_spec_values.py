@@ -203,10 +203,15 @@ auth: {token_file: /etc/tpuctl/token}
 def test_jax_mesh_options_and_dcn_shape_forms() -> None:
     base = {**V4_32, "accelerator": "v5litepod-16", "num_slices": 2, "hosts": [f"h{i}" for i in range(8)]}
     as_list = {"name": "a", "shape": {"data": 8, "model": 4}, "mode": "jax", "options": {"dcn_shape": [2, 1]}}
-    as_map = {**as_list, "name": "b", "options": {"dcn_shape": {"data": 2}, "contiguous_submeshes": True}}
+    as_map = {**as_list, "name": "b", "options": {"dcn_shape": {"data": 2}, "allow_split_physical_axes": True}}
     spec = build_spec(node_from({**base, "meshes": [as_list, as_map]}))
     assert spec.meshes[0].options == (("dcn_shape", (2, 1)),)
-    assert spec.meshes[1].options == (("dcn_shape", (2, 1)), ("contiguous_submeshes", True))
+    assert spec.meshes[1].options == (("dcn_shape", (2, 1)), ("allow_split_physical_axes", True))
+    # what the mesh builder refuses, validate reports too (JAX's hybrid mesh has no contiguous_submeshes)
+    hybrid = {**as_list, "options": {"dcn_shape": [2, 1], "contiguous_submeshes": True}}
+    check = check_spec(node_from({**base, "meshes": [hybrid]}))
+    assert [p.path for p in check.problems] == ["meshes[0]"]
+    assert "contiguous_submeshes does not apply to a multislice mesh" in check.problems[0].message
     expected = "expected slices per axis, multiplying to num_slices (2), each dividing its axis"
     for dcn, message in [
         ({"model": 2}, f"[1, 2]: axis model (1) does not split into 2 slices; {expected}"),
