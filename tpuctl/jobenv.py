@@ -1,0 +1,224 @@
+"""The environment a job on one host needs, from that host's agent description and the device mapping.
+
+Pure and deterministic: the same agent description and mapping give the same variables, in the same
+order. ``tpuctl env`` prints them (``sh`` or ``json``) and ``tpuctl run`` starts the job with them.
+
+Variables, and the rule each follows:
+
+tpuctl
+  ``TPUCTL_MAPPING`` (the mapping file, what :func:`tpuctl.load_mapping` reads), ``TPUCTL_TASK_ID``
+  (this host's task), ``TPUCTL_CLUSTER``, ``TPUCTL_STATE_DIR`` (so ``tpuctl barrier`` inside the job
+  talks to this host's agent).
+TensorFlow DTensor (``tensorflow/dtensor/python/config.py``)
+  ``DTENSOR_JOBS``: every task's ``host:port`` in task order; the position is DTensor's task index, so
+  it is ``hosts[t]:dtensor_port[t]`` for t = 0..n-1. ``DTENSOR_CLIENT_ID``: this task. ``DTENSOR_NUM_CLIENTS``:
+  n (Python derives it from ``DTENSOR_JOBS``; the C++ side still reads it). ``DTENSOR_JOB_NAME``:
+  ``worker``, DTensor's default for several clients, set explicitly. A one-host cluster runs DTensor in
+  local mode: ``DTENSOR_JOBS`` is removed (a single entry would start a gRPC server for nothing),
+  the job name is ``localhost``, the client id 0.
+JAX (``jax.distributed.initialize``)
+  ``JAX_COORDINATOR_ADDRESS``: ``hosts[0]:jax_port`` (JAX reads it itself; process 0 binds ``[::]:port``).
+  ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (n and this task; JAX does not read these two, pass
+  :func:`tpuctl.jobs.jax_distributed_args` to ``initialize``).
+Cloud TPU (as the GKE TPU device plugin and webhook set them)
+  ``TPU_WORKER_ID`` (host index within its slice), ``TPU_WORKER_HOSTNAMES`` (that slice's hosts),
+  ``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``, ``TPU_HOST_BOUNDS``, ``TPU_CHIPS_PER_HOST_BOUNDS``,
+  ``TPU_TOPOLOGY_WRAP``; with several slices also ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` and
+  ``MEGASCALE_COORDINATOR_ADDRESS`` (task 0's host).
+
+The job ports come from the agent (``job_ports`` in ``agent.json``): it reserves them before the mapping
+is written, holding every one open at once, so they differ from each other and from tpuctl's own
+coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
+again here: two ports that would be bound on one machine must differ.
+
+Imports only the standard library and tpuctl's error types (``tpuctl env`` stays cheap).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpuctl.errors import StateError
+
+if TYPE_CHECKING:
+    from tpuctl.mapping import DeviceMapping
+
+MAPPING_ENV = "TPUCTL_MAPPING"  # the same name as tpuctl.mapping.MAPPING_ENV (a test checks it)
+TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.identity.TASK_ID_ENV)
+CLUSTER_ENV = "TPUCTL_CLUSTER"
+STATE_DIR_ENV = "TPUCTL_STATE_DIR"
+
+DTENSOR_MULTI_CLIENT_JOB = "worker"
+DTENSOR_LOCAL_JOB = "localhost"
+
+_RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """Variables to set (in a fixed order) and variables to remove from the job's environment."""
+
+    set: dict[str, str]
+    unset: tuple[str, ...] = ()
+
+    def apply(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` (e.g. this process's environment) with these variables set and removed."""
+        out = {k: v for k, v in base.items() if k not in self.unset}
+        out.update(self.set)
+        return out
+
+    def to_sh(self) -> str:
+        """``export NAME=value`` lines for ``eval "$(tpuctl env)"`` (bash, dash, zsh); values quoted."""
+        lines = [f"unset {name}" for name in self.unset]
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in self.set.items()]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        """One JSON object of the variables to set (removed ones are left out)."""
+        return json.dumps(self.set, indent=2) + "\n"
+
+
+def dtensor_job_name(num_tasks: int) -> str:
+    """DTensor's job name for a cluster of ``num_tasks`` hosts (local mode for one host)."""
+    return DTENSOR_LOCAL_JOB if num_tasks == 1 else DTENSOR_MULTI_CLIENT_JOB
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``; an IPv6 address in brackets (``[fd00::1]:8476``), as gRPC and JAX expect."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _triple(values: Sequence[int]) -> str:
+    return ",".join(str(int(v)) for v in values)
+
+
+def _machine(host: str) -> str:
+    """Hosts that are the same machine for port purposes: every loopback address is this machine."""
+    try:
+        if ipaddress.ip_address(host.split("%", 1)[0]).is_loopback:
+            return "loopback"
+    except ValueError:
+        if host.lower().rstrip(".") in ("localhost", "localhost.localdomain"):
+            return "loopback"
+    return host
+
+
+def port_collisions(bindings: Sequence[tuple[str, str, int]]) -> list[str]:
+    """Every pair of (what, host, port) bindings that would share one port on one machine."""
+    seen: dict[tuple[str, int], str] = {}
+    problems = []
+    for what, host, port in bindings:
+        key = (_machine(host), port)
+        if key in seen:
+            problems.append(f"{what} and {seen[key]} both use port {port} on {host}")
+        else:
+            seen[key] = what
+    return problems
+
+
+def _job_ports(info: Mapping[str, Any], num_tasks: int) -> tuple[list[int], int]:
+    ports = info.get("job_ports")
+    dtensor = ports.get("dtensor") if isinstance(ports, dict) else None
+    jax = ports.get("jax") if isinstance(ports, dict) else None
+    if (
+        not isinstance(dtensor, list)
+        or len(dtensor) != num_tasks
+        or not all(isinstance(p, int) and 0 < p < 65536 for p in dtensor)
+        or not isinstance(jax, int)
+        or not 0 < jax < 65536
+    ):
+        raise StateError(
+            f"the agent's description has no usable job ports for {num_tasks} tasks (job_ports: {ports!r})",
+            hint=_RESTART_HINT,
+        )
+    return [int(p) for p in dtensor], int(jax)
+
+
+def _coordinator_binding(info: Mapping[str, Any]) -> tuple[str, int] | None:
+    target = str(info.get("coordinator") or "")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def job_environment(info: Mapping[str, Any], mapping: DeviceMapping, *, state_dir: str | None = None) -> JobEnv:
+    """The environment of a job on the task ``info`` describes (``agent.json``), for ``mapping``.
+
+    Raises StateError when the description and the mapping disagree (another cluster's mapping file, or
+    an agent without job ports) or when two ports would collide on one machine.
+    """
+    tpu = mapping.slice
+    hosts = [task.address for task in mapping.tasks]
+    num_tasks = len(hosts)
+    task = info.get("task")
+    if not isinstance(task, int) or not 0 <= task < num_tasks:
+        raise StateError(f"the agent's description names task {task!r}; the mapping has tasks 0..{num_tasks - 1}")
+    if info.get("cluster") != mapping.cluster or list(info.get("hosts") or hosts) != hosts:
+        raise StateError(
+            f"the mapping {info.get('mapping')} is of cluster {mapping.cluster!r} with hosts {hosts}; "
+            f"the agent runs cluster {info.get('cluster')!r} with hosts {info.get('hosts')}",
+            hint="the mapping file was overwritten by another init; " + _RESTART_HINT,
+        )
+    dtensor_ports, jax_port = _job_ports(info, num_tasks)
+    bindings = [(f"the DTensor server of task {t}", hosts[t], dtensor_ports[t]) for t in range(num_tasks)]
+    bindings.append(("the JAX coordinator", hosts[0], jax_port))
+    if (coordinator := _coordinator_binding(info)) is not None:
+        bindings.append(("the tpuctl coordinator", *coordinator))
+    collisions = port_collisions(bindings)
+    if collisions:
+        raise StateError("job ports collide: " + "; ".join(collisions), hint=_RESTART_HINT)
+
+    env: dict[str, str] = {}
+    unset: list[str] = []
+    if info.get("mapping"):
+        env[MAPPING_ENV] = str(info["mapping"])
+    env[TASK_ENV] = str(task)
+    env[CLUSTER_ENV] = mapping.cluster
+    if state_dir is not None:
+        env[STATE_DIR_ENV] = state_dir
+
+    if num_tasks > 1:
+        env["DTENSOR_JOBS"] = ",".join(host_port(h, p) for h, p in zip(hosts, dtensor_ports, strict=True))
+    else:
+        unset.append("DTENSOR_JOBS")
+    env["DTENSOR_CLIENT_ID"] = str(task)
+    env["DTENSOR_NUM_CLIENTS"] = str(num_tasks)
+    env["DTENSOR_JOB_NAME"] = dtensor_job_name(num_tasks)
+
+    env["JAX_COORDINATOR_ADDRESS"] = host_port(hosts[0], jax_port)
+    env["JAX_NUM_PROCESSES"] = str(num_tasks)
+    env["JAX_PROCESS_ID"] = str(task)
+
+    per_slice = tpu.hosts_per_slice
+    slice_index = mapping.tasks[task].slice
+    env["TPU_WORKER_ID"] = str(task - slice_index * per_slice)
+    env["TPU_WORKER_HOSTNAMES"] = ",".join(hosts[slice_index * per_slice : (slice_index + 1) * per_slice])
+    env["TPU_ACCELERATOR_TYPE"] = tpu.accelerator_type
+    env["TPU_TOPOLOGY"] = tpu.topology_str
+    env["TPU_HOST_BOUNDS"] = _triple(tpu.host_bounds)
+    env["TPU_CHIPS_PER_HOST_BOUNDS"] = _triple(tpu.chips_per_host_bounds)
+    env["TPU_TOPOLOGY_WRAP"] = ",".join("true" if w else "false" for w in tpu.wraparound)
+    if tpu.num_slices > 1:
+        env["MEGASCALE_NUM_SLICES"] = str(tpu.num_slices)
+        env["MEGASCALE_SLICE_ID"] = str(slice_index)
+        env["MEGASCALE_COORDINATOR_ADDRESS"] = hosts[0]
+    return JobEnv(env, tuple(unset))
+
+
+__all__ = [
+    "CLUSTER_ENV",
+    "MAPPING_ENV",
+    "STATE_DIR_ENV",
+    "TASK_ENV",
+    "JobEnv",
+    "dtensor_job_name",
+    "host_port",
+    "job_environment",
+    "port_collisions",
+]
