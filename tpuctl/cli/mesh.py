@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -9,9 +10,9 @@ from typing import Any
 import click
 
 from tpuctl.cli.output import emit
-from tpuctl.cli.slice_options import slice_from_options, slice_options
+from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpuslice import TpuSlice
 
 _AXIS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$")
 
@@ -110,12 +111,7 @@ def mesh() -> None:
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
 def plan(
-    accelerator: str | None,
-    generation: str | None,
-    topology_dims: str | None,
-    chips_per_host: int | None,
-    num_slices: int,
-    megacore: bool | None,
+    slice_request: SliceRequest,
     device_kind: str | None,
     shape_text: str,
     name: str | None,
@@ -151,7 +147,7 @@ def plan(
     from tpuctl.mesh.report import mesh_document, mesh_text
     from tpuctl.spec import MeshSpec
 
-    tpu = _slice(accelerator, generation, topology_dims, chips_per_host, num_slices, megacore, device_kind)
+    tpu = _slice(slice_request, device_kind)
     axes = parse_shape(shape_text)
     ring = {
         "ring_dims": ring_dims,
@@ -173,29 +169,11 @@ def plan(
         emit(mesh_text(built, tpu, task_devices, cells), output)
 
 
-def _slice(
-    accelerator: str | None,
-    generation: str | None,
-    topology_dims: str | None,
-    chips_per_host: int | None,
-    num_slices: int,
-    megacore: bool | None,
-    device_kind: str | None,
-) -> TpuSlice:
-    tpu = slice_from_options(accelerator, generation, topology_dims, chips_per_host, num_slices, megacore)
+def _slice(request: SliceRequest, device_kind: str | None) -> TpuSlice:
+    tpu = dataclasses.replace(request, device_kind=device_kind).resolve()
     if tpu is None:
         raise InputError(
             "name the slice: --accelerator, or --generation with --topology",
             hint="e.g. tpuctl mesh plan --accelerator v5p-128 --shape data=16,model=4",
-        )
-    if device_kind:
-        tpu = resolve_slice(
-            accelerator=accelerator,
-            generation=generation,
-            topology=topology_dims,
-            chips_per_host=chips_per_host,
-            num_slices=num_slices,
-            megacore=megacore,
-            device_kind=device_kind,
         )
     return tpu

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tpuctl.cli.output import emit
-from tpuctl.cli.slice_options import slice_from_options, slice_options
+from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
 from tpuctl.tpuslice import TpuSlice
 
@@ -44,12 +44,7 @@ def topology() -> None:
     "--mesh-axis", metavar="AXIS", help="--format svg: the mesh axis whose rings are drawn (default: the last)."
 )
 def show(
-    accelerator: str | None,
-    generation: str | None,
-    topology_dims: str | None,
-    chips_per_host: int | None,
-    num_slices: int,
-    megacore: bool | None,
+    slice_request: SliceRequest,
     config: str | None,
     mapping_path: str | None,
     fmt: str,
@@ -77,9 +72,7 @@ def show(
     neighbours and whether the axis closes into a ring, and why (json: a "mesh" key; svg: the rings of
     --mesh-axis drawn over the chips).
     """
-    tpu, hosts, source = _resolve(
-        accelerator, generation, topology_dims, chips_per_host, num_slices, megacore, config, mapping_path
-    )
+    tpu, hosts, source = _resolve(slice_request, config, mapping_path)
     mesh, task_devices = _mesh(mesh_name, source) if mesh_name is not None else (None, [])
     if mesh_axis is not None and (mesh is None or fmt != "svg"):
         raise InputError(
@@ -141,17 +134,10 @@ def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:
 
 
 def _resolve(
-    accelerator: str | None,
-    generation: str | None,
-    topology_dims: str | None,
-    chips_per_host: int | None,
-    num_slices: int,
-    megacore: bool | None,
-    config: str | None,
-    mapping_path: str | None,
+    request: SliceRequest, config: str | None, mapping_path: str | None
 ) -> tuple[TpuSlice, Sequence[str | None] | None, Any]:
     """The slice, its host addresses (if known), and the spec or mapping it came from (None: options)."""
-    named = slice_from_options(accelerator, generation, topology_dims, chips_per_host, num_slices, megacore)
+    named = request.resolve()
     sources = [s for s in (named is not None, config is not None, mapping_path is not None) if s]
     if len(sources) != 1:
         raise InputError(
