@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 DEMO_ROOT ?= /tmp/tpuctl-demo-$(shell id -u)
 
-.PHONY: install test test-fast lint protos check-protos demo bench clean
+.PHONY: install bytecode test test-fast lint protos check-protos demo bench clean
 
 install: $(STAMP)
 
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+## Byte-compile tpuctl: an editable install never gets .pyc files when PYTHONDONTWRITEBYTECODE is set,
+## and every short-lived command (barrier, status) would recompile its modules on each start.
+bytecode: install
+	$(PY) -m compileall -q tpuctl
+
 ## Regenerate the committed protobuf/gRPC code from protos/.
 protos: install
 	$(PY) tools/protos.py generate
@@ -23,7 +28,7 @@ protos: install
 check-protos: install
 	$(PY) tools/protos.py check
 
-test: install check-protos
+test: install bytecode check-protos
 	$(PY) -m pytest -q
 
 ## Only the fast tests (skips multi-process clusters).
@@ -34,12 +39,12 @@ lint: install
 	$(VENV)/bin/ruff check tpuctl tests tools bench
 	$(VENV)/bin/mypy tpuctl
 
-demo: install
+demo: install bytecode
 	$(VENV)/bin/tpuctl sim up v4-32 --root $(DEMO_ROOT)
 	$(VENV)/bin/tpuctl status --state-dir $(DEMO_ROOT)/host-0
 	$(VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
-bench: install
+bench: install bytecode
 	$(PY) bench/run.py
 
 clean:
