@@ -63,7 +63,7 @@ def contenders(tpu: Any, shape: tuple[int, int]) -> dict[str, Callable[[], objec
 
     from tpuctl.mesh.build import mesh_order
     from tpuctl.mesh.quality import mesh_quality
-    from tpuctl.spec import MeshSpec
+    from tpuctl.specmesh import MeshSpec
 
     devices = tpu.devices
     jax_devices = [

@@ -216,7 +216,8 @@ class Agent:
         Every input of the mapping comes from the service (core IDs, the creation time task 0
         publishes), so every host writes a byte-identical file.
         """
-        from tpuctl.mapping import build_mapping, merged_devices, write_mapping
+        from tpuctl.mapping import build_mapping, merged_devices
+        from tpuctl.mappingfile import write_mapping
         from tpuctl.mesh import build_declared_meshes
         from tpuctl.topology import build_topologies, merge_core_ids
 

@@ -32,7 +32,7 @@ from typing import Any
 from tpuctl.errors import MappingError, StateError
 from tpuctl.jobenv import MAPPING_ENV, TASK_ENV, dtensor_job_name
 from tpuctl.mapping import DeviceMapping, MappedDevice, MappedMesh, MappedTask, MeshAxis
-from tpuctl.mapping import load_mapping as _load_device_mapping
+from tpuctl.mappingfile import load_mapping as _load_device_mapping
 from tpuctl.topology import DTensorTopology, serialize_topology_proto
 from tpuctl.tpuslice import TpuSlice
 

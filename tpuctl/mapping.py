@@ -15,47 +15,47 @@ snake_case names and every field printed. A job loads it with::
     mapping.mesh("dp_mp").device_ids    # a declared mesh: global ids in row-major mesh order
     mapping.dtensor_mesh_string("dp_mp", task)   # for tf.experimental.dtensor.Mesh.from_string
 
-This module imports neither grpc, click nor tensorflow (a test checks it), so loading stays cheap; it
-reads ``os.environ`` only in :func:`load_mapping`.
+This module holds the value, how it is built and its consistency checks; the protobuf conversion is in
+:mod:`tpuctl.mappingproto` and the file (JSON layout, atomic write, validated load) in
+:mod:`tpuctl.mappingfile`, whose functions are re-exported here. None of them imports grpc, click or
+tensorflow (a test checks it), so loading stays cheap; only :func:`load_mapping` reads ``os.environ``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
+import importlib
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor
-
-from tpuctl.errors import ClusterError, MappingError, StateError, TpuctlError
-from tpuctl.hardware import Triple, find_generation
+from tpuctl.errors import ClusterError, MappingError, TpuctlError
+from tpuctl.hardware import Triple
 from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh
 from tpuctl.mesh.model import AxisQuality as AxisQuality
 from tpuctl.mesh.model import MeshAxis as MeshAxis
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
-from tpuctl.proto import mapping_pb2
 from tpuctl.topology import (
-    MESH_RANK,
     DTensorTopology,
     MergedCores,
     build_topologies,
     core_location,
     merge_core_ids,
-    parse_topology_proto,
     serialize_topology_proto,
-    tasks_of_slice,
 )
-from tpuctl.tpuslice import Device, TpuSlice, format_dims, resolve_slice
+from tpuctl.tpuslice import Device, TpuSlice
+
+if TYPE_CHECKING:
+    from tpuctl.mappingfile import from_json as from_json
+    from tpuctl.mappingfile import load_mapping as load_mapping
+    from tpuctl.mappingfile import to_json as to_json
+    from tpuctl.mappingfile import write_mapping as write_mapping
+    from tpuctl.mappingproto import from_proto as from_proto
+    from tpuctl.mappingproto import to_proto as to_proto
 
 SCHEMA_VERSION = 1
 """The schema this tpuctl writes; :func:`load_mapping` reads only versions in ``KNOWN_SCHEMA_VERSIONS``."""
@@ -64,12 +64,7 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 MAPPING_ENV = "TPUCTL_MAPPING"
 """Environment variable naming the mapping file a job loads by default."""
 
-_REINIT_HINT = "re-run `tpuctl init` on every host to write a fresh mapping"
 _MAX_LISTED = 8
-_INLINE_WIDTH = 100
-_LIST_CHUNK = 16  # scalars per line when a list wraps (4 devices of device_coordinates)
-
-_pb = mapping_pb2.DeviceMapping
 
 MappedMesh = Mesh
 """A named logical mesh as the mapping stores it: :class:`tpuctl.mesh.model.Mesh`."""
@@ -415,447 +410,22 @@ def _show(d: MappedDevice) -> str:
     return f"id {d.id} at {list(d.coords)} core {d.core} ordinal {d.ordinal}"
 
 
-# --- proto conversion ------------------------------------------------------------------------------
+# --- the file functions, re-exported ---------------------------------------------------------------
+
+_REEXPORTED = {
+    "to_proto": "tpuctl.mappingproto",
+    "from_proto": "tpuctl.mappingproto",
+    "to_json": "tpuctl.mappingfile",
+    "from_json": "tpuctl.mappingfile",
+    "write_mapping": "tpuctl.mappingfile",
+    "load_mapping": "tpuctl.mappingfile",
+}
 
 
-def _flat_topology(message: Any, topology: DTensorTopology) -> None:
-    message.mesh_shape.extend(topology.mesh_shape)
-    message.device_coordinates.extend(topology.flat_device_coordinates)
-    message.device_coordinates_dims.extend(topology.device_coordinates_dims)
-    message.topology_proto = serialize_topology_proto(topology)
-
-
-def to_proto(mapping: DeviceMapping) -> mapping_pb2.DeviceMapping:
-    tpu = mapping.slice
-    msg = _pb(schema_version=mapping.schema_version, cluster=mapping.cluster, incarnation=mapping.incarnation)
-    msg.created.FromDatetime(mapping.created)
-    msg.slice.CopyFrom(
-        _pb.SliceShape(
-            accelerator_type=tpu.accelerator_type,
-            generation=tpu.generation.name,
-            topology=tpu.topology,
-            chips_per_host_bounds=tpu.chips_per_host_bounds,
-            num_slices=tpu.num_slices,
-            device_kind=tpu.device_kind,
-            megacore=tpu.megacore,
-            wraparound=tpu.wraparound,
-        )
-    )
-    for task in mapping.tasks:
-        devices = [
-            _pb.Device(id=d.id, coords=d.coords, core=d.core, core_id=d.core_id, ordinal=d.ordinal)
-            for d in task.devices
-        ]
-        msg.tasks.append(_pb.Task(id=task.id, address=task.address, slice=task.slice, devices=devices))
-    msg.all_core_ids.extend(mapping.all_core_ids)
-    msg.device_counts.extend(mapping.device_counts)
-    if len(mapping.topologies) == 1 and tpu.num_slices == 1:
-        _flat_topology(msg, mapping.topologies[0])
-    else:
-        for s, topology in enumerate(mapping.topologies):
-            entry = msg.slice_topologies.add(slice=s, tasks=list(tasks_of_slice(tpu, s)))
-            _flat_topology(entry, topology)
-    for mesh in mapping.meshes:
-        msg.meshes.append(_mesh_to_proto(mapping, mesh))
-    return msg
-
-
-def _mesh_to_proto(mapping: DeviceMapping, mesh: MappedMesh) -> mapping_pb2.DeviceMapping.Mesh:
-    """The mesh, with what every task needs derived from it (local ids, task 0's DTensor strings)."""
-    positions = mesh.positions()
-    local = [[positions.get(d.id, 0) for d in task.devices] for task in mapping.tasks]
-    job = default_job_name(mapping.num_tasks)
-    first = local[0] if local else []
-    return _pb.Mesh(
-        name=mesh.name,
-        axes=[_pb.Axis(name=a.name, size=a.size) for a in mesh.axes],
-        device_ids=mesh.device_ids,
-        algorithm=mesh.algorithm,
-        dcn_shape=mesh.dcn_shape,
-        tasks=[_pb.MeshTask(task=t, local_device_ids=ids) for t, ids in enumerate(local)],
-        dtensor_mesh=dtensor_mesh_string(mesh, 0, first, job),
-        dtensor_host_mesh=dtensor_host_mesh_string(mesh, 0, first, job),
-        quality=[
-            _pb.AxisQuality(
-                axis=q.axis, neighbours=q.neighbours, ring=q.ring, max_hop=q.max_hop, closing_hop=q.closing_hop,
-                wraparound=q.wraparound, dcn_steps=q.dcn_steps, reason=q.reason,
-            )
-            for q in mesh.quality
-        ],
-    )  # fmt: skip
-
-
-def _mesh_record_problems(msg: mapping_pb2.DeviceMapping, mapping: DeviceMapping) -> list[str]:
-    """The derived fields of each stored mesh against what its order gives (after mapping_problems)."""
-    problems: list[str] = []
-    for stored, mesh in zip(msg.meshes, mapping.meshes, strict=True):
-        want = _mesh_to_proto(mapping, mesh)
-        for field in ("tasks", "dtensor_mesh", "dtensor_host_mesh"):
-            if getattr(stored, field) != getattr(want, field):
-                what = "local_device_ids" if field == "tasks" else field
-                problems.append(f"mesh {mesh.name!r}: its {what} do not match its device order and the tasks' devices")
-    return problems
-
-
-def _triple(values: Sequence[int], what: str) -> Triple:
-    if len(values) != 3:
-        raise MappingError(f"{what} has {len(values)} values; expected 3 (x, y, z)")
-    return (int(values[0]), int(values[1]), int(values[2]))
-
-
-def _slice_from_proto(shape: mapping_pb2.DeviceMapping.SliceShape) -> TpuSlice:
-    gen = find_generation(shape.generation) if shape.generation else None
-    if gen is None:
-        raise MappingError(f"slice.generation {shape.generation!r} is not a TPU generation tpuctl knows")
-    dims = _triple(shape.topology, "slice.topology")
-    block = _triple(shape.chips_per_host_bounds, "slice.chips_per_host_bounds")
-    options: dict[str, Any] = {
-        "chips_per_host": block[0] * block[1] * block[2],
-        "num_slices": shape.num_slices,
-        "megacore": shape.megacore,
-        "device_kind": shape.device_kind or None,
-    }
-    try:
-        # The accelerator type names the default chip grid (v4-8 is 2x2x1, which the generation + topology
-        # form refuses as unsorted); any other grid is given by generation and topology.
-        tpu = resolve_slice(accelerator=shape.accelerator_type, **options)
-        if tpu.generation is not gen or tpu.topology != dims:
-            tpu = resolve_slice(generation=gen.name, topology=format_dims(dims), **options)
-    except TpuctlError as exc:
-        raise MappingError(f"slice: {exc.message}") from exc
-    found = (tpu.generation.name, tpu.topology, tpu.chips_per_host_bounds, tpu.accelerator_type, tpu.wraparound)
-    stored = (shape.generation, dims, block, shape.accelerator_type, tuple(shape.wraparound))
-    if found != stored:
-        raise MappingError(
-            "slice: generation, topology, chips_per_host_bounds, accelerator_type, wraparound are "
-            f"{_plain(stored)}; the slice they describe has {_plain(found)}"
-        )
-    return tpu
-
-
-def _plain(values: tuple[Any, ...]) -> str:
-    return ", ".join(str(list(v) if isinstance(v, tuple) else v) for v in values)
-
-
-def _topology_from_proto(message: Any, where: str) -> DTensorTopology:
-    dims = list(message.device_coordinates_dims)
-    if len(dims) != 3 or dims[2] != MESH_RANK or dims[0] < 1 or dims[1] < 1:
-        raise MappingError(
-            f"{where}device_coordinates_dims {dims} should be [num_tasks, devices_per_task, {MESH_RANK}]"
-        )
-    try:
-        topology = DTensorTopology.from_flat(message.mesh_shape, message.device_coordinates, dims[0], dims[1])
-        decoded = parse_topology_proto(message.topology_proto)
-    except TpuctlError as exc:
-        raise MappingError(f"{where}{exc.message}") from exc
-    if decoded != topology:
-        raise MappingError(f"{where}{_difference(decoded, topology)}")
-    return topology
-
-
-def _difference(decoded: DTensorTopology, stored: DTensorTopology) -> str:
-    if decoded.mesh_shape != stored.mesh_shape:
-        return f"topology_proto has mesh_shape {list(decoded.mesh_shape)}; mesh_shape is {list(stored.mesh_shape)}"
-    if decoded.device_coordinates_dims != stored.device_coordinates_dims:
-        return (
-            f"topology_proto has {decoded.num_tasks} tasks x {decoded.num_devices_per_task} devices; "
-            f"device_coordinates_dims are {list(stored.device_coordinates_dims)}"
-        )
-    for t, (ours, theirs) in enumerate(zip(decoded.device_coordinates, stored.device_coordinates, strict=True)):
-        for d, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            if a != b:
-                return f"topology_proto puts task {t} device {d} at {list(a)}; device_coordinates say {list(b)}"
-    return "topology_proto differs from device_coordinates"  # pragma: no cover - equal fields, equal values
-
-
-def from_proto(msg: mapping_pb2.DeviceMapping) -> DeviceMapping:
-    """The mapping a message holds; structural problems raise MappingError (see :func:`mapping_problems`)."""
-    if not msg.HasField("slice") or not msg.HasField("created"):
-        raise MappingError("the mapping has no " + ("slice" if not msg.HasField("slice") else "created time"))
-    tpu = _slice_from_proto(msg.slice)
-    tasks = []
-    for task in msg.tasks:
-        devices = tuple(
-            MappedDevice(
-                d.id, _triple(d.coords, f"task {task.id} device {d.ordinal} coords"), d.core, d.core_id, d.ordinal
-            )
-            for d in task.devices
-        )
-        tasks.append(MappedTask(task.id, task.address, task.slice, devices))
-    flat_fields = ("mesh_shape", "device_coordinates", "device_coordinates_dims", "topology_proto")
-    has_flat = any(getattr(msg, name) for name in flat_fields)
-    topologies: tuple[DTensorTopology, ...]
-    if tpu.num_slices == 1:
-        if msg.slice_topologies or not has_flat:
-            raise MappingError(
-                "a single-slice mapping keeps its topology in mesh_shape, device_coordinates, "
-                "device_coordinates_dims and topology_proto, and no slice_topologies"
-            )
-        topologies = (_topology_from_proto(msg, ""),)
-    else:
-        if has_flat or len(msg.slice_topologies) != tpu.num_slices:
-            raise MappingError(
-                f"a mapping of {tpu.num_slices} slices keeps one topology per slice in "
-                f"slice_topologies (found {len(msg.slice_topologies)}) and none at the top level"
-            )
-        for s, entry in enumerate(msg.slice_topologies):
-            if entry.slice != s or list(entry.tasks) != list(tasks_of_slice(tpu, s)):
-                raise MappingError(
-                    f"slice_topologies[{s}] is for slice {entry.slice} with tasks {list(entry.tasks)}; "
-                    f"expected slice {s} with tasks {list(tasks_of_slice(tpu, s))}"
-                )
-        topologies = tuple(_topology_from_proto(e, f"slice_topologies[{e.slice}]: ") for e in msg.slice_topologies)
-    meshes = tuple(
-        MappedMesh(
-            m.name,
-            tuple(MeshAxis(a.name, a.size) for a in m.axes),
-            tuple(m.device_ids),
-            m.algorithm,
-            tuple(m.dcn_shape),
-            tuple(
-                AxisQuality(
-                    q.axis, next((a.size for a in m.axes if a.name == q.axis), 0), q.neighbours, q.ring,
-                    q.max_hop, q.closing_hop, q.wraparound, q.dcn_steps, q.reason,
-                )
-                for q in m.quality
-            ),
-        )
-        for m in msg.meshes
-    )  # fmt: skip
-    return DeviceMapping(
-        cluster=msg.cluster,
-        incarnation=msg.incarnation,
-        created=msg.created.ToDatetime(tzinfo=timezone.utc),
-        slice=tpu,
-        tasks=tuple(tasks),
-        all_core_ids=tuple(msg.all_core_ids),
-        device_counts=tuple(msg.device_counts),
-        topologies=topologies,
-        meshes=meshes,
-        schema_version=msg.schema_version,
-    )
-
-
-# --- JSON ------------------------------------------------------------------------------------------
-
-
-def _in_field_order(descriptor: Descriptor, obj: dict[str, Any]) -> dict[str, Any]:
-    """json_format lists set fields before defaulted ones; order by declaration so the layout is fixed."""
-    out: dict[str, Any] = {}
-    for field in descriptor.fields:
-        if field.name not in obj:
-            continue
-        value = obj[field.name]
-        sub = field.message_type
-        if sub is not None and sub.full_name != "google.protobuf.Timestamp":
-            value = [_in_field_order(sub, v) for v in value] if field.is_repeated else _in_field_order(sub, value)
-        out[field.name] = value
-    return out
-
-
-def _scalar(value: Any) -> bool:
-    return not isinstance(value, (dict, list))
-
-
-def _atom(value: Any) -> str:
-    if type(value) is int:  # most of the file: a cheaper path than json.dumps
-        return str(value)
-    return json.dumps(value)
-
-
-def _render(value: Any, indent: str) -> str:
-    """JSON with flat objects and scalar lists on one line (wrapped when long), one device per line. O(size)."""
-    inner = indent + "  "
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        flat = all(_scalar(v) or (isinstance(v, list) and all(map(_scalar, v))) for v in value.values())
-        if flat:
-            one_line = "{" + ", ".join(f"{json.dumps(k)}: {_render(v, inner)}" for k, v in value.items()) + "}"
-            if len(one_line) <= _INLINE_WIDTH:
-                return one_line
-        items = [f"{inner}{json.dumps(k)}: {_render(v, inner)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
-    if isinstance(value, list):
-        if not value:
-            return "[]"
-        if all(map(_scalar, value)):
-            atoms = [_atom(v) for v in value]
-            one_line = "[" + ", ".join(atoms) + "]"
-            if len(one_line) <= _INLINE_WIDTH:
-                return one_line
-            rows = [", ".join(atoms[i : i + _LIST_CHUNK]) for i in range(0, len(atoms), _LIST_CHUNK)]
-        else:
-            rows = [_render(v, inner) for v in value]
-        return "[\n" + ",\n".join(inner + r for r in rows) + f"\n{indent}]"
-    return _atom(value)
-
-
-def to_json(mapping: DeviceMapping) -> str:
-    """The file's text: proto3 JSON, fields in declaration order, deterministic for equal mappings."""
-    msg = to_proto(mapping)
-    obj = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
-    return _render(_in_field_order(msg.DESCRIPTOR, obj), "") + "\n"
-
-
-def from_json(text: str, source: str = "device mapping") -> DeviceMapping:
-    """Parse and validate a mapping file's text; every problem is a MappingError naming ``source``."""
-    try:
-        return _from_json(text, source)
-    except MappingError as exc:
-        if exc.message.startswith(source):
-            raise
-        raise MappingError(f"{source}: {exc.message}", hint=exc.hint or _REINIT_HINT) from exc
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise MappingError(f"key {key!r} appears twice in one JSON object")
-        out[key] = value
-    return out
-
-
-def _unknown_keys(descriptor: Descriptor, obj: Any, path: str) -> list[str]:
-    """Keys the schema does not have, with a "did you mean" (json_format's message lists camelCase names)."""
-    if not isinstance(obj, dict):
-        return []  # json_format reports the type error
-    fields = {f.name: f for f in descriptor.fields} | {f.json_name: f for f in descriptor.fields}
-    problems = []
-    for key, value in obj.items():
-        field = fields.get(key)
-        where = f"{path}.{key}" if path else key
-        if field is None:
-            guess = difflib.get_close_matches(key, [f.name for f in descriptor.fields], n=1)
-            problems.append(f"unknown field {where!r}" + (f" (did you mean {guess[0]!r}?)" if guess else ""))
-            continue
-        sub = field.message_type
-        if sub is None or sub.full_name.startswith("google.protobuf."):
-            continue
-        items = value if field.is_repeated and isinstance(value, list) else [value]
-        for i, item in enumerate(items):
-            problems += _unknown_keys(sub, item, f"{where}[{i}]" if field.is_repeated else where)
-    return problems
-
-
-def _from_json(text: str, source: str) -> DeviceMapping:
-    if not text.strip():
-        raise MappingError(f"{source}: the file is empty", hint=_REINIT_HINT)
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        what = "not valid JSON" if text.rstrip().endswith("}") else "truncated"
-        raise MappingError(
-            f"{source}:{exc.lineno}:{exc.colno}: {what}: {exc.msg}", hint="the file is damaged; " + _REINIT_HINT
-        ) from exc
-    if not isinstance(data, dict):
-        raise MappingError(f"{source}: the file holds a JSON {type(data).__name__}, not a device mapping object")
-    version = data.get("schema_version")
-    if version is None:
-        raise MappingError(f"{source}: no schema_version: this is not a tpuctl device mapping file")
-    if version not in KNOWN_SCHEMA_VERSIONS or isinstance(version, bool):
-        known = ", ".join(map(str, KNOWN_SCHEMA_VERSIONS))
-        raise MappingError(
-            f"{source}: schema_version {version!r} is not one this tpuctl reads ({known})",
-            hint="it was written by another tpuctl version: use the same version for init and jobs, or " + _REINIT_HINT,
-        )
-    unknown = _unknown_keys(_pb.DESCRIPTOR, data, "")
-    if unknown:
-        raise MappingError(
-            f"{source}: not the device mapping schema: " + "; ".join(unknown),
-            hint="the file was edited or written by another tpuctl version; " + _REINIT_HINT,
-        )
-    msg = _pb()
-    try:
-        json_format.ParseDict(data, msg)
-    except json_format.ParseError as exc:
-        raise MappingError(f"{source}: does not match the device mapping schema: {exc}") from exc
-    mapping = from_proto(msg)
-    problems = mapping_problems(mapping) or _mesh_record_problems(msg, mapping)
-    if problems:
-        raise MappingError(
-            f"{source}: inconsistent device mapping ({len(problems)} problem(s))\n" + _listed(problems),
-            hint="the file was edited or is from a different init; " + _REINIT_HINT,
-        )
-    return mapping
-
-
-# --- files -----------------------------------------------------------------------------------------
-
-
-def write_mapping(path: str | os.PathLike[str], mapping: DeviceMapping) -> Path:
-    """Write the mapping atomically: a reader sees the old file or the new one, never a partial one.
-
-    Temp file in the same folder, write, flush, fsync, ``os.replace``, fsync the folder (so the rename
-    survives a crash). Parent folders are created. The file is mode 0644 (jobs of other users read it).
-    """
-    target = Path(path)
-    text = to_json(mapping)  # fail before touching the disk
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise StateError(f"cannot write device mapping {target}: {exc.strerror or exc}") from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise StateError(f"cannot write device mapping {target}: {exc.strerror or exc}") from exc
-        raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some filesystems cannot open folders; the rename itself is already atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def load_mapping(path: str | os.PathLike[str] | None = None) -> DeviceMapping:
-    """Read and validate a device mapping file (default: ``$TPUCTL_MAPPING``).
-
-    Refuses (MappingError, exit 7) a missing, empty, truncated or non-JSON file (with line and column), an
-    unknown schema_version, fields the schema does not have, and a file whose parts disagree: device
-    counts, unique core ids, ``all_core_ids`` vs the tasks, ``device_coordinates`` vs the devices'
-    coordinates, and the TopologyProto bytes vs ``mesh_shape``/``device_coordinates``.
-    """
-    if path is None:
-        env = os.environ.get(MAPPING_ENV, "")
-        if not env:
-            raise MappingError(
-                f"no device mapping file given and ${MAPPING_ENV} is not set",
-                hint=f"pass the path, or export {MAPPING_ENV}=<file written by tpuctl init>",
-            )
-        path = env
-    source = os.fspath(path)
-    try:
-        raw = Path(source).read_bytes()
-    except FileNotFoundError as exc:
-        raise MappingError(
-            f"no device mapping file at {source}", hint="run `tpuctl init` on this host first, or fix the path"
-        ) from exc
-    except OSError as exc:
-        raise MappingError(f"cannot read device mapping {source}: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MappingError(
-            f"{source}: not UTF-8 text (byte {exc.start}): not a device mapping file", hint=_REINIT_HINT
-        ) from exc
-    return from_json(text, source)
+def __getattr__(name: str) -> object:
+    """``load_mapping`` and the other file functions, imported on first use (PEP 562): their modules
+    import this one, so importing them here at the top would be an import cycle."""
+    home = _REEXPORTED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -15,7 +15,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from tpuctl.errors import InputError
-from tpuctl.spec import TOP_SUMMARY, ClusterSpec, Node, Problem, Scalar, SpecCheck, check_spec
+from tpuctl.spec import TOP_SUMMARY, ClusterSpec, SpecCheck, check_spec
+from tpuctl.specnode import Node, Problem, Scalar
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from mapping_cases import sim_mapping
 
-import tpuctl.mapping as mapping_module
+import tpuctl.mappingfile as mappingfile
 from tpuctl.errors import StateError
-from tpuctl.mapping import load_mapping, to_json, write_mapping
+from tpuctl.mappingfile import load_mapping, to_json, write_mapping
 
 OLD = sim_mapping(cluster="old", accelerator="v4-8")
 NEW = sim_mapping(cluster="new", accelerator="v4-32")
@@ -66,7 +66,7 @@ def test_serialization_failure_touches_nothing(target: Path, monkeypatch: pytest
     def fail(mapping: Any) -> str:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(mapping_module, "to_json", fail)
+    monkeypatch.setattr(mappingfile, "to_json", fail)
     with pytest.raises(RuntimeError, match="boom"):
         write_mapping(target, NEW)
     assert_old_intact(target)
@@ -84,7 +84,7 @@ def test_interrupt_mid_write_cleans_up_and_propagates(target: Path, monkeypatch:
 
 def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    real_replace, real_fsync_dir = os.replace, mapping_module._fsync_dir
+    real_replace, real_fsync_dir = os.replace, mappingfile._fsync_dir
 
     def replace(src: Any, dst: Any) -> None:
         events.append("replace")
@@ -95,7 +95,7 @@ def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pyt
         real_fsync_dir(folder)
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(mapping_module, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(mappingfile, "_fsync_dir", fsync_dir)
     write_mapping(tmp_path / "out" / "m.json", NEW)
     assert events == ["replace", "fsync out"]
 

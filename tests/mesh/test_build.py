@@ -12,8 +12,8 @@ from tpuctl.backends.sim import SimBackend
 from tpuctl.errors import InputError, MappingError
 from tpuctl.mapping import DeviceMapping, build_mapping, from_json, merged_devices, to_json
 from tpuctl.mesh import build_declared_meshes, build_mesh
-from tpuctl.spec import MeshSpec
 from tpuctl.specfile import load_spec_text
+from tpuctl.specmesh import MeshSpec
 from tpuctl.topology import build_topologies, merge_core_ids
 from tpuctl.tpuslice import TpuSlice, resolve_slice
 

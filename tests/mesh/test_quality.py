@@ -15,7 +15,7 @@ from tpuctl.errors import InputError
 from tpuctl.mesh import build_mesh
 from tpuctl.mesh.model import strides
 from tpuctl.mesh.quality import Torus, mesh_quality
-from tpuctl.spec import MeshSpec
+from tpuctl.specmesh import MeshSpec
 from tpuctl.tpuslice import TpuSlice, resolve_slice
 
 SLICES = [

@@ -24,7 +24,7 @@ from tpuctl.mesh import build_mesh
 from tpuctl.mesh.model import Mesh
 from tpuctl.mesh.quality import Torus, ring_cost
 from tpuctl.mesh.strings import default_job_name, dtensor_mesh_string, local_device_ids
-from tpuctl.spec import MeshSpec
+from tpuctl.specmesh import MeshSpec
 from tpuctl.topology import core_id_of
 from tpuctl.tpuslice import TpuSlice, resolve_slice
 

@@ -24,7 +24,7 @@ from tpuctl.mesh.ring import (
     ring_order,
 )
 from tpuctl.mesh.strings import local_device_ids
-from tpuctl.spec import MeshSpec
+from tpuctl.specmesh import MeshSpec
 from tpuctl.tpuslice import resolve_slice
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tpuctl.mesh import build_mesh
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string, local_device_ids
-from tpuctl.spec import MeshSpec
+from tpuctl.specmesh import MeshSpec
 from tpuctl.tpuslice import resolve_slice
 
 CASES = [

@@ -54,7 +54,7 @@ def cluster_job_env(state: StateDir, *, info: dict[str, Any] | None = None) -> J
         raise ClusterError(f"{report['error']}", hint="`tpuctl status` shows every host; restart the cluster")
     if report.get("shutdown") or report.get("stopping"):
         raise StateError(f"the tpuctl agent for state dir {state.path} is shutting down")
-    from tpuctl.mapping import load_mapping
+    from tpuctl.mappingfile import load_mapping
 
     path = info.get("mapping")
     if not path:

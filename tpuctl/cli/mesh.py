@@ -145,7 +145,7 @@ def plan(
     """
     from tpuctl.mesh import build_mesh
     from tpuctl.mesh.report import mesh_document, mesh_text
-    from tpuctl.spec import MeshSpec
+    from tpuctl.specmesh import MeshSpec
 
     tpu = _slice(slice_request, device_kind)
     axes = parse_shape(shape_text)

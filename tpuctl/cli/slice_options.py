@@ -70,7 +70,9 @@ def slice_options(func: F) -> F:
         return func(*args, slice_request=request, **kwargs)
 
     options = [
-        click.option("--accelerator", "-a", metavar="TYPE", help="Accelerator type, e.g. v4-32, v5litepod-16, tpu7x-16."),
+        click.option(
+            "--accelerator", "-a", metavar="TYPE", help="Accelerator type, e.g. v4-32, v5litepod-16, tpu7x-16."
+        ),
         click.option("--generation", metavar="GEN", help="With --topology: v2 v3 v4 v5e v5p v6e 7x."),
         click.option("--topology", "topology_dims", metavar="AxBxC", help="With --generation: chips per axis."),
         click.option("--chips-per-host", type=int, metavar="N", help="Chips per host (4; 8 for v5e/v6e hosts)."),

@@ -151,7 +151,7 @@ def _resolve(
 
         spec = load_spec(config)
         return spec.slice, list(spec.hosts), spec
-    from tpuctl.mapping import load_mapping
+    from tpuctl.mappingfile import load_mapping
 
     assert mapping_path is not None
     mapping = load_mapping(mapping_path)

@@ -1,6 +1,6 @@
 """Build the meshes a cluster spec declares: the entry point the agent, the CLI and jobs use.
 
-``build_mesh(spec, slice, devices)`` checks a :class:`~tpuctl.spec.MeshSpec` against the slice, orders the
+``build_mesh(spec, slice, devices)`` checks a :class:`~tpuctl.specmesh.MeshSpec` against the slice, orders the
 devices (mode ``ring``: :mod:`tpuctl.mesh.ring`; mode ``jax``: :mod:`tpuctl.mesh.jaxmode`), and measures
 every axis (:mod:`tpuctl.mesh.quality`). A multislice mesh is the per-slice (ICI) mesh of shape
 ``shape / dcn_shape`` repeated over the slices, slice index major along each axis, as JAX's
@@ -25,7 +25,7 @@ from tpuctl.mesh.ring import RingOptions, ring_order
 from tpuctl.tpuslice import Device, TpuSlice
 
 if TYPE_CHECKING:  # the spec module may import this one to check meshes: no import at run time
-    from tpuctl.spec import MeshSpec
+    from tpuctl.specmesh import MeshSpec
 
 MODES = ("ring", "jax")
 RING_OPTIONS = (
