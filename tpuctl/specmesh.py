@@ -13,19 +13,16 @@ from dataclasses import dataclass
 from typing import cast
 
 from tpuctl.errors import InputError
+from tpuctl.mesh.build import COMMON_OPTIONS as COMMON_MESH_OPTIONS
+from tpuctl.mesh.build import COMPAT_VALUES
+from tpuctl.mesh.build import JAX_ONLY_OPTIONS as JAX_OPTIONS
+from tpuctl.mesh.build import MODES as MESH_MODES
+from tpuctl.mesh.build import RING_ONLY_OPTIONS as RING_OPTIONS
+from tpuctl.mesh.model import RESERVED_AXIS_NAMES
 from tpuctl.specnode import MAX_NAME, Node, _Checker, _join, _shown, did_you_mean, plural
 from tpuctl.tpuslice import TpuSlice
 
-MESH_MODES = ("ring", "jax")
-RING_OPTIONS = (
-    "ring_dims", "ring_axes", "ring_bounds",
-    "can_split_host_across_rings", "build_ring_across_rings", "rotate_ring_across_rings", "compat",
-)  # fmt: skip
-JAX_OPTIONS = ("contiguous_submeshes", "allow_split_physical_axes")
-COMMON_MESH_OPTIONS = ("dcn_shape",)  # multislice: slices per axis, in either mode
-COMPAT_VALUES = ("dtensor",)
-# DTensor layouts spell these as sharding specs; an axis of that name makes a layout ambiguous.
-RESERVED_AXIS_NAMES = ("unsharded", "match", "any", "scalar")
+# Option names, modes and reserved axes come from the mesh builder, so the spec accepts exactly what it builds.
 MESH_KEYS = ("name", "shape", "mode", "options")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

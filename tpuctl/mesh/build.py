@@ -28,11 +28,14 @@ if TYPE_CHECKING:  # the spec module may import this one to check meshes: no imp
     from tpuctl.specmesh import MeshSpec
 
 MODES = ("ring", "jax")
-RING_OPTIONS = (
+RING_ONLY_OPTIONS = (
     "ring_dims", "ring_axes", "ring_bounds", "can_split_host_across_rings", "build_ring_across_rings",
-    "rotate_ring_across_rings", "compat", "dcn_shape",
+    "rotate_ring_across_rings", "compat",
 )  # fmt: skip
-JAX_OPTIONS = ("contiguous_submeshes", "allow_split_physical_axes", "dcn_shape")
+JAX_ONLY_OPTIONS = ("contiguous_submeshes", "allow_split_physical_axes")
+COMMON_OPTIONS = ("dcn_shape",)  # multislice: slices per axis, in either mode
+RING_OPTIONS = RING_ONLY_OPTIONS + COMMON_OPTIONS
+JAX_OPTIONS = JAX_ONLY_OPTIONS + COMMON_OPTIONS
 COMPAT_VALUES = ("dtensor",)
 
 
