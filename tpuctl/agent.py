@@ -361,7 +361,7 @@ class Agent:
                 if done:
                     instance = waiter.result()
                     return {"name": name, "instance": instance, "hosts": len(self.spec.hosts)}
-                await progress(f"waiting at barrier {name!r} for {time.monotonic() - started:.0f} s")
+                await progress(await self._barrier_progress(name, time.monotonic() - started))
         if op == "status":
             return await self._status()
         if op == "down":
@@ -380,6 +380,24 @@ class Agent:
                 await asyncio.wait_for(self.changed.wait(), timeout=float(args.get("timeout", 30.0)))
             return self._error_report()
         raise InputError(f"unknown agent operation {op!r}")
+
+    async def _barrier_progress(self, name: str, waited: float) -> str:
+        """"waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4)"."""
+        text = f"waiting at barrier {name!r} for {waited:.0f} s"
+        try:
+            status = await self._client.status()
+        except TpuctlError:
+            return text
+        tasks = [t.task for t in status.tasks]
+        for barrier in status.barriers:
+            if barrier.name == name and self.task in barrier.arrived:
+                missing = ", ".join(str(t) for t in barrier.missing(tasks))
+                return (
+                    f"waiting at barrier {name!r} #{barrier.instance} for {waited:.0f} s: "
+                    f"{len(barrier.arrived)} of {len(tasks)} hosts arrived; missing: {missing} "
+                    f"(times out in {barrier.seconds_left:.0f} s)"
+                )
+        return text
 
     def _error_report(self) -> dict[str, Any]:
         return {

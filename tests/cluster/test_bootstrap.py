@@ -240,3 +240,34 @@ def test_a_host_arriving_later_than_the_heartbeat_timeout_still_joins(make_clust
     results = [c.wait_init(f"init-{t}", timeout=60) for t in range(4)]
     assert [r.code for r in results] == [0, 0, 0, 0], c.logs()
     assert "waiting for 1 of 4 hosts: task 3 (127.0.0.5)" in results[0].err
+
+
+def test_a_waiting_barrier_names_the_missing_hosts_in_status_and_progress(make_cluster) -> None:
+    c = make_cluster("v4-32")
+    c.up()
+    waiting = [c.spawn("barrier", "step", "--timeout", "60s", task=t) for t in range(3)]
+    deadline = time.monotonic() + 20
+    doc: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        doc = json.loads(c.tpuctl("status", "--json", task=1).out)
+        if doc["barriers"] and doc["barriers"][0]["arrived"] == [0, 1, 2]:  # type: ignore[index]
+            break
+        time.sleep(0.1)
+    assert doc["barriers"] == [
+        {
+            "name": "step",
+            "instance": 1,
+            "arrived": [0, 1, 2],
+            "missing": [3],
+            "seconds_left": doc["barriers"][0]["seconds_left"],
+        }  # type: ignore[index]
+    ]
+    text = c.tpuctl("status", task=0).out
+    assert "barrier 'step' #1: waiting for task(s) 3 (3 arrived" in text
+    time.sleep(5.5)  # the barrier command says who it waits for every 5 s
+    assert c.tpuctl("barrier", "step", task=3).code == 0
+    errs = [p.communicate(timeout=30)[1] for p in waiting]
+    assert all(p.returncode == 0 for p in waiting), errs
+    assert all(
+        "waiting at barrier 'step' #1 for 5 s: 3 of 4 hosts arrived; missing: task 3 (127.0.0.5)" in err for err in errs
+    ), errs

@@ -452,3 +452,20 @@ def test_the_package_and_the_state_machine_import_neither_grpc_nor_asyncio() -> 
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_status_lists_open_barriers_with_who_arrived_and_who_is_missing() -> None:
+    state = new_state(4, barrier_timeout=30.0)
+    refs = register(state, range(4))
+    state.barrier_arrive(refs[2], "step", 0.0, now=1.0)
+    state.barrier_arrive(refs[0], "step", 0.0, now=2.0)
+    status = state.status(now=5.0)
+    (barrier,) = status.barriers
+    assert (barrier.name, barrier.instance, barrier.arrived, barrier.seconds_left) == ("step", 1, (0, 2), 26.0)
+    assert [t.task_id for t in barrier.missing([s.task for s in status.tasks])] == [1, 3]
+    assert status.as_dict()["barriers"] == [
+        {"name": "step", "instance": 1, "arrived": [0, 2], "missing": [1, 3], "seconds_left": 26.0}
+    ]
+    for ref in (refs[1], refs[3]):
+        state.barrier_arrive(ref, "step", 0.0, now=6.0)
+    assert state.status(now=6.0).barriers == ()  # passed: no longer open

@@ -54,6 +54,14 @@ def render_status(result: dict[str, Any]) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(f"{c:<{w}}" for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if result.get("barriers"):
+        lines.append("")
+    for barrier in result.get("barriers", []):
+        missing = ", ".join(str(t) for t in barrier.get("missing", []))
+        lines.append(
+            f"barrier {barrier.get('name')!r} #{barrier.get('instance')}: waiting for task(s) {missing} "
+            f"({len(barrier.get('arrived', []))} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
+        )
     if result.get("error"):
         lines += ["", f"cluster error: {result['error']}"]
     return "\n".join(lines)

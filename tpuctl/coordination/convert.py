@@ -14,6 +14,7 @@ from tpuctl.coordination.state import (
     ClusterFailure,
     ClusterStatus,
     Membership,
+    OpenBarrier,
     Reason,
     Registration,
     RegistrationProgress,
@@ -159,6 +160,10 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
             entry.seconds_since_heartbeat = task.seconds_since_heartbeat
     if status.failure is not None:
         response.failure.CopyFrom(cluster_failure_pb(status.failure))
+    for barrier in status.barriers:
+        response.barriers.add(
+            name=barrier.name, instance=barrier.instance, arrived=barrier.arrived, seconds_left=barrier.seconds_left
+        )
     return response
 
 
@@ -176,7 +181,10 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         for t in response.tasks
     )
     failure = cluster_failure(response.failure) if response.HasField("failure") else None
-    return ClusterStatus(response.cluster_name, response.service_incarnation, tasks, failure, response.protocol_version)
+    barriers = tuple(OpenBarrier(b.name, b.instance, tuple(b.arrived), b.seconds_left) for b in response.barriers)
+    return ClusterStatus(
+        response.cluster_name, response.service_incarnation, tasks, failure, response.protocol_version, barriers
+    )
 
 
 # --- errors ------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -175,12 +175,26 @@ class TaskStatus:
 
 
 @dataclass(frozen=True)
+class OpenBarrier:
+    """A barrier instance some tasks reached and others not yet."""
+
+    name: str
+    instance: int
+    arrived: tuple[int, ...]
+    seconds_left: float
+
+    def missing(self, tasks: Sequence[TaskInfo]) -> tuple[TaskInfo, ...]:
+        return tuple(t for t in tasks if t.task_id not in self.arrived)
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     cluster: str
     service_incarnation: int
     tasks: tuple[TaskStatus, ...]
     failure: ClusterFailure | None
     protocol_version: int = PROTOCOL_VERSION
+    barriers: tuple[OpenBarrier, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -203,6 +217,16 @@ class ClusterStatus:
                 for t in self.tasks
             ],
             "error": None if self.failure is None else str(self.failure),
+            "barriers": [
+                {
+                    "name": b.name,
+                    "instance": b.instance,
+                    "arrived": list(b.arrived),
+                    "missing": [t.task_id for t in b.missing([s.task for s in self.tasks])],
+                    "seconds_left": b.seconds_left,
+                }
+                for b in self.barriers
+            ],
         }
 
 
@@ -553,7 +577,12 @@ class CoordinationState:
             )
             for t in self._tasks
         )
-        return ClusterStatus(self.config.cluster, self.service_incarnation, tasks, self._failure)
+        barriers = tuple(
+            OpenBarrier(b.name, b.instance, tuple(sorted(instance.arrivals)), max(0.0, instance.deadline - now))
+            for b in sorted(self._open, key=lambda b: (b.name, b.instance))
+            if not (instance := self._instances[b]).decided and instance.arrivals
+        )
+        return ClusterStatus(self.config.cluster, self.service_incarnation, tasks, self._failure, barriers=barriers)
 
     # --- internals ---------------------------------------------------------------------------------
 

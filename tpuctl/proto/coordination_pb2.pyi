@@ -649,6 +649,40 @@ class GetStatusRequest(_message.Message):
 Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
 
 @_typing.final
+class OpenBarrier(_message.Message):
+    """A barrier instance some tasks have reached and others not yet."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    ARRIVED_FIELD_NUMBER: _builtins.int
+    SECONDS_LEFT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    instance: _builtins.int
+    seconds_left: _builtins.float
+    """Until it times out, by the service's clock."""
+    @_builtins.property
+    def arrived(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Task ids that have arrived, ascending."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        instance: _builtins.int = ...,
+        arrived: _abc.Iterable[_builtins.int] | None = ...,
+        seconds_left: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "instance", b"instance", "name", b"name", "seconds_left", b"seconds_left"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenBarrier: _TypeAlias = OpenBarrier  # noqa: Y015
+
+@_typing.final
 class GetStatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -657,6 +691,7 @@ class GetStatusResponse(_message.Message):
     TASKS_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    BARRIERS_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -664,6 +699,8 @@ class GetStatusResponse(_message.Message):
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskStatus]: ...
     @_builtins.property
     def failure(self) -> Global___ClusterFailure: ...
+    @_builtins.property
+    def barriers(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpenBarrier]: ...
     def __init__(
         self,
         *,
@@ -672,10 +709,11 @@ class GetStatusResponse(_message.Message):
         tasks: _abc.Iterable[Global___TaskStatus] | None = ...,
         failure: Global___ClusterFailure | None = ...,
         protocol_version: _builtins.int = ...,
+        barriers: _abc.Iterable[Global___OpenBarrier] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "failure", b"failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "cluster_name", b"cluster_name", "failure", b"failure", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "barriers", b"barriers", "cluster_name", b"cluster_name", "failure", b"failure", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015
