@@ -230,9 +230,10 @@ class Agent:
         # Ports for the jobs' own runtimes (DTensor's gRPC server on every host, JAX's coordinator on
         # task 0). Each is held open until every host has published, so hosts sharing a machine
         # (a simulated cluster) cannot pick the same one.
-        held = [_hold_port()]
+        port_range = spec.coordinator.job_ports
+        held = [_hold_port(port_range)]
         if task == 0:
-            held.append(_hold_port())
+            held.append(_hold_port(port_range))
         ports = {"dtensor": held[0].getsockname()[1], "jax": held[1].getsockname()[1] if task == 0 else None}
         await client.kv_set(f"{prefix}/ports/{task}", json.dumps(ports).encode())
         try:
@@ -382,7 +383,7 @@ class Agent:
         raise InputError(f"unknown agent operation {op!r}")
 
     async def _barrier_progress(self, name: str, waited: float) -> str:
-        """"waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4)"."""
+        """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4)"."""
         text = f"waiting at barrier {name!r} for {waited:.0f} s"
         try:
             status = await self._client.status()
@@ -463,11 +464,23 @@ class Agent:
         }
 
 
-def _hold_port() -> socket.socket:
-    """A TCP socket bound to a free port on every interface, kept open to reserve the port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("", 0))
-    return sock
+def _hold_port(port_range: tuple[int, int] | None) -> socket.socket:
+    """A TCP socket bound to a free port on every interface (the first free one of ``port_range`` when the
+    spec gives ``coordinator.job_ports``), kept open to reserve the port until every host has published."""
+    candidates = [0] if port_range is None else range(port_range[0], port_range[1] + 1)
+    for port in candidates:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            sock.close()
+            continue
+        return sock
+    first, last = port_range or (0, 0)
+    raise StateError(
+        f"no free port in coordinator.job_ports {first}-{last} on this host for the job's runtime",
+        hint="widen coordinator.job_ports (each host needs one port, task 0 two), or free some of them",
+    )
 
 
 def _load_token(spec: ClusterSpec) -> str | None:

@@ -87,6 +87,9 @@ class CoordinatorSpec:
     register_timeout: float = 300.0
     address: str | None = None
     """Override for the address the service listens on and hosts dial; default: ``hosts[0]``."""
+    job_ports: tuple[int, int] | None = None
+    """Inclusive port range the jobs' own runtimes get their ports from (DTensor's server on every host,
+    JAX's coordinator on task 0), for pods behind a firewall; default: any free port."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,8 @@ TOP_KEYS = (
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
-COORDINATOR_KEYS = ("address", "port", "heartbeat_interval", "heartbeat_timeout", "register_timeout")
+COORDINATOR_KEYS = ("address", "port", "heartbeat_interval", "heartbeat_timeout", "register_timeout", "job_ports")
+_PORT_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 _REQUIRED = {
     "cluster": "a cluster name, e.g. cluster: pod-a",
     "backend": "one of sim, tensorflow, jax",
@@ -333,9 +337,26 @@ def _coordinator(ck: _Checker, node: Node) -> CoordinatorSpec | None:
             "expected an interval well below the timeout (a host missing heartbeats for the timeout is dead)",
         )
         return None
+    job_ports = _port_range(ck, keys["job_ports"], "coordinator.job_ports") if "job_ports" in keys else None
     if port is None or interval is None or timeout is None or register is None or ("address" in keys and not address):
         return None
-    return CoordinatorSpec(port, interval, timeout, register, address)
+    if "job_ports" in keys and job_ports is None:
+        return None
+    return CoordinatorSpec(port, interval, timeout, register, address, job_ports)
+
+
+def _port_range(ck: _Checker, node: Node, path: str) -> tuple[int, int] | None:
+    """``8477-8499``: the first and last port, inclusive."""
+    expected = "a port range like 8477-8499 (first-last, inclusive, at least 2 ports)"
+    match = _PORT_RANGE_RE.match(node.text) if node.kind == "scalar" else None
+    if match is None:
+        ck.add(node, path, f"got {_shown(node)}; expected {expected}")
+        return None
+    first, last = int(match.group(1)), int(match.group(2))
+    if not 1 <= first < last <= 65535:
+        ck.add(node, path, f"{first}-{last} is not a range of ports; expected {expected}")
+        return None
+    return (first, last)
 
 
 def _file_path(ck: _Checker, node: Node, path: str, example: str) -> str | None:

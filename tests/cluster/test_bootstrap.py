@@ -271,3 +271,19 @@ def test_a_waiting_barrier_names_the_missing_hosts_in_status_and_progress(make_c
     assert all(
         "waiting at barrier 'step' #1 for 5 s: 3 of 4 hosts arrived; missing: task 3 (127.0.0.5)" in err for err in errs
     ), errs
+
+
+def test_job_ports_come_from_the_configured_range_and_never_collide(make_cluster) -> None:
+    from tpuctl.simcluster import free_port
+
+    first = free_port("127.0.0.1")
+    first = min(first, 65000)
+    c = make_cluster("v4-32", job_ports=f"{first}-{first + 40}")
+    c.up()
+    env = [json.loads(c.tpuctl("env", "--format", "json", task=t).out) for t in range(4)]
+    jobs = env[0]["DTENSOR_JOBS"].split(",")
+    ports = [int(job.rsplit(":", 1)[1]) for job in jobs]
+    jax_port = int(env[0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[1])
+    assert len(set([*ports, jax_port])) == 5  # hosts sharing this machine got distinct ports
+    assert all(first <= p <= first + 40 for p in [*ports, jax_port])
+    assert all(e["DTENSOR_JOBS"] == env[0]["DTENSOR_JOBS"] for e in env)

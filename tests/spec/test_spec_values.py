@@ -257,3 +257,20 @@ meshes:
     )
     assert [m.name for m in spec.meshes] == ["one", "two"]
     assert spec.meshes[1].options == spec.meshes[0].options == (("ring_dims", 1),)
+
+
+def test_job_ports_range() -> None:
+    base = {**V4_32}
+    spec = build_spec(node_from({**base, "coordinator": {"job_ports": "8477-8499"}}))
+    assert spec.coordinator.job_ports == (8477, 8499)
+    assert build_spec(node_from(base)).coordinator.job_ports is None
+    expected = "expected a port range like 8477-8499 (first-last, inclusive, at least 2 ports)"
+    for value, message in [
+        ("8477", f"got string '8477'; {expected}"),
+        (8477, f"got integer 8477; {expected}"),
+        ("9000-8000", f"9000-8000 is not a range of ports; {expected}"),
+        ("8477-70000", f"8477-70000 is not a range of ports; {expected}"),
+        ([8477, 8499], f"got a list; {expected}"),
+    ]:
+        check = check_spec(node_from({**base, "coordinator": {"job_ports": value}}))
+        assert [(p.path, p.message) for p in check.problems] == [("coordinator.job_ports", message)]
