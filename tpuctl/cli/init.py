@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import click
 from tpuctl.agent import AgentOptions, Reporter
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.control import error_from_payload
-from tpuctl.errors import StateError, TpuctlError
+from tpuctl.errors import DeadlineError, StateError, TpuctlError
 from tpuctl.statedir import StateDir, resolve_state_dir
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
@@ -143,26 +146,55 @@ def _run_background(options: AgentOptions, config: str | None, task_id: int | No
             os._exit(code)
     os.close(write_fd)
     os.close(log_fd)
-    spec = options.spec
-    limit = spec.coordinator.register_timeout + 2 * spec.barrier_timeout + STARTUP_SLACK_S
-    deadline = time.monotonic() + limit
-    with os.fdopen(read_fd) as events:
-        for line in events:
-            message = json.loads(line)
-            if message.get("event") == "progress":
-                say(message.get("text", ""))
-            elif message.get("event") == "ready":
-                return dict(message.get("summary", {}))
-            elif message.get("event") == "failed":
-                _reap(pid, deadline)
-                raise error_from_payload(message.get("error", {}))
-            if time.monotonic() > deadline:
-                break
+    deadline = time.monotonic() + _init_limit(options)
+    for message in _events(read_fd, deadline):
+        if message.get("event") == "progress":
+            say(message.get("text", ""))
+        elif message.get("event") == "ready":
+            return dict(message.get("summary", {}))
+        elif message.get("event") == "failed":
+            _reap(pid, deadline)
+            raise error_from_payload(message.get("error", {}))
+    if time.monotonic() >= deadline and _reap(pid, time.monotonic() + 0.1) is None:
+        os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly
+        raise DeadlineError(
+            f"task {options.task}: the cluster was not up within {_init_limit(options):.0f} s; stopped this host's agent",
+            hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
+        )
     exit_code = _reap(pid, deadline)
     raise StateError(
         f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
         hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
     )
+
+
+def _init_limit(options: AgentOptions) -> float:
+    """The longest init can take: registration, three cluster-wide waits (core IDs, creation time, the
+    final barrier), a real backend's probe, and slack for process start-up."""
+    from tpuctl.backends.probe import PROBE_TIMEOUT_S
+
+    spec = options.spec
+    probe = PROBE_TIMEOUT_S if spec.backend != "sim" else 0.0
+    return spec.coordinator.register_timeout + 3 * spec.barrier_timeout + probe + STARTUP_SLACK_S
+
+
+def _events(fd: int, deadline: float) -> Iterator[dict[str, Any]]:
+    """The agent's JSON-line events until it closes the pipe or ``deadline`` passes."""
+    buffer = b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                yield json.loads(line)
+    finally:
+        os.close(fd)
 
 
 def _agent_child(options: AgentOptions, write_fd: int) -> int:
