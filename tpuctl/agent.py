@@ -29,7 +29,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -104,7 +104,6 @@ class AgentOptions:
     output: Path
     address: str
     config_path: str | None = None
-    extra_info: dict[str, Any] = field(default_factory=dict)
 
 
 class Agent:
@@ -127,6 +126,7 @@ class Agent:
         self._client: Any = None
         self._membership: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._main_task: asyncio.Task[Any] | None = None  # the bring-up, cancelled when init cannot finish
         self._ready = False
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -171,8 +171,6 @@ class Agent:
                 self._main_task.cancel()
         self.stop.set()
         self.changed.set()
-
-    _main_task: asyncio.Task[Any] | None = None
 
     async def _bring_up(self) -> None:
         self._main_task = asyncio.current_task()
@@ -446,7 +444,6 @@ class Agent:
             "barrier_timeout": spec.barrier_timeout,
             "job_ports": self.job_ports,
             "started": time.time(),
-            **self.options.extra_info,
         }
 
     def _summary(self, mapping: Any) -> dict[str, Any]:

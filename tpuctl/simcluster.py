@@ -82,21 +82,31 @@ def tpuctl_command() -> list[str]:
     return [sys.executable, "-m", "tpuctl"]
 
 
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    """A ``tpuctl`` process whose output ``wait_all`` collects."""
+    return subprocess.Popen(
+        [*tpuctl_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+
+
 def start_inits(root: Path, spec_path: Path, num_hosts: int) -> list[subprocess.Popen[str]]:
     procs = []
     for task in range(num_hosts):
         folder = host_dir(root, task)
         folder.mkdir(parents=True, exist_ok=True)
-        command = [
-            *tpuctl_command(), "init", "--config", str(spec_path), "--task-id", str(task),
+        args = [
+            "init", "--config", str(spec_path), "--task-id", str(task),
             "--state-dir", str(folder), "--output", str(folder / "mapping.json"),
         ]  # fmt: skip
-        procs.append(
-            subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
-            )
-        )
+        procs.append(_spawn(*args))
     return procs
+
+
+def start_barriers(root: Path, num_hosts: int, name: str, timeout: str) -> list[subprocess.Popen[str]]:
+    """``tpuctl barrier NAME`` on every host of the simulated cluster at once."""
+    return [
+        _spawn("barrier", name, "--timeout", timeout, "--state-dir", str(host_dir(root, t))) for t in range(num_hosts)
+    ]
 
 
 def wait_all(procs: list[subprocess.Popen[str]], timeout: float) -> list[HostRun]:

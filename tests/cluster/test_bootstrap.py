@@ -287,3 +287,31 @@ def test_job_ports_come_from_the_configured_range_and_never_collide(make_cluster
     assert len(set([*ports, jax_port])) == 5  # hosts sharing this machine got distinct ports
     assert all(first <= p <= first + 40 for p in [*ports, jax_port])
     assert all(e["DTENSOR_JOBS"] == env[0]["DTENSOR_JOBS"] for e in env)
+
+
+def test_foreground_init_honours_json(make_cluster) -> None:
+    import subprocess
+    import sys
+
+    c = make_cluster("v4-8")
+    state = c.state(0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpuctl", "init", "--config", str(c.spec), "--task-id", "0", "--foreground", "--json",
+         "--state-dir", str(state), "--output", str(state / "mapping.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for _ in range(40):  # the summary document, printed once the cluster is up
+            lines.append(proc.stdout.readline())
+            if lines[-1] == "}\n":
+                break
+        summary = json.loads("".join(lines))
+        assert (summary["cluster"], summary["task"], summary["tasks"]) == ("test-pod", 0, 1)
+        assert c.tpuctl("down", task=0).code == 0
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

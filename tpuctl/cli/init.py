@@ -57,7 +57,7 @@ def init(
     _refuse_if_running(options.state)
     if foreground:
         return _run_foreground(options, as_json)
-    summary = _run_background(options, config, task_id)
+    summary = _run_background(options)
     _print_summary(summary, as_json)
     return 0
 
@@ -98,15 +98,16 @@ def _refuse_if_running(state: StateDir) -> None:
 
 
 class _StderrReporter(Reporter):
-    def __init__(self) -> None:
-        self.summary: dict[str, Any] | None = None
+    """``--foreground``: progress on stderr, the summary on stdout as init would print it."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
 
     def progress(self, text: str) -> None:
         say(text)
 
     def ready(self, summary: dict[str, Any]) -> None:
-        self.summary = summary
-        click.echo(_summary_line(summary))
+        _print_summary(summary, self.as_json)
 
     def failed(self, exc: TpuctlError) -> None:
         pass  # raised to main(), which prints it
@@ -118,10 +119,10 @@ def _run_foreground(options: AgentOptions, as_json: bool) -> int:
     from tpuctl.agent import Agent, configure_logging
 
     configure_logging(None)
-    return asyncio.run(Agent(options, _StderrReporter()).run())
+    return asyncio.run(Agent(options, _StderrReporter(as_json)).run())
 
 
-def _run_background(options: AgentOptions, config: str | None, task_id: int | None) -> dict[str, Any]:
+def _run_background(options: AgentOptions) -> dict[str, Any]:
     """Fork the agent (it keeps the spec already loaded here: no second interpreter start), detach it
     into its own session with its output in the state dir's log, and relay its progress until it
     reports ready or failed."""

@@ -86,7 +86,7 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
         click.echo(render_text(spec.slice, hosts))
         say(f"all {len(hosts)} hosts up in {elapsed:.2f} s; every host wrote the same mapping")
         barrier_started = time.monotonic()
-        barrier_runs = sc.wait_all(_start_barriers(root, len(hosts), "sim-up"), 60.0)
+        barrier_runs = sc.wait_all(sc.start_barriers(root, len(hosts), "sim-up", "60s"), 60.0)
         sc.require_up(barrier_runs, hosts)
         say(f"barrier 'sim-up' passed on all {len(hosts)} hosts in {time.monotonic() - barrier_started:.2f} s")
     except BaseException:
@@ -102,23 +102,6 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
         except KeyboardInterrupt:
             stopped = sc.stop_hosts(root)
             say(f"stopped {len(stopped)} agents")
-
-
-def _start_barriers(root: Path, count: int, name: str) -> list:  # type: ignore[type-arg]
-    import subprocess
-
-    from tpuctl import simcluster as sc
-
-    return [
-        subprocess.Popen(
-            [*sc.tpuctl_command(), "barrier", name, "--timeout", "60s", "--state-dir", str(sc.host_dir(root, t))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        for t in range(count)
-    ]
 
 
 @sim.command("down")
