@@ -1,0 +1,889 @@
+"""``make bench-scale``: one coordination service, thousands of simulated hosts, beside XLA's C++ service.
+
+What runs, per implementation (tpuctl's service, then XLA's C++ coordination service from jaxlib, the one
+``jax.distributed`` runs) and per size N:
+
+* one service process: tpuctl's ``start_server`` in a child Python (logging INFO to a file, as task 0 of
+  ``tpuctl init`` does), or jaxlib's ``get_distributed_runtime_service`` in a child Python;
+* W client processes ("drivers", ``--workers``) sharing the N hosts; every host has its own client
+  (tpuctl: a ``CoordinationClient``, one ``grpc.aio`` channel; XLA: a ``DistributedRuntimeClient``) and,
+  in the default network namespace mode, its own TCP connection: the bench re-runs itself under
+  ``unshare -n`` (a fresh network namespace holding only a loopback interface), the service binds
+  0.0.0.0 there (that is, loopback only), and host i dials 127.10.x.y, so gRPC cannot fold the hosts of
+  one driver into one connection. ``--no-netns`` (or no ``unshare``): everything on 127.0.0.1, and each
+  driver's hosts share one connection (gRPC's global subchannel pool); the table says which.
+
+Phases (the orchestrator starts each phase on every driver at once and measures between phases):
+
+1. ``register``: tpuctl: register, start the heartbeat loop (every 5 s, the spec default) and the
+   error watch (a parked long poll), wait for all (re-polled every 2 s as ``tpuctl init`` does), one
+   heartbeat. XLA: ``connect()`` (RegisterTask + the PjRT_Client_Connect barrier; it starts its own
+   heartbeat thread, every 5 s here, and error poll).
+2. ``merge``: publish 4 core IDs under ``cores/<task>``, barrier, list every host's core IDs (tpuctl:
+   ``client.gather`` when the client has it, else ``kv_dir`` as today; XLA: ``key_value_dir_get``),
+   check that all N are there, barrier.
+3. ``last barrier``: one more barrier, timed alone (per-host call latency p50/p99).
+4. ``steady``: heartbeats only, for ``--steady`` seconds; service CPU per second is the fraction of one
+   core that N heartbeating hosts cost.
+
+Measured per phase: wall time from the phase start to the slowest host's end; service CPU seconds
+(utime + stime of the service process, all threads, from /proc/PID/stat); service peak RSS (VmHWM from
+/proc/PID/status: the peak so far, not per phase); bytes the service sent (the sum of ``bytes_acked``
+of every established TCP socket whose local port is the service's, from ``ss -tin`` at each phase end:
+payload bytes the service wrote and the hosts' kernels acknowledged, identical for both services);
+barrier call latency p50/p99 (every barrier call of the phase, per host); the drivers' CPU (client
+side, for context: it competes with the service for this machine's cores); errors, counted, the first
+few verbatim. Every phase has a deadline (``--phase-timeout``); a phase that misses it is an error and
+stops that run; an implementation that failed at one size is skipped at larger ones. Only loopback is
+used; every process is started here and killed here by PID, in ``finally``.
+
+Noisy machines: compare the tpuctl/XLA ratios of one run, not absolute figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import queue
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+PY = sys.executable
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+SIZES = (256, 1024, 2304, 4608, 10000)
+PHASES = ("register", "merge", "last_barrier", "steady")
+IMPLS = ("tpuctl", "xla")
+CLUSTER = "bench"
+PREFIX = "bench"
+CORES_PER_HOST = 4
+HEARTBEAT_INTERVAL_S = 5.0  # tpuctl's spec default (coordinator.heartbeat_interval)
+HEARTBEAT_TIMEOUT_S = 30  # tpuctl's spec default; XLA's service gets the same
+REGISTER_PROGRESS_EVERY_S = 2.0  # how often `tpuctl init` re-polls WaitForAllTasks
+NETNS_ENV = "TPUCTL_BENCH_NETNS"
+MAX_ERRORS_KEPT = 5
+
+
+# --- small helpers -----------------------------------------------------------------------------------
+
+
+def raise_nofile() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def host_address(task: int, netns: bool) -> str:
+    """The loopback address host ``task`` dials: its own in a network namespace, else 127.0.0.1."""
+    if not netns:
+        return "127.0.0.1"
+    return f"127.10.{task // 250}.{task % 250 + 1}"
+
+
+def core_ids(task: int) -> list[int]:
+    return list(range(task * CORES_PER_HOST, (task + 1) * CORES_PER_HOST))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def emit(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class HostErrors:
+    """Errors of one driver: counted, the first few kept verbatim."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[str] = []
+
+    def add(self, task: int, exc: BaseException) -> None:
+        self.count += 1
+        if len(self.first) < MAX_ERRORS_KEPT:
+            text = " ".join(str(exc).split())[:400]
+            self.first.append(f"task {task}: {type(exc).__name__}: {text}")
+
+    def report(self) -> dict[str, Any]:
+        out = {"error_count": self.count, "errors": self.first}
+        self.count, self.first = 0, []
+        return out
+
+
+# --- service processes (child) -----------------------------------------------------------------------
+
+
+def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
+    import logging
+
+    sys.path.insert(0, str(REPO))
+    from tpuctl.coordination.server import start_server
+    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+
+    handler = logging.FileHandler(log_path)  # as task 0 of `tpuctl init` logs: INFO, to a file
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("tpuctl").addHandler(handler)
+    logging.getLogger("tpuctl").setLevel(logging.INFO)
+
+    async def main() -> None:
+        tasks = tuple(TaskSpec(address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}") for i in range(hosts))
+        config = ServiceConfig(
+            cluster=CLUSTER,
+            tasks=tasks,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
+            register_timeout=timeout,
+            barrier_timeout=timeout,
+        )
+        server = await start_server(config, host=bind, port=0)
+        emit({"port": server.port})
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes it
+        await server.stop(grace=0)
+
+    asyncio.run(main())
+
+
+def serve_xla(hosts: int, bind: str, timeout: float, port: int) -> None:
+    from jax._src.lib import _jax
+
+    service = _jax.get_distributed_runtime_service(
+        f"{bind}:{port}",
+        hosts,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
+        cluster_register_timeout=int(timeout),
+        shutdown_timeout=10,
+    )
+    emit({"port": port})
+    sys.stdin.read()
+    del service
+    os._exit(0)
+
+
+# --- drivers (child): tpuctl hosts -------------------------------------------------------------------
+
+
+@dataclass
+class TpuctlHost:
+    task: int
+    client: Any
+    membership: Any = None
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+    alive: bool = True
+
+
+class TpuctlDriver:
+    """Hosts ``first .. first+count-1`` as tpuctl clients on one event loop."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        sys.path.insert(0, str(REPO))
+        from tpuctl.coordination.client import CoordinationClient
+
+        self.cfg = cfg
+        self.total: int = cfg["hosts"]
+        self.timeout: float = cfg["timeout"]
+        port, netns = cfg["port"], cfg["netns"]
+        self.hosts = [
+            TpuctlHost(t, CoordinationClient(f"{host_address(t, netns)}:{port}", rpc_timeout=max(10.0, self.timeout)))
+            for t in range(cfg["first"], cfg["first"] + cfg["count"])
+        ]
+        self.errors = HostErrors()
+        self.merge_method = "gather" if hasattr(self.hosts[0].client, "gather") else "kv_dir"
+
+    async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
+        cpu0 = process_cpu()
+        ends: list[float] = []
+        barriers: list[float] = []
+        if phase == "steady":
+            await asyncio.sleep(steady_s)
+            ends.append(time.monotonic())
+        else:
+            step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
+            await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
+        self.check_background()
+        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+
+    async def one(self, host: TpuctlHost, step: Callable[..., Any], ends: list[float], barriers: list[float]) -> None:
+        try:
+            await asyncio.wait_for(step(host, barriers), self.timeout + 15)
+            ends.append(time.monotonic())
+        except Exception as exc:
+            host.alive = False
+            self.errors.add(host.task, exc)
+
+    async def register(self, host: TpuctlHost, barriers: list[float]) -> None:
+        c = host.client
+        host.membership = m = await c.register(
+            CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
+        )
+        host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
+        await c.wait_for_all(m.task, timeout=self.timeout, progress_every=REGISTER_PROGRESS_EVERY_S)
+        await c.heartbeat(m.task)
+        host.background.append(asyncio.create_task(c.watch_errors(m.task)))
+
+    async def merge(self, host: TpuctlHost, barriers: list[float]) -> None:
+        c = host.client
+        value = json.dumps(core_ids(host.task)).encode()
+        if self.merge_method == "gather":
+            table = await self.gather(host, value)
+        else:
+            await c.kv_set(f"{PREFIX}/cores/{host.task}", value)
+            await self.barrier(host, "cores", barriers)
+            table = await c.kv_dir(f"{PREFIX}/cores/")
+        if len(table) != self.total:
+            raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
+        await self.barrier(host, "done", barriers)
+
+    async def gather(self, host: TpuctlHost, value: bytes) -> Any:
+        """The coordination helper's one-RPC merge; its signature is read, not assumed."""
+        import inspect
+
+        gather = host.client.gather
+        params = inspect.signature(gather).parameters
+        kwargs: dict[str, Any] = {"timeout": self.timeout} if "timeout" in params else {}
+        return await gather(host.membership.task, "cores", value, **kwargs)
+
+    async def last_barrier(self, host: TpuctlHost, barriers: list[float]) -> None:
+        await self.barrier(host, "last", barriers)
+
+    async def barrier(self, host: TpuctlHost, name: str, barriers: list[float]) -> None:
+        start = time.monotonic()
+        await host.client.barrier(host.membership.task, name, timeout=self.timeout)
+        barriers.append(time.monotonic() - start)
+
+    def check_background(self) -> None:
+        """A heartbeat loop or error watch that ended is an error (they run until cancelled)."""
+        for host in self.hosts:
+            for bg in host.background:
+                if bg.done() and not getattr(bg, "_bench_seen", False):
+                    bg._bench_seen = True  # type: ignore[attr-defined]
+                    exc = None if bg.cancelled() else bg.exception()
+                    self.errors.add(host.task, exc or RuntimeError(f"background call ended: {bg.result()!r}"))
+
+
+async def drive_tpuctl(cfg: dict[str, Any]) -> None:
+    driver = TpuctlDriver(cfg)
+    emit({"ready": True, "merge": driver.merge_method})
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        cmd = json.loads(line)
+        if cmd["phase"] == "exit":
+            break
+        emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
+    os._exit(0)  # no graceful teardown: the bench kills the service next
+
+
+# --- drivers (child): XLA hosts ----------------------------------------------------------------------
+
+
+class XlaDriver:
+    """Hosts ``first .. first+count-1`` as jaxlib clients; every call blocks, so one thread per host."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        from jax._src.lib import _jax
+
+        self.total: int = cfg["hosts"]
+        self.timeout: float = cfg["timeout"]
+        port, netns = cfg["port"], cfg["netns"]
+        threading.stack_size(512 * 1024)
+        self.tasks = list(range(cfg["first"], cfg["first"] + cfg["count"]))
+        self.clients = {
+            t: _jax.get_distributed_runtime_client(
+                f"{host_address(t, netns)}:{port}",
+                t,
+                init_timeout=int(self.timeout),
+                heartbeat_timeout=int(2 * HEARTBEAT_INTERVAL_S),  # XLA heartbeats every timeout / 2
+                shutdown_on_destruction=False,
+            )
+            for t in self.tasks
+        }
+        self.alive = set(self.tasks)
+        self.pool = ThreadPoolExecutor(max_workers=len(self.tasks))
+        self.errors = HostErrors()
+        self.lock = threading.Lock()
+
+    def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
+        cpu0 = process_cpu()
+        ends: list[float] = []
+        barriers: list[float] = []
+        if phase == "steady":
+            time.sleep(steady_s)
+            ends.append(time.monotonic())
+        else:
+            step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
+            futures = [self.pool.submit(self.one, t, step, ends, barriers) for t in sorted(self.alive)]
+            wait(futures, timeout=self.timeout + 30)
+        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+
+    def one(self, task: int, step: Callable[..., None], ends: list[float], barriers: list[float]) -> None:
+        try:
+            step(task, barriers)
+            with self.lock:
+                ends.append(time.monotonic())
+        except Exception as exc:
+            with self.lock:
+                self.alive.discard(task)
+                self.errors.add(task, exc)
+
+    def register(self, task: int, barriers: list[float]) -> None:
+        self.clients[task].connect()
+
+    def merge(self, task: int, barriers: list[float]) -> None:
+        c = self.clients[task]
+        c.key_value_set(f"{PREFIX}/cores/{task}", json.dumps(core_ids(task)))
+        self.barrier(task, "cores", barriers)
+        table = c.key_value_dir_get(f"{PREFIX}/cores/")
+        if len(table) != self.total:
+            raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
+        self.barrier(task, "done", barriers)
+
+    def last_barrier(self, task: int, barriers: list[float]) -> None:
+        self.barrier(task, "last", barriers)
+
+    def barrier(self, task: int, name: str, barriers: list[float]) -> None:
+        start = time.monotonic()
+        self.clients[task].wait_at_barrier(name, int(self.timeout * 1000))
+        with self.lock:
+            barriers.append(time.monotonic() - start)
+
+
+def drive_xla(cfg: dict[str, Any]) -> None:
+    driver = XlaDriver(cfg)
+    emit({"ready": True, "merge": "key_value_dir_get"})
+    while line := sys.stdin.readline():
+        cmd = json.loads(line)
+        if cmd["phase"] == "exit":
+            break
+        emit(driver.run_phase(cmd["phase"], cmd["steady"]))
+    os._exit(0)
+
+
+# --- the orchestrator: child processes, samples of the service -----------------------------------------
+
+
+class Child:
+    """A child process speaking JSON lines on stdin/stdout; stderr goes to ``log``. Killed by PID only."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        with open(log, "w") as err:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+            )
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self, stream: TextIO) -> None:
+        for line in stream:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, deadline: float) -> dict[str, Any]:
+        """The next message; raises ``TimeoutError`` at ``deadline``, ``ChildDied`` when the child exits."""
+        try:
+            message = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError from None
+        if message is None:
+            self.lines.put(None)
+            raise ChildDied(f"pid {self.pid} exited (rc {self.proc.wait(5)}): {self.tail()}")
+        return message
+
+    def tail(self, lines: int = 3) -> str:
+        text = self.log.read_text(errors="replace").strip().splitlines()
+        return " | ".join(line.strip()[:300] for line in text[-lines:])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+
+
+class ChildDied(RuntimeError):
+    pass
+
+
+@dataclass
+class Sample:
+    cpu_s: float
+    rss_peak_mb: float
+    sent_bytes: int
+    connections: int
+
+
+_BYTES_ACKED = re.compile(r"\bbytes_acked:(\d+)")
+
+
+def sample_service(pid: int, port: int) -> Sample:
+    """CPU and peak RSS of ``pid`` from /proc; bytes sent over its established sockets from ``ss``."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    status = Path(f"/proc/{pid}/status").read_text()
+    hwm = re.search(r"VmHWM:\s+(\d+) kB", status)
+    out = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, timeout=60
+    ).stdout
+    sent = sum(int(m) for m in _BYTES_ACKED.findall(out))
+    sockets = sum(1 for line in out.splitlines() if line and not line[0].isspace())
+    return Sample(cpu, int(hwm.group(1)) / 1024 if hwm else 0.0, sent, sockets)
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    wall_s: float | None
+    service_cpu_s: float
+    service_rss_peak_mb: float
+    service_sent_bytes: int
+    connections: int
+    barrier_p50_s: float | None
+    barrier_p99_s: float | None
+    barrier_calls: int
+    client_cpu_s: float
+    error_count: int
+    errors: list[str]
+
+
+@dataclass
+class RunResult:
+    impl: str
+    hosts: int
+    workers: int
+    netns: bool
+    merge: str = ""
+    idle_rss_mb: float = 0.0
+    phases: list[PhaseResult] = field(default_factory=list)
+    error: str | None = None
+    skipped: str | None = None
+    profiles: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or any(p.error_count for p in self.phases)
+
+
+def free_port(bind: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((bind, 0))
+        return int(probe.getsockname()[1])
+
+
+def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> tuple[Child, int]:
+    cfg: dict[str, Any] = {"hosts": hosts, "bind": args.bind, "timeout": args.phase_timeout}
+    if impl == "tpuctl":
+        cfg["log"] = str(tmp / f"service-{impl}-{hosts}.log")
+    else:
+        cfg["port"] = free_port(args.bind)
+    child = Child([PY, str(HERE), "_serve", impl, json.dumps(cfg)], tmp / f"service-{impl}-{hosts}.stderr")
+    port = int(child.read(time.monotonic() + 120)["port"])
+    return child, port
+
+
+def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tmp: Path) -> list[Child]:
+    workers = min(args.workers, hosts)
+    drivers = []
+    for w in range(workers):
+        first, last = hosts * w // workers, hosts * (w + 1) // workers
+        cfg = {
+            "hosts": hosts,
+            "first": first,
+            "count": last - first,
+            "port": port,
+            "netns": args.netns,
+            "timeout": args.phase_timeout,
+        }
+        argv = [PY, str(HERE), "_drive", impl, json.dumps(cfg)]
+        drivers.append(Child(argv, tmp / f"driver-{impl}-{hosts}-{w}.stderr"))
+    return drivers
+
+
+def run_phase(
+    phase: str, service: Child, port: int, drivers: list[Child], args: argparse.Namespace
+) -> tuple[PhaseResult, str | None]:
+    """Start ``phase`` on every driver at once, wait for all (bounded), measure the service around it."""
+    before = sample_service(service.pid, port)
+    start = time.monotonic()
+    for driver in drivers:
+        driver.send({"phase": phase, "steady": args.steady})
+    deadline = start + args.phase_timeout + (args.steady if phase == "steady" else 0) + 30
+    reports, problem = [], None
+    for driver in drivers:
+        try:
+            reports.append(driver.read(deadline))
+        except TimeoutError:
+            problem = (
+                f"{phase}: not done after {deadline - start:.0f} s ({len(reports)} of {len(drivers)} drivers answered)"
+            )
+            break
+        except ChildDied as exc:
+            problem = f"{phase}: a driver died: {exc}"
+            break
+    if service.proc.poll() is not None:
+        problem = problem or f"{phase}: the service exited: {service.tail()}"
+    after = sample_service(service.pid, port) if service.proc.poll() is None else before
+    return summarize(phase, start, before, after, reports, problem), problem
+
+
+def summarize(
+    phase: str, start: float, before: Sample, after: Sample, reports: list[dict[str, Any]], problem: str | None
+) -> PhaseResult:
+    ends = [e for r in reports for e in r["ends"]]
+    barriers = [b for r in reports for b in r["barriers"]]
+    errors = [e for r in reports for e in r["errors"]]
+    count = sum(r["error_count"] for r in reports)
+    if problem:
+        errors, count = [problem, *errors], count + 1
+    return PhaseResult(
+        phase=phase,
+        wall_s=None if problem else max(ends, default=start) - start,
+        service_cpu_s=after.cpu_s - before.cpu_s,
+        service_rss_peak_mb=after.rss_peak_mb,
+        service_sent_bytes=after.sent_bytes - before.sent_bytes,
+        connections=after.connections,
+        barrier_p50_s=percentile(barriers, 0.5),
+        barrier_p99_s=percentile(barriers, 0.99),
+        barrier_calls=len(barriers),
+        client_cpu_s=sum(r["cpu"] for r in reports),
+        error_count=count,
+        errors=errors[:MAX_ERRORS_KEPT],
+    )
+
+
+def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunResult:
+    result = RunResult(impl, hosts, min(args.workers, hosts), args.netns)
+    children: list[Child] = []
+    try:
+        service, port = start_service(impl, hosts, args, tmp)
+        children.append(service)
+        result.idle_rss_mb = sample_service(service.pid, port).rss_peak_mb
+        children += start_drivers(impl, hosts, port, args, tmp)
+        ready_by = time.monotonic() + 120 + hosts / 100
+        result.merge = {child.read(ready_by)["merge"] for child in children[1:]}.pop()
+        for phase in PHASES:
+            with profiling(args, impl, hosts, phase, service.pid, result):
+                outcome, problem = run_phase(phase, service, port, children[1:], args)
+            result.phases.append(outcome)
+            print(f"  {impl:6} {hosts:6} {phase:12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)
+            if problem:
+                result.error = problem
+                break
+    except (TimeoutError, ChildDied, OSError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        for child in reversed(children):  # drivers first: a jaxlib client aborts when its service goes
+            child.kill()
+    return result
+
+
+# --- py-spy --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def profiling(
+    args: argparse.Namespace, impl: str, hosts: int, phase: str, pid: int, result: RunResult
+) -> Iterator[None]:
+    """With ``--profile DIR``: py-spy samples tpuctl's service during the phase; its top functions go into
+    the result."""
+    spy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
+    if not args.profile or impl != "tpuctl" or not Path(spy).exists():
+        yield
+        return
+    out = Path(args.profile) / f"tpuctl-{hosts}-{phase}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(0.5)  # attached before the phase starts
+        yield
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        if out.exists():
+            result.profiles[phase] = summarize_profile(out)
+
+
+def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
+    """Self and inclusive share of samples per function, from py-spy's collapsed ("raw") stacks."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        total += count
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+
+    def share(table: dict[str, int]) -> list[tuple[str, float]]:
+        ranked = sorted(table.items(), key=lambda kv: -kv[1])[:top]
+        return [(name, round(100 * n / total, 1)) for name, n in ranked]
+
+    return {"samples": total, "self_pct": share(own), "inclusive_pct": share(inclusive), "file": str(path)}
+
+
+# --- the table -----------------------------------------------------------------------------------------
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_phase(p: PhaseResult | None) -> str:
+    if p is None:
+        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>8} {'-':>15} {'-':>4}"
+    bar = f"{fmt_s(p.barrier_p50_s)}/{fmt_s(p.barrier_p99_s)}" if p.barrier_calls else "-"
+    return (
+        f"{fmt_s(p.wall_s):>8} {fmt_s(p.service_cpu_s):>8} {p.service_rss_peak_mb:>4.0f} MB "
+        f"{fmt_bytes(p.service_sent_bytes):>8} {bar:>15} {p.error_count:>4}"
+    )
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b <= 0:
+        return "-"
+    return f"{a / b:.2f}"
+
+
+def init_total(run: RunResult) -> PhaseResult | None:
+    """register + merge + last barrier as one row: the whole of `tpuctl init`'s coordination."""
+    init = [p for p in run.phases if p.phase != "steady"]
+    if len(init) < 3:
+        return None
+    last = init[-1]
+    walls = [p.wall_s for p in init]
+    return PhaseResult(
+        "init (1-3)",
+        None if None in walls else sum(w for w in walls if w is not None),
+        sum(p.service_cpu_s for p in init),
+        last.service_rss_peak_mb,
+        sum(p.service_sent_bytes for p in init),
+        last.connections,
+        last.barrier_p50_s,
+        last.barrier_p99_s,
+        last.barrier_calls,
+        sum(p.client_cpu_s for p in init),
+        sum(p.error_count for p in init),
+        [e for p in init for e in p.errors][:MAX_ERRORS_KEPT],
+    )
+
+
+def rows(run: RunResult | None) -> dict[str, PhaseResult]:
+    if run is None:
+        return {}
+    out = {p.phase: p for p in run.phases}
+    total = init_total(run)
+    if total is not None:
+        out[total.phase] = total
+    return out
+
+
+def table(runs: list[RunResult], steady_s: float) -> str:
+    lines: list[str] = []
+    head = f"{'wall':>8} {'svc CPU':>8} {'peakRSS':>7} {'sent':>8} {'barrier p50/p99':>15} {'err':>4}"
+    for hosts in sorted({r.hosts for r in runs}):
+        ours = next((r for r in runs if r.hosts == hosts and r.impl == "tpuctl"), None)
+        peer = next((r for r in runs if r.hosts == hosts and r.impl == "xla"), None)
+        lines += ["", size_header(hosts, ours, peer)]
+        lines.append(f"{'phase':12} | tpuctl {head} | XLA    {head} | tpuctl/XLA: wall   CPU  sent")
+        a, b = rows(ours), rows(peer)
+        for phase in (*PHASES[:3], "init (1-3)", "steady"):
+            pa, pb = a.get(phase), b.get(phase)
+            ra = ratio(pa.wall_s if pa else None, pb.wall_s if pb else None) if phase != "steady" else "-"
+            rc = ratio(pa.service_cpu_s if pa else None, pb.service_cpu_s if pb else None)
+            rs = ratio(pa.service_sent_bytes if pa else None, pb.service_sent_bytes if pb else None)
+            lines.append(f"{phase:12} |        {fmt_phase(pa)} |        {fmt_phase(pb)} |   {ra:>13} {rc:>5} {rs:>5}")
+        for run in (ours, peer):
+            lines += run_notes(run, steady_s)
+    return "\n".join(lines)
+
+
+def size_header(hosts: int, ours: RunResult | None, peer: RunResult | None) -> str:
+    any_run = ours or peer
+    conns = max((p.connections for r in (ours, peer) if r for p in r.phases), default=0)
+    mode = "own network namespace, a connection per host" if any_run and any_run.netns else "127.0.0.1, shared"
+    workers = any_run.workers if any_run else 0
+    return f"## {hosts:,} hosts, {workers} client processes, {conns:,} service connections ({mode})"
+
+
+def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
+    if run is None:
+        return []
+    notes = []
+    if run.skipped:
+        notes.append(f"  {run.impl}: skipped: {run.skipped}")
+    steady = next((p for p in run.phases if p.phase == "steady"), None)
+    if steady is not None:
+        notes.append(
+            f"  {run.impl}: steady {steady_s:g} s: service {steady.service_cpu_s / steady_s:.3f} CPU s/s "
+            f"({100 * steady.service_cpu_s / steady_s:.1f}% of a core), {fmt_bytes(steady.service_sent_bytes / steady_s)}/s; "
+            f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}"
+        )
+    errors = [e for p in run.phases for e in p.errors] + ([run.error] if run.error else [])
+    for text in dict.fromkeys(errors[:MAX_ERRORS_KEPT]):
+        notes.append(f"  {run.impl} error: {text}")
+    return notes
+
+
+def print_profiles(runs: list[RunResult]) -> None:
+    for run in runs:
+        for phase, prof in run.profiles.items():
+            print(f"\n## py-spy: tpuctl service, {run.hosts:,} hosts, {phase} ({prof['samples']} samples)")
+            for name, pct in prof["self_pct"][:8]:
+                print(f"  self {pct:5.1f}%  {name}")
+            for name, pct in prof["inclusive_pct"][:8]:
+                print(f"  incl {pct:5.1f}%  {name}")
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def reexec_in_netns() -> int | None:
+    """Run this bench again inside a new network namespace (root, ``unshare``); None if that is not possible."""
+    if os.environ.get(NETNS_ENV) == "1" or not shutil.which("unshare") or not shutil.which("ip"):
+        return None
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        print("no network namespace (unshare -n failed): hosts share connections", file=sys.stderr)
+        return None
+    script = 'ip link set lo up && exec "$0" "$@"'
+    env = {**os.environ, NETNS_ENV: "1"}
+    return subprocess.call(["unshare", "-n", "--", "sh", "-c", script, PY, str(HERE), *sys.argv[1:]], env=env)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="host counts, comma separated")
+    parser.add_argument("--workers", type=int, default=3, help="client processes driving the hosts")
+    parser.add_argument("--steady", type=float, default=20.0, help="seconds of the heartbeat-only phase")
+    parser.add_argument("--phase-timeout", type=float, default=300.0, help="deadline of each phase, seconds")
+    parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
+    parser.add_argument("--peer-max", type=int, default=0, help="run XLA's service only up to this size (0: all)")
+    parser.add_argument("--no-netns", action="store_true", help="stay on 127.0.0.1 (hosts share connections)")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--profile", help="py-spy tpuctl's service per phase; collapsed stacks go to this folder")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if not args.no_netns:
+        rc = reexec_in_netns()
+        if rc is not None:
+            return rc
+    raise_nofile()
+    args.netns = os.environ.get(NETNS_ENV) == "1"
+    args.bind = "0.0.0.0" if args.netns else "127.0.0.1"  # in a fresh namespace, 0.0.0.0 is loopback only
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    impls = ["tpuctl"] if args.skip_peer else list(IMPLS)
+    runs: list[RunResult] = []
+    failed_at: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="tpuctl-bench-scale-") as tmp:
+        for hosts in sizes:
+            for impl in impls:
+                if impl == "xla" and args.peer_max and hosts > args.peer_max:
+                    runs.append(RunResult(impl, hosts, args.workers, args.netns, skipped=f"--peer-max {args.peer_max}"))
+                elif impl in failed_at:
+                    runs.append(
+                        RunResult(impl, hosts, args.workers, args.netns, skipped=f"failed at {failed_at[impl]:,}")
+                    )
+                else:
+                    runs.append(run_one(impl, hosts, args, Path(tmp)))
+                    if runs[-1].failed:
+                        failed_at[impl] = hosts
+    print(table(runs, args.steady))
+    print_profiles(runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report(runs, args), indent=1) + "\n")
+    return 0
+
+
+def report(runs: list[RunResult], args: argparse.Namespace) -> dict[str, Any]:
+    import grpc
+
+    try:
+        import jaxlib
+
+        jaxlib_version = jaxlib.__version__
+    except ImportError:
+        jaxlib_version = None
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "grpcio": grpc.__version__}
+    config = {k: v for k, v in vars(args).items() if k not in ("json",)}
+    return {"machine": {**machine, "jaxlib": jaxlib_version}, "config": config, "runs": [asdict(r) for r in runs]}
+
+
+def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
+    raise_nofile()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops its children itself
+    if role == "_serve" and impl == "tpuctl":
+        serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"])
+    elif role == "_serve":
+        serve_xla(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["port"])
+    elif impl == "tpuctl":
+        asyncio.run(drive_tpuctl(cfg))
+    else:
+        drive_xla(cfg)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] in ("_serve", "_drive"):
+        child_main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        sys.exit(main())
