@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 DEMO_ROOT ?= /tmp/tpuctl-demo-$(shell id -u)
 
-.PHONY: install bytecode test test-fast lint protos check-protos demo bench clean
+.PHONY: install bytecode test test-fast lint protos check-protos demo bench bench-scale clean
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ demo: install bytecode
 
 bench: install bytecode
 	$(PY) bench/run.py
+	$(PY) bench/scale.py --sizes 256 --steady 10
+
+## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/PERFORMANCE.md).
+bench-scale: install bytecode
+	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --json /tmp/tpuctl-bench-scale-$(shell id -u).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
