@@ -62,8 +62,8 @@ def contenders(tpu: Any, shape: tuple[int, int]) -> dict[str, Callable[[], objec
     from tensorflow.dtensor.python import tpu_util
 
     from tpuctl.mesh.build import mesh_order
+    from tpuctl.mesh.model import MeshSpec
     from tpuctl.mesh.quality import mesh_quality
-    from tpuctl.specmesh import MeshSpec
 
     devices = tpu.devices
     jax_devices = [
@@ -86,7 +86,7 @@ def contenders(tpu: Any, shape: tuple[int, int]) -> dict[str, Callable[[], objec
 
 
 def main(repeats: int = 7) -> None:
-    from tpuctl.tpuslice import resolve_slice
+    from tpuctl.tpu.slice import resolve_slice
 
     print(f"## meshes of full pods (ms, min of {repeats}, interleaved; ratio = tpuctl / peer)")
     worst = {"ring": 0.0, "jax": 0.0}

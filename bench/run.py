@@ -49,7 +49,7 @@ def ms(seconds: float) -> str:
 def bench_slice_model(repeats: int) -> None:
     from jax.experimental import topologies
 
-    from tpuctl.tpuslice import resolve_slice
+    from tpuctl.tpu.slice import resolve_slice
 
     print(f"## slice model: device list of the largest pods (min of {repeats})")
     for accel in ("v5p-17920", "tpu7x-18432", "v4-8192"):

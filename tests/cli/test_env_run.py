@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from tpuctl.cli.run import ClusterDown, headline, root_cause_table
-from tpuctl.jobenv import job_environment
-from tpuctl.mapping import load_mapping
+from tpuctl.job.env import job_environment
+from tpuctl.mapping.file import read_mapping
 
 TPUCTL = [sys.executable, "-m", "tpuctl"]
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -82,7 +82,7 @@ def test_env_prints_the_agents_environment(cluster: Cluster) -> None:
     assert done.returncode == 0, done.stderr
     printed = parse_sh(done.stdout)
     info = cluster.info(1)
-    expected = job_environment(info, load_mapping(info["mapping"]), state_dir=cluster.state(1))
+    expected = job_environment(info, read_mapping(info["mapping"]), state_dir=cluster.state(1))
     assert printed == expected.set
     ports = info["job_ports"]
     assert printed["DTENSOR_JOBS"] == f"127.0.0.2:{ports['dtensor'][0]},127.0.0.3:{ports['dtensor'][1]}"
@@ -156,7 +156,7 @@ def test_env_and_run_import_no_grpc_numpy_yaml_or_frameworks(cluster: Cluster, c
     )  # fmt: skip
     lines = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line and line[:1].isupper())
     assert lines.get("EXIT") == "0", done.stdout + done.stderr
-    assert {"tpuctl.cli.env", "tpuctl.jobenv", "tpuctl.mapping"} <= set(lines["LOADED"].split(","))
+    assert {"tpuctl.cli.env", "tpuctl.job.env", "tpuctl.mapping.model"} <= set(lines["LOADED"].split(","))
     assert lines["HEAVY"] == "", f"tpuctl {command[0]} imported {lines['HEAVY']}"
 
 

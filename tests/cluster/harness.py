@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuctl.simcluster import free_port, loopback_hosts, stop_hosts
-from tpuctl.statedir import StateDir
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.agent.statedir import StateDir
+from tpuctl.sim.cluster import free_port, loopback_hosts, stop_hosts
+from tpuctl.tpu.slice import resolve_slice
 
 TPUCTL = [sys.executable, "-m", "tpuctl"]
 

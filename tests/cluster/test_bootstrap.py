@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tpuctl.mapping import load_mapping
+from tpuctl.mapping.file import read_mapping
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_four_hosts_write_identical_mappings_and_pass_repeated_barriers(make_clu
         assert f"tpuctl: cluster 'test-pod' up: task {task} of 4, v4-32 (2x2x4)" in r.out
     first = c.mapping(0).read_bytes()
     assert all(c.mapping(t).read_bytes() == first for t in range(4))
-    mapping = load_mapping(str(c.mapping(2)))
+    mapping = read_mapping(str(c.mapping(2)))
     assert [d.id for d in mapping.devices_of_task(2)] == [8, 9, 10, 11]
     assert [t.address for t in mapping.tasks] == c.hosts
     shown = c.tpuctl("topology", "show", "--mapping", str(c.mapping(1)))
@@ -274,7 +274,7 @@ def test_a_waiting_barrier_names_the_missing_hosts_in_status_and_progress(make_c
 
 
 def test_job_ports_come_from_the_configured_range_and_never_collide(make_cluster) -> None:
-    from tpuctl.simcluster import free_port
+    from tpuctl.sim.cluster import free_port
 
     first = free_port("127.0.0.1")
     first = min(first, 65000)

@@ -2,7 +2,7 @@
 
 DTensor initialises from the ``DTENSOR_*`` variables tpuctl set (``DTENSOR_JOBS``, ``DTENSOR_CLIENT_ID``,
 ``DTENSOR_JOB_NAME``); the mesh is the mapping's host mesh (CPU devices 1:1 with the host's TPU cores,
-unnamed) from ``tpuctl.jobs``. Then ``dtensor.barrier``, and a sharded DVariable saved with
+unnamed) from ``tpuctl.job.api``. Then ``dtensor.barrier``, and a sharded DVariable saved with
 ``tf.train.Checkpoint`` to the directory given as argv[1], overwritten, restored, and compared.
 Prints one JSON line (``RESULT {...}``) for the test.
 
@@ -19,11 +19,11 @@ import time
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-import tpuctl.jobs
+import tpuctl.job.api
 
 started = time.monotonic()
 checkpoint_dir = sys.argv[1]
-mapping = tpuctl.jobs.load_mapping()
+mapping = tpuctl.job.api.load_mapping()
 local = len(mapping.local_devices)
 
 # As many logical CPU devices as this host has TPU cores: the host mesh's devices.

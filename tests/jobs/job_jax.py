@@ -1,7 +1,7 @@
 """A JAX CPU job, one process per simulated host, started by ``tpuctl run``.
 
 It learns the cluster only from what tpuctl gives it: ``jax.distributed.initialize`` gets its arguments
-from ``tpuctl.jobs.jax_distributed_args()`` (the environment ``tpuctl run`` set), the device mapping
+from ``tpuctl.job.api.jax_distributed_args()`` (the environment ``tpuctl run`` set), the device mapping
 from ``$TPUCTL_MAPPING``. Then every process contributes one value to a cross-process all-gather and
 checks it received every process's value. Prints one JSON line (``RESULT {...}``) for the test.
 
@@ -19,15 +19,15 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-import tpuctl.jobs
+import tpuctl.job.api
 
 started = time.monotonic()
-mapping = tpuctl.jobs.load_mapping()
+mapping = tpuctl.job.api.load_mapping()
 # A CPU stand-in for the host: as many CPU devices as the host has TPU cores, collectives through gloo.
 jax.config.update("jax_num_cpu_devices", len(mapping.local_devices))
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-args = tpuctl.jobs.jax_distributed_args()
+args = tpuctl.job.api.jax_distributed_args()
 jax.distributed.initialize(**args, initialization_timeout=60)
 assert jax.process_index() == mapping.task == args["process_id"], (jax.process_index(), mapping.task)
 assert jax.process_count() == mapping.num_tasks

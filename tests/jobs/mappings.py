@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpuctl.backends.sim import SimBackend
-from tpuctl.mapping import DeviceMapping, MappedMesh, MeshAxis, build_mapping
-from tpuctl.topology import build_topologies, merge_core_ids
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.mapping.model import DeviceMapping, MappedMesh, MeshAxis, build_mapping
+from tpuctl.tpu.slice import resolve_slice
+from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 

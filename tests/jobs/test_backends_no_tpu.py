@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_NO_TPU
-from tpuctl.simcluster import free_port
-from tpuctl.statedir import StateDir
+from tpuctl.sim.cluster import free_port
 
 HAS_TPU = os.path.exists("/dev/accel0") or bool(glob.glob("/dev/vfio/[0-9]*"))
 

@@ -1,4 +1,4 @@
-"""The job environment (``tpuctl.jobenv``): every variable, DTensor's and JAX's rules, ports, shell quoting."""
+"""The job environment (``tpuctl.job.env``): every variable, DTensor's and JAX's rules, ports, shell quoting."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-from tpuctl import identity, mapping, statedir
+from tpuctl.agent import statedir
 from tpuctl.errors import StateError
-from tpuctl.jobenv import (
-    MAPPING_ENV,
+from tpuctl.job.env import (
     STATE_DIR_ENV,
     TASK_ENV,
     JobEnv,
@@ -21,6 +20,7 @@ from tpuctl.jobenv import (
     job_environment,
     port_collisions,
 )
+from tpuctl.spec import detect as identity
 
 from .mappings import agent_info, sim_mapping
 
@@ -183,6 +183,5 @@ def test_json_and_apply() -> None:
 
 
 def test_variable_names_match_the_readers() -> None:
-    assert mapping.MAPPING_ENV == MAPPING_ENV
     assert identity.TASK_ID_ENV == TASK_ENV
     assert statedir.STATE_DIR_ENV == STATE_DIR_ENV

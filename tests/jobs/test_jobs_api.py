@@ -1,4 +1,4 @@
-"""The job-side API (``tpuctl.jobs``): loading the mapping for this task, DTensor mesh strings, JAX device
+"""The job-side API (``tpuctl.job.api``): loading the mapping for this task, DTensor mesh strings, JAX device
 order and ``jax.distributed.initialize`` arguments; no framework imported until a helper needs it."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from tpuctl import jobenv, jobs
 from tpuctl.errors import MappingError, StateError
-from tpuctl.jobs import (
+from tpuctl.job import api as jobs
+from tpuctl.job import env as jobenv
+from tpuctl.job.api import (
     JobMapping,
     default_mesh,
     dtensor_mesh_string,
@@ -22,7 +23,7 @@ from tpuctl.jobs import (
     jax_distributed_args,
     load_mapping,
 )
-from tpuctl.mapping import write_mapping
+from tpuctl.mapping.file import write_mapping
 
 from .mappings import sim_mapping, with_mesh
 
@@ -156,7 +157,7 @@ def test_jax_device_order_on_cpu_stands_in_by_process_and_position() -> None:
 
 def test_importing_and_loading_pull_in_no_framework(mapping_file: Path) -> None:
     code = (
-        "import sys, tpuctl.jobs as j\n"
+        "import sys, tpuctl.job.api as j\n"
         f"m = j.load_mapping({str(mapping_file)!r}, task=1)\n"
         "m.dtensor_mesh_string('dp_mp', host=True)\n"
         "j.jax_distributed_args({'JAX_COORDINATOR_ADDRESS': 'h:1', 'JAX_NUM_PROCESSES': '1', 'JAX_PROCESS_ID': '0'})\n"
@@ -171,10 +172,10 @@ def test_importing_and_loading_pull_in_no_framework(mapping_file: Path) -> None:
 def test_load_mapping_from_the_package_root(mapping_file: Path) -> None:
     code = (
         "import sys, tpuctl\n"
-        "assert 'tpuctl.jobs' not in sys.modules  # lazy\n"
+        "assert 'tpuctl.job.api' not in sys.modules  # lazy\n"
         f"m = tpuctl.load_mapping({str(mapping_file)!r}, task=0)\n"
         "assert m.local_devices[0].id == 0, m.local_devices\n"
-        "assert tpuctl.load_mapping is tpuctl.jobs.load_mapping\n"
+        "assert tpuctl.load_mapping is tpuctl.job.api.load_mapping\n"
         "heavy = sorted(n for n in sys.modules if n.split('.')[0] in ('grpc', 'click', 'tensorflow', 'jax'))\n"
         "assert not heavy, heavy\n"
     )

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpuctl.backends.sim import SimBackend
-from tpuctl.mapping import DeviceMapping, build_mapping
-from tpuctl.topology import build_topologies, merge_core_ids
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.mapping.model import DeviceMapping, build_mapping
+from tpuctl.tpu.slice import resolve_slice
+from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
 CREATED = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
 INCARNATION = 0xFEDC_BA98_7654_3210  # above 2**53: JSON numbers would lose it

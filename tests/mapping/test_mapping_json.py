@@ -14,18 +14,10 @@ from mapping_cases import CREATED, INCARNATION, sim_mapping
 
 from tpuctl.backends.sim import SimBackend
 from tpuctl.errors import ClusterError, MappingError
-from tpuctl.mapping import (
-    MappedDevice,
-    MappedMesh,
-    MeshAxis,
-    build_mapping,
-    from_json,
-    load_mapping,
-    to_json,
-    write_mapping,
-)
-from tpuctl.topology import build_topologies, build_topology, merge_core_ids, parse_topology_proto
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.mapping.file import from_json, read_mapping, to_json, write_mapping
+from tpuctl.mapping.model import MappedDevice, MappedMesh, MeshAxis, build_mapping
+from tpuctl.tpu.slice import resolve_slice
+from tpuctl.tpu.topology import build_topologies, build_topology, merge_core_ids, parse_topology_proto
 
 GOLDEN_V4_8 = """\
 {
@@ -105,7 +97,7 @@ def test_round_trip(kw: dict[str, Any], tmp_path: Any) -> None:
     mapping = sim_mapping(**kw)
     assert from_json(to_json(mapping)) == mapping
     path = write_mapping(tmp_path / "mapping.json", mapping)
-    assert load_mapping(path) == mapping
+    assert read_mapping(path) == mapping
     assert path.read_text() == to_json(mapping)
 
 

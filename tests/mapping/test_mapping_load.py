@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mapping_cases import sim_mapping
 
+import tpuctl
 from tpuctl.errors import MappingError
-from tpuctl.mapping import MAPPING_ENV, load_mapping, to_json, write_mapping
-from tpuctl.topology import DTensorTopology, serialize_topology_proto
+from tpuctl.job.env import MAPPING_ENV
+from tpuctl.mapping.file import read_mapping, to_json, write_mapping
+from tpuctl.tpu.topology import DTensorTopology, serialize_topology_proto
 
 GOOD = sim_mapping(accelerator="v5litepod-16")
 GOOD_TEXT = to_json(GOOD)
@@ -36,7 +38,7 @@ def write(tmp_path: Path, text: str | bytes) -> Path:
 
 def refused(path: Path) -> MappingError:
     with pytest.raises(MappingError) as info:
-        load_mapping(path)
+        read_mapping(path)
     assert info.value.exit_code == 7
     assert str(path) in info.value.message
     return info.value
@@ -51,19 +53,17 @@ def edited(change: Callable[[dict[str, Any]], object], text: str = GOOD_TEXT) ->
 # --- finding the file ------------------------------------------------------------------------------
 
 
-def test_path_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_path_from_the_environment(tmp_path: Path) -> None:
     path = write_mapping(tmp_path / "m.json", GOOD)
-    monkeypatch.setenv(MAPPING_ENV, str(path))
-    assert load_mapping() == GOOD
+    assert tpuctl.load_mapping(environ={MAPPING_ENV: str(path)}, task=0).mapping == GOOD
 
 
-def test_no_path_and_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MAPPING_ENV, raising=False)
+def test_no_path_and_no_environment() -> None:
     with pytest.raises(MappingError) as info:
-        load_mapping()
+        tpuctl.load_mapping(environ={})
     assert str(info.value) == (
         "no device mapping file given and $TPUCTL_MAPPING is not set\n"
-        "hint: pass the path, or export TPUCTL_MAPPING=<file written by tpuctl init>"
+        'hint: start the job with `tpuctl run -- CMD`, or `eval "$(tpuctl env)"` first'
     )
 
 
@@ -247,9 +247,11 @@ def test_inconsistency_message_shape(tmp_path: Path) -> None:
 def test_loading_imports_no_grpc_click_or_tensorflow(tmp_path: Path) -> None:
     path = write_mapping(tmp_path / "m.json", GOOD)
     code = (
-        "import sys, tpuctl.mapping\n"
-        f"tpuctl.mapping.load_mapping({str(path)!r})\n"
-        "heavy = [m for m in ('grpc', 'click', 'tensorflow', 'jax', 'numpy', 'yaml') if m in sys.modules]\n"
+        "import sys, tpuctl\n"
+        f"tpuctl.load_mapping({str(path)!r}, task=0)\n"
+        "heavy = ('grpc', 'click', 'tensorflow', 'jax', 'numpy', 'yaml', 'asyncio',\n"
+        "         'tpuctl.mesh.build', 'tpuctl.mesh.ring', 'tpuctl.mesh.jaxmode')\n"
+        "heavy = [m for m in heavy if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

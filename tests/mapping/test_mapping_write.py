@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from mapping_cases import sim_mapping
 
-import tpuctl.mappingfile as mappingfile
+import tpuctl.mapping.file as mappingfile
 from tpuctl.errors import StateError
-from tpuctl.mappingfile import load_mapping, to_json, write_mapping
+from tpuctl.mapping.file import read_mapping, to_json, write_mapping
 
 OLD = sim_mapping(cluster="old", accelerator="v4-8")
 NEW = sim_mapping(cluster="new", accelerator="v4-32")
@@ -27,14 +27,14 @@ def target(tmp_path: Path) -> Path:
 
 def assert_old_intact(target: Path) -> None:
     assert target.read_text() == to_json(OLD)
-    assert load_mapping(target) == OLD
+    assert read_mapping(target) == OLD
     assert sorted(p.name for p in target.parent.iterdir()) == ["mapping.json"]  # no temp file left
 
 
 def test_write_creates_parents_and_replaces(target: Path) -> None:
-    assert load_mapping(target) == OLD
+    assert read_mapping(target) == OLD
     write_mapping(target, NEW)
-    assert load_mapping(target) == NEW
+    assert read_mapping(target) == NEW
     assert sorted(p.name for p in target.parent.iterdir()) == ["mapping.json"]
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
 

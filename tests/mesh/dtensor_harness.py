@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tpuctl.topology import core_id_of, core_location, merge_core_ids
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
+from tpuctl.tpu.topology import core_id_of, core_location, merge_core_ids
 
 
 class FakeDevice:

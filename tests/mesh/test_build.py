@@ -10,12 +10,13 @@ import pytest
 
 from tpuctl.backends.sim import SimBackend
 from tpuctl.errors import InputError, MappingError
-from tpuctl.mapping import DeviceMapping, build_mapping, from_json, merged_devices, to_json
-from tpuctl.mesh import build_declared_meshes, build_mesh
-from tpuctl.specfile import load_spec_text
-from tpuctl.specmesh import MeshSpec
-from tpuctl.topology import build_topologies, merge_core_ids
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.mapping.file import from_json, to_json
+from tpuctl.mapping.model import DeviceMapping, build_mapping, merged_devices
+from tpuctl.mesh.build import build_declared_meshes, build_mesh
+from tpuctl.mesh.model import MeshSpec
+from tpuctl.spec.yamlfile import load_spec_text
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
+from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
 SPEC = """\
 cluster: pod-a

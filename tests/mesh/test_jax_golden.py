@@ -14,7 +14,7 @@ import pytest
 from tpuctl.errors import InputError
 from tpuctl.mesh import jaxmode
 from tpuctl.mesh.model import nest, strides
-from tpuctl.tpuslice import Device
+from tpuctl.tpu.slice import Device
 
 V2, V3, V4, V5E, V5P, X7, X7B = "TPU v2", "TPU v3", "TPU v4", "TPU v5 lite", "TPU v5p", "TPU7x", "TPU7"
 

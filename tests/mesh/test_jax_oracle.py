@@ -21,7 +21,7 @@ import pytest
 
 from tpuctl.errors import InputError
 from tpuctl.mesh import jaxmode
-from tpuctl.tpuslice import Device, TpuSlice, resolve_slice
+from tpuctl.tpu.slice import Device, TpuSlice, resolve_slice
 
 pytestmark = pytest.mark.oracle
 

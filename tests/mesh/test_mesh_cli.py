@@ -9,10 +9,11 @@ import pytest
 
 from tpuctl.backends.sim import SimBackend
 from tpuctl.cli import main
-from tpuctl.mapping import build_mapping, merged_devices, write_mapping
-from tpuctl.mesh import build_declared_meshes
-from tpuctl.specfile import load_spec
-from tpuctl.topology import build_topologies, merge_core_ids
+from tpuctl.mapping.file import write_mapping
+from tpuctl.mapping.model import build_mapping, merged_devices
+from tpuctl.mesh.build import build_declared_meshes
+from tpuctl.spec.yamlfile import load_spec
+from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
 SPEC = """\
 cluster: pod-a

@@ -12,11 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuctl.errors import InputError
-from tpuctl.mesh import build_mesh
-from tpuctl.mesh.model import strides
+from tpuctl.mesh.build import build_mesh
+from tpuctl.mesh.model import MeshSpec, strides
 from tpuctl.mesh.quality import Torus, mesh_quality
-from tpuctl.specmesh import MeshSpec
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 SLICES = [
     resolve_slice(accelerator="v4-32"), resolve_slice(accelerator="v4-128"), resolve_slice(accelerator="v3-32"),

@@ -20,13 +20,12 @@ import pytest
 from dtensor_harness import fake_pod
 
 from tpuctl.errors import InputError
-from tpuctl.mesh import build_mesh
-from tpuctl.mesh.model import Mesh
+from tpuctl.mesh.build import build_mesh
+from tpuctl.mesh.model import Mesh, MeshSpec
 from tpuctl.mesh.quality import Torus, ring_cost
 from tpuctl.mesh.strings import default_job_name, dtensor_mesh_string, local_device_ids
-from tpuctl.specmesh import MeshSpec
-from tpuctl.topology import core_id_of
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
+from tpuctl.tpu.topology import core_id_of
 
 pytestmark = pytest.mark.oracle
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import pytest
 
 from tpuctl.errors import InputError
-from tpuctl.mesh import build_mesh
-from tpuctl.mesh.model import Mesh
+from tpuctl.mesh.build import build_mesh
+from tpuctl.mesh.model import Mesh, MeshSpec
 from tpuctl.mesh.quality import Location, Torus
 from tpuctl.mesh.ring import (
     RingOptions,
@@ -24,8 +24,7 @@ from tpuctl.mesh.ring import (
     ring_order,
 )
 from tpuctl.mesh.strings import local_device_ids
-from tpuctl.specmesh import MeshSpec
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.tpu.slice import resolve_slice
 
 
 def ring(locs: Sequence[Location], rotate: bool = False) -> list[Location]:

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpuctl.mesh import build_mesh
+from tpuctl.mesh.build import build_mesh
+from tpuctl.mesh.model import MeshSpec
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string, local_device_ids
-from tpuctl.specmesh import MeshSpec
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.tpu.slice import resolve_slice
 
 CASES = [
     ("v4-8", (("x", 4),), "ring"),

@@ -10,7 +10,7 @@ import pytest
 
 from tpuctl.errors import InputError
 from tpuctl.render.svg import PALETTE, is_summary, render_svg
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 NS = "{http://www.w3.org/2000/svg}"
 

@@ -8,7 +8,7 @@ Rows are (id, task, (x, y, z), core); multislice rows add the slice.
 
 from __future__ import annotations
 
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 
 def rows(s: TpuSlice) -> list[tuple[int, int, tuple[int, int, int], int]]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from jax.experimental import topologies
 
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 pytestmark = pytest.mark.oracle
 

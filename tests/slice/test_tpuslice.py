@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tpuctl.errors import EXIT_INPUT, TopologyError
-from tpuctl.hardware import GENERATIONS
-from tpuctl.tpuslice import Device, TpuSlice, parse_accelerator_type, resolve_slice
+from tpuctl.tpu.hardware import GENERATIONS
+from tpuctl.tpu.slice import Device, TpuSlice, parse_accelerator_type, resolve_slice
 
 # --- accelerator types ---------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuctl.specfile import load_spec
+from tpuctl.spec.yamlfile import load_spec
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 EXPECTED = {

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tpuctl.durations import format_duration, parse_duration
-from tpuctl.spec import check_spec, node_from
+from tpuctl.spec.model import check_spec, node_from
 
 BASE = {"cluster": "a", "accelerator": "v4-8", "backend": "sim", "hosts": ["h"]}
 

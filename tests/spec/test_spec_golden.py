@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.errors import TopologyError
-from tpuctl.spec import topology_problem
-from tpuctl.specfile import check_spec_text
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.spec.model import topology_problem
+from tpuctl.spec.yamlfile import check_spec_text
+from tpuctl.tpu.slice import resolve_slice
 
 CASES: list[tuple[str, str, list[str]]] = [
     (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tpuctl import hostenv
+from tpuctl.spec import hostenv
 
 
 def fake_resolver(monkeypatch: pytest.MonkeyPatch, hostname: str, fqdn: str, table: dict[str, list[str]]) -> None:

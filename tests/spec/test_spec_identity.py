@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.errors import InputError
-from tpuctl.identity import identify, matching_tasks, resolve_task_id
-from tpuctl.spec import ClusterSpec, CoordinatorSpec
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.spec.detect import identify, matching_tasks, resolve_task_id
+from tpuctl.spec.model import ClusterSpec, CoordinatorSpec
+from tpuctl.tpu.slice import resolve_slice
 
 POD = ClusterSpec(
     "pod-a", resolve_slice(accelerator="v4-32"), "jax",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.errors import SpecError, TopologyError
-from tpuctl.identity import identify, parse_host_list, spec_from_tpu_env
-from tpuctl.spec import CoordinatorSpec, topology_problem
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.spec.detect import identify, parse_host_list, spec_from_tpu_env
+from tpuctl.spec.model import CoordinatorSpec, topology_problem
+from tpuctl.tpu.slice import resolve_slice
 
 
 def slice_error(**options: object) -> str:

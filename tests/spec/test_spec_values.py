@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.errors import SpecError
-from tpuctl.spec import (
+from tpuctl.spec.model import (
     DEFAULT_OUTPUT,
     AuthSpec,
     ClusterSpec,
@@ -19,8 +19,8 @@ from tpuctl.spec import (
     node_from,
     normalize_host,
 )
-from tpuctl.specfile import load_spec_text
-from tpuctl.tpuslice import resolve_slice
+from tpuctl.spec.yamlfile import load_spec_text
+from tpuctl.tpu.slice import resolve_slice
 
 V4_32 = {"cluster": "pod-a", "accelerator": "v4-32", "backend": "sim", "hosts": ["h0", "h1", "h2", "h3"]}
 

@@ -18,7 +18,7 @@ from tpuctl.backends.jax import JaxBackend, core_ids_of_devices
 from tpuctl.backends.sim import SimBackend
 from tpuctl.backends.tensorflow import TensorFlowBackend
 from tpuctl.errors import InputError, NoTpuError, TopologyError
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 V5E_16 = resolve_slice(accelerator="v5litepod-16")
 
@@ -47,7 +47,7 @@ def test_get_backend_imports_no_framework() -> None:
     import sys
 
     code = (
-        "import sys; from tpuctl.backends import get_backend; from tpuctl.tpuslice import resolve_slice; "
+        "import sys; from tpuctl.backends import get_backend; from tpuctl.tpu.slice import resolve_slice; "
         "s = resolve_slice(accelerator='v4-8'); [get_backend(n, s) for n in ('sim', 'tensorflow', 'jax')]; "
         "assert 'jax' not in sys.modules and 'tensorflow' not in sys.modules, sorted(sys.modules)"
     )

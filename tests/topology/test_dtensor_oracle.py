@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from topology_cases import SLICE_IDS, SLICES, make_slice, sim_reports
 
-from tpuctl.topology import (
+from tpuctl.tpu.topology import (
     CoreLocation,
     DTensorTopology,
     build_topologies,

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from topology_cases import SLICE_IDS, SLICES, make_slice, sim_reports
 
 from tpuctl.errors import ClusterError
-from tpuctl.topology import (
+from tpuctl.tpu.slice import resolve_slice
+from tpuctl.tpu.topology import (
     CoreLocation,
     MergedCores,
     core_id_of,
@@ -26,7 +27,6 @@ from tpuctl.topology import (
     expected_core_ids,
     merge_core_ids,
 )
-from tpuctl.tpuslice import resolve_slice
 
 V4_16 = resolve_slice(accelerator="v4-16")
 V5E_16 = resolve_slice(accelerator="v5litepod-16")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from topology_cases import SLICE_IDS, SLICES, make_slice, sim_reports
 
 from tpuctl.errors import ClusterError, InputError
-from tpuctl.topology import (
+from tpuctl.tpu.slice import resolve_slice
+from tpuctl.tpu.topology import (
     CoreLocation,
     DTensorTopology,
     build_topologies,
@@ -25,7 +26,6 @@ from tpuctl.topology import (
     serialize_topology_proto,
     topology_from_locations,
 )
-from tpuctl.tpuslice import resolve_slice
 
 
 def topology_of(**kw: Any) -> DTensorTopology:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuctl.backends.sim import SimBackend
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 # (label, resolve_slice keywords): every generation, both v4 modes, both v5e host sizes, a multislice.
 SLICES: list[tuple[str, dict[str, Any]]] = [

@@ -10,7 +10,7 @@ import difflib
 
 from tpuctl.backends.base import Backend
 from tpuctl.errors import InputError
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 BACKEND_NAMES = ("sim", "tensorflow", "jax")
 

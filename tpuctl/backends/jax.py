@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tpuctl.errors import NoTpuError
-from tpuctl.topology import device_core_id
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
+from tpuctl.tpu.topology import device_core_id
 
 NO_TPU_HINT = "run tpuctl init on a TPU VM, or set `backend: sim` in the spec to simulate the slice"
 # libtpu lets one process own the TPU; a second one fails on its lockfile.

@@ -15,7 +15,7 @@ import json
 import sys
 
 from tpuctl.errors import TpuctlError
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 PROBE_TIMEOUT_S = 300.0  # TPU runtime initialisation can take minutes on a large host
 
@@ -35,7 +35,7 @@ def probe_args(backend: str, task: int, tpu: TpuSlice) -> list[str]:
 
 async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: float = PROBE_TIMEOUT_S) -> list[int]:
     """Run the probe child and return its core IDs, or raise the error it reported."""
-    from tpuctl.control import error_from_payload
+    from tpuctl.agent.control import error_from_payload
     from tpuctl.errors import DeadlineError, StateError
 
     proc = await asyncio.create_subprocess_exec(
@@ -63,8 +63,8 @@ async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: flo
 
 
 def main(argv: list[str]) -> int:
+    from tpuctl.agent.control import error_payload
     from tpuctl.backends import get_backend
-    from tpuctl.control import error_payload
 
     backend, task, generation, topology, chips_per_host, num_slices, megacore, kind = argv
     try:

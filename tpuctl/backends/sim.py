@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpuctl.topology import device_core_id
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
+from tpuctl.tpu.topology import device_core_id
 
 
 @dataclass(frozen=True)

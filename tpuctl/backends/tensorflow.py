@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuctl.errors import NoTpuError
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 NO_TPU_HINT = "run tpuctl init on a TPU VM with a TPU build of TensorFlow, or set `backend: sim` in the spec"
 

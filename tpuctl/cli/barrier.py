@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from tpuctl.agent.control import call
+from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import parse_duration_option, say, state_dir_option
-from tpuctl.control import call
-from tpuctl.statedir import resolve_state_dir
 
 # Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
 # "who is missing" answer arrives before the local safety timeout fires.

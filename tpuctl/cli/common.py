@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tpuctl.statedir import STATE_DIR_ENV
+from tpuctl.agent.statedir import STATE_DIR_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 

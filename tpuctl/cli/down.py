@@ -8,10 +8,10 @@ import time
 
 import click
 
+from tpuctl.agent.control import call
+from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
-from tpuctl.control import call
 from tpuctl.errors import StateError
-from tpuctl.statedir import resolve_state_dir
 
 STOP_TIMEOUT_S = 15.0
 

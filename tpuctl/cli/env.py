@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
+from tpuctl.agent.statedir import StateDir, resolve_state_dir
 from tpuctl.cli.common import state_dir_option
 from tpuctl.errors import ClusterError, StateError
-from tpuctl.jobenv import JobEnv
-from tpuctl.statedir import StateDir, resolve_state_dir
+from tpuctl.job.env import JobEnv
 
 INFO_TIMEOUT_S = 10.0
 
@@ -44,8 +44,8 @@ def cluster_job_env(state: StateDir, *, info: dict[str, Any] | None = None) -> J
 
     Refuses (ClusterError) when the cluster is already in error or shutting down.
     """
-    from tpuctl.control import call
-    from tpuctl.jobenv import job_environment
+    from tpuctl.agent.control import call
+    from tpuctl.job.env import job_environment
 
     if info is None:
         info = call(state, "info", timeout=INFO_TIMEOUT_S)
@@ -54,9 +54,9 @@ def cluster_job_env(state: StateDir, *, info: dict[str, Any] | None = None) -> J
         raise ClusterError(f"{report['error']}", hint="`tpuctl status` shows every host; restart the cluster")
     if report.get("shutdown") or report.get("stopping"):
         raise StateError(f"the tpuctl agent for state dir {state.path} is shutting down")
-    from tpuctl.mappingfile import load_mapping
+    from tpuctl.mapping.file import read_mapping
 
     path = info.get("mapping")
     if not path:
         raise StateError(f"the agent for state dir {state.path} names no mapping file", hint="restart tpuctl init")
-    return job_environment(info, load_mapping(path), state_dir=str(state.path.absolute()))
+    return job_environment(info, read_mapping(path), state_dir=str(state.path.absolute()))

@@ -14,11 +14,11 @@ from typing import Any
 
 import click
 
-from tpuctl.agent import AgentOptions, Reporter
+from tpuctl.agent.bringup import AgentOptions, Reporter
+from tpuctl.agent.control import error_from_payload
+from tpuctl.agent.statedir import StateDir, resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
-from tpuctl.control import error_from_payload
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
-from tpuctl.statedir import StateDir, resolve_state_dir
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
 STARTUP_SLACK_S = 30.0
@@ -64,9 +64,9 @@ def init(
 
 def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
     """Resolve the spec, this host's task id, the output path and the state dir (no side effects)."""
-    from tpuctl import hostenv
-    from tpuctl.identity import resolve_task_id, spec_from_tpu_env
-    from tpuctl.specfile import load_spec
+    from tpuctl.spec import hostenv
+    from tpuctl.spec.detect import resolve_task_id, spec_from_tpu_env
+    from tpuctl.spec.yamlfile import load_spec
 
     environ = hostenv.environ()
     spec = load_spec(config) if config else spec_from_tpu_env(environ)
@@ -116,7 +116,7 @@ class _StderrReporter(Reporter):
 def _run_foreground(options: AgentOptions, as_json: bool) -> int:
     import asyncio
 
-    from tpuctl.agent import Agent, configure_logging
+    from tpuctl.agent.bringup import Agent, configure_logging
 
     configure_logging(None)
     return asyncio.run(Agent(options, _StderrReporter(as_json)).run())
@@ -201,7 +201,7 @@ def _events(fd: int, deadline: float) -> Iterator[dict[str, Any]]:
 def _agent_child(options: AgentOptions, write_fd: int) -> int:
     import asyncio
 
-    from tpuctl.agent import Agent, PipeReporter, configure_logging
+    from tpuctl.agent.bringup import Agent, PipeReporter, configure_logging
 
     configure_logging(options.state.log_file)
     reporter = PipeReporter(os.fdopen(write_fd, "w"))
@@ -210,7 +210,7 @@ def _agent_child(options: AgentOptions, write_fd: int) -> int:
     except BaseException as exc:  # never let the child fall back into click's code
         import logging
 
-        logging.getLogger("tpuctl.agent").exception("agent crashed: %s", exc)
+        logging.getLogger("tpuctl.agent.bringup").exception("agent crashed: %s", exc)
         reporter.failed(StateError(f"task {options.task}: the tpuctl agent crashed: {exc!r}"))
         return 1
 

@@ -12,7 +12,7 @@ import click
 from tpuctl.cli.output import emit
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 _AXIS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$")
 
@@ -143,9 +143,9 @@ def plan(
     and why. --format json: {axes: [{name, size}], device_ids (nested in the mesh's shape), quality,
     dtensor_mesh, dtensor_host_mesh, local_device_ids, ...}.
     """
-    from tpuctl.mesh import build_mesh
+    from tpuctl.mesh.build import build_mesh
+    from tpuctl.mesh.model import MeshSpec
     from tpuctl.mesh.report import mesh_document, mesh_text
-    from tpuctl.specmesh import MeshSpec
 
     tpu = _slice(slice_request, device_kind)
     axes = parse_shape(shape_text)

@@ -30,9 +30,9 @@ from typing import Any
 
 import click
 
+from tpuctl.agent.statedir import StateDir, resolve_state_dir
 from tpuctl.cli.common import parse_duration_option, say, state_dir_option
 from tpuctl.errors import EXIT_CLUSTER, TpuctlError
-from tpuctl.statedir import StateDir, resolve_state_dir
 
 POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
 CALL_MARGIN_S = 10.0  # beyond the long-poll, before an unanswered call counts as a failure
@@ -113,7 +113,7 @@ class Watcher(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from tpuctl.control import call
+        from tpuctl.agent.control import call
 
         failures = 0
         while not self.stopped.is_set():
@@ -245,9 +245,9 @@ class JobRunner:
     # --- entry ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from tpuctl import hostenv
+        from tpuctl.agent.control import call
         from tpuctl.cli.env import INFO_TIMEOUT_S, cluster_job_env
-        from tpuctl.control import call
+        from tpuctl.spec import hostenv
 
         info = call(self.state, "info", timeout=INFO_TIMEOUT_S)
         self.info = info
@@ -397,7 +397,7 @@ class JobRunner:
         if code == 0 or self.down is not None:
             return code if self.down is None else self._report(self.down, f"the job exited with code {code}")
         # The job failed on its own: was it because the cluster did? Say so if the agent knows.
-        from tpuctl.control import call
+        from tpuctl.agent.control import call
 
         try:
             report = call(self.state, "wait_error", {"timeout": 0}, timeout=STATUS_TIMEOUT_S)
@@ -437,7 +437,7 @@ class JobRunner:
         return EXIT_CLUSTER
 
     def _table(self, down: ClusterDown) -> str:
-        from tpuctl.control import call
+        from tpuctl.agent.control import call
 
         status: dict[str, Any] | None = None
         if not down.agent_gone:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
+from tpuctl.agent.statedir import STATE_DIR_ENV
 from tpuctl.cli.common import say
 from tpuctl.errors import ClusterError, InputError
-from tpuctl.statedir import STATE_DIR_ENV
 
 INIT_TIMEOUT_S = 180.0
 
@@ -49,9 +49,9 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
       tpuctl sim down
     Ctrl-C during start-up (or with --hold, at any time) tears everything down.
     """
-    from tpuctl import simcluster as sc
     from tpuctl.render.text import render_text
-    from tpuctl.specfile import load_spec, load_spec_text
+    from tpuctl.sim import cluster as sc
+    from tpuctl.spec.yamlfile import load_spec, load_spec_text
 
     root = (root or default_root()).absolute()
     root.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
         spec = load_spec(config)
         spec_path = Path(config).absolute()
     elif accelerator:
-        from tpuctl.tpuslice import resolve_slice
+        from tpuctl.tpu.slice import resolve_slice
 
         count = resolve_slice(accelerator=accelerator).num_hosts
         hosts = sc.loopback_hosts(count)
@@ -108,7 +108,7 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
 @root_option
 def down(root: Path | None) -> None:
     """Stop every agent of the simulated cluster (SIGTERM, then SIGKILL after 10 s)."""
-    from tpuctl import simcluster as sc
+    from tpuctl.sim import cluster as sc
 
     root = (root or default_root()).absolute()
     stopped = sc.stop_hosts(root)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from tpuctl.errors import InputError
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
+from tpuctl.agent.control import call
+from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import state_dir_option
-from tpuctl.control import call
-from tpuctl.statedir import resolve_state_dir
 
 STATUS_TIMEOUT_S = 10.0
 

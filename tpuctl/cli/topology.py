@@ -12,7 +12,7 @@ import click
 from tpuctl.cli.output import emit
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 if TYPE_CHECKING:  # imported lazily at run time
     from tpuctl.mesh.model import Mesh
@@ -110,7 +110,7 @@ def show(
 
 def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:
     """The mesh ``name`` of the spec (built on the slice model) or of the mapping, and each task's ids."""
-    from tpuctl.spec import ClusterSpec
+    from tpuctl.spec.model import ClusterSpec
 
     if source is None:
         raise InputError(
@@ -119,7 +119,7 @@ def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:
         )
     if not isinstance(source, ClusterSpec):  # a DeviceMapping
         return source.mesh(name), [[d.id for d in t.devices] for t in source.tasks]
-    from tpuctl.mesh import build_mesh
+    from tpuctl.mesh.build import build_mesh
 
     declared = {m.name: m for m in source.meshes}
     if name not in declared:
@@ -147,12 +147,12 @@ def _resolve(
     if named is not None:
         return named, None, None
     if config is not None:
-        from tpuctl.specfile import load_spec
+        from tpuctl.spec.yamlfile import load_spec
 
         spec = load_spec(config)
         return spec.slice, list(spec.hosts), spec
-    from tpuctl.mappingfile import load_mapping
+    from tpuctl.mapping.file import read_mapping
 
     assert mapping_path is not None
-    mapping = load_mapping(mapping_path)
+    mapping = read_mapping(mapping_path)
     return mapping.slice, [t.address for t in mapping.tasks], mapping

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tpuctl.errors import EXIT_INPUT, InputError
-from tpuctl.spec import ClusterSpec, Problem, SpecCheck
+from tpuctl.spec.model import ClusterSpec, Problem, SpecCheck
 
 
 def cluster_summary(spec: ClusterSpec) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def validate(ctx: click.Context, config: str, as_json: bool) -> None:
 
     Exit codes: 0 valid, 2 problems found (each on stderr as FILE:LINE:COL: key: problem).
     """
-    from tpuctl.specfile import check_spec_file
+    from tpuctl.spec.yamlfile import check_spec_file
 
     try:
         check = check_spec_file(config)

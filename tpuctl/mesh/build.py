@@ -1,6 +1,6 @@
 """Build the meshes a cluster spec declares: the entry point the agent, the CLI and jobs use.
 
-``build_mesh(spec, slice, devices)`` checks a :class:`~tpuctl.specmesh.MeshSpec` against the slice, orders the
+``build_mesh(spec, slice, devices)`` checks a :class:`~tpuctl.mesh.model.MeshSpec` against the slice, orders the
 devices (mode ``ring``: :mod:`tpuctl.mesh.ring`; mode ``jax``: :mod:`tpuctl.mesh.jaxmode`), and measures
 every axis (:mod:`tpuctl.mesh.quality`). A multislice mesh is the per-slice (ICI) mesh of shape
 ``shape / dcn_shape`` repeated over the slices, slice index major along each axis, as JAX's
@@ -14,18 +14,14 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from tpuctl.errors import InputError
-from tpuctl.hardware import MULTISLICE_ID_STRIDE
 from tpuctl.mesh import jaxmode
-from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh, MeshAxis
+from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh, MeshAxis, MeshSpec
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.ring import RingOptions, ring_order
-from tpuctl.tpuslice import Device, TpuSlice
-
-if TYPE_CHECKING:  # the spec module may import this one to check meshes: no import at run time
-    from tpuctl.specmesh import MeshSpec
+from tpuctl.tpu.hardware import MULTISLICE_ID_STRIDE
+from tpuctl.tpu.slice import Device, TpuSlice
 
 MODES = ("ring", "jax")
 RING_ONLY_OPTIONS = (
@@ -246,7 +242,7 @@ def build_declared_meshes(specs: Sequence[MeshSpec], tpu: TpuSlice, devices: Seq
     """Every mesh of a cluster spec, in spec order, for the device mapping (``build_mapping(meshes=...)``).
 
     ``devices``: every device of the cluster in task-major, local-ordinal order, as the merge placed them
-    (``tpuctl.mapping.merged_devices(slice, merged)``). Raises InputError naming the first bad mesh.
+    (``tpuctl.mapping.model.merged_devices(slice, merged)``). Raises InputError naming the first bad mesh.
     """
     names = [s.name for s in specs]
     for name in names:

@@ -17,7 +17,7 @@ The algorithm, in JAX's order:
 4. when no whole-axis assignment exists and ``allow_split_physical_axes`` is set, physical axes are split
    by prime factors (see :func:`split_physical_axes`).
 
-Devices are ``tpuctl.tpuslice.Device`` records (``id``, ``coords``, ``core``, ``slice``) in the runtime's
+Devices are ``tpuctl.tpu.slice.Device`` records (``id``, ``coords``, ``core``, ``slice``) in the runtime's
 list order, which matters to the v2/v3 and 7x handlers. Output: device ids in row-major mesh order.
 Cost: O(N) plus O(L * 2^k) for the assignment (k <= 4 physical axes, L logical axes).
 """
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from tpuctl.errors import InputError
 from tpuctl.mesh.model import strides
-from tpuctl.tpuslice import Device
+from tpuctl.tpu.slice import Device
 
 TPU_V2, TPU_V3 = "TPU v2", "TPU v3"
 TPU_V4_LITE, TPU_8I = "TPU v4 lite", "TPU8i"

@@ -111,3 +111,31 @@ def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     for i in range(len(shape) - 2, -1, -1):
         out[i] = out[i + 1] * shape[i + 1]
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """A named logical mesh to build once the topology is known (built later, validated here)."""
+
+    name: str
+    axes: tuple[tuple[str, int], ...]
+    """(axis name, size) in order, major first."""
+    mode: str = "ring"
+    """``ring``: DTensor's ring-ordered TPU mesh; ``jax``: JAX's ``create_device_mesh`` algorithm."""
+    options: tuple[tuple[str, object], ...] = ()
+    """Mode options; lists are stored as tuples."""
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.axes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(size for _, size in self.axes)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def option(self, name: str, default: object = None) -> object:
+        return dict(self.options).get(name, default)

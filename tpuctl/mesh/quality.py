@@ -20,9 +20,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tpuctl.hardware import MULTISLICE_ID_STRIDE, Triple
 from tpuctl.mesh.model import AxisQuality, strides
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.hardware import MULTISLICE_ID_STRIDE, Triple
+from tpuctl.tpu.slice import TpuSlice
 
 Location = tuple[int, int, int, int]
 """(x, y, z, core) of a device within its slice."""

@@ -27,7 +27,7 @@ from typing import Any
 from tpuctl.mesh.model import Mesh, strides
 from tpuctl.mesh.quality import Torus, show_location
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 MESH_SCHEMA = "tpuctl.mesh/v1"
 MAX_GRID_CELLS = 4096

@@ -48,8 +48,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tpuctl.errors import InputError
-from tpuctl.hardware import Triple
 from tpuctl.mesh.quality import Location, Torus, ring_cost
+from tpuctl.tpu.hardware import Triple
 
 PHYSICAL_AXES = ("x", "y", "z", "core")
 DEFAULT_RING_AXES = ("core", "x", "y", "z")

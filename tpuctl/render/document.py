@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.slice import TpuSlice
 
 TOPOLOGY_SCHEMA = "tpuctl.topology/v1"
 

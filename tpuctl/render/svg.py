@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from tpuctl.errors import InputError
-from tpuctl.hardware import Triple
 from tpuctl.mesh.model import AxisQuality, Mesh, strides
 from tpuctl.mesh.quality import Location, Torus
-from tpuctl.tpuslice import TpuSlice, format_dims
+from tpuctl.tpu.hardware import Triple
+from tpuctl.tpu.slice import TpuSlice, format_dims
 
 # ColorBrewer Set3: 12 light qualitative colours, all legible under black text.
 PALETTE = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tpuctl.tpuslice import Device, TpuSlice
+from tpuctl.tpu.slice import Device, TpuSlice
 
 MAX_GRID_CHIPS = 512  # beyond this a chip-level grid stops fitting a terminal; draw hosts instead
 MAX_TABLE_HOSTS = 64  # host table rows shown before eliding the middle

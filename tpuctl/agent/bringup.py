@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tpuctl.control import serve
+from tpuctl.agent.control import serve
+from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
-from tpuctl.spec import ClusterSpec
-from tpuctl.statedir import StateDir
+from tpuctl.spec.model import ClusterSpec
 
-log = logging.getLogger("tpuctl.agent")
+log = logging.getLogger("tpuctl.agent.bringup")
 
 INIT_CORES_BARRIER = "tpuctl/init/cores"
 INIT_DONE_BARRIER = "tpuctl/init/done"
@@ -90,7 +90,7 @@ class PipeReporter(Reporter):
         self._close()
 
     def failed(self, exc: TpuctlError) -> None:
-        from tpuctl.control import error_payload
+        from tpuctl.agent.control import error_payload
 
         self._send({"event": "failed", "error": error_payload(exc)})
         self._close()
@@ -214,10 +214,10 @@ class Agent:
         Every input of the mapping comes from the service (core IDs, the creation time task 0
         publishes), so every host writes a byte-identical file.
         """
-        from tpuctl.mapping import build_mapping, merged_devices
-        from tpuctl.mappingfile import write_mapping
-        from tpuctl.mesh import build_declared_meshes
-        from tpuctl.topology import build_topologies, merge_core_ids
+        from tpuctl.mapping.file import write_mapping
+        from tpuctl.mapping.model import build_mapping, merged_devices
+        from tpuctl.mesh.build import build_declared_meshes
+        from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
         spec, task, client = self.spec, self.task, self._client
         prefix = f"tpuctl/init/{self.service_incarnation}"
@@ -273,8 +273,8 @@ class Agent:
             from tpuctl.backends.probe import probe_core_ids
 
             return await probe_core_ids(spec.backend, self.task, spec.slice)
-        from tpuctl import hostenv
         from tpuctl.backends import get_backend
+        from tpuctl.spec import hostenv
 
         delay = float(hostenv.environ().get("TPUCTL_SIM_INIT_DELAY", "0") or 0)
         if delay > 0:

@@ -8,38 +8,37 @@ slice. It holds nothing host-local, so every host writes a byte-identical file f
 The file is proto3 JSON of ``tpuctl.v1.DeviceMapping`` (``protos/tpuctl/proto/mapping.proto``), with
 snake_case names and every field printed. A job loads it with::
 
-    from tpuctl.mapping import load_mapping
-    mapping = load_mapping()            # $TPUCTL_MAPPING
-    mapping.local_devices(task)         # this host's devices, in local ordinal order
+    import tpuctl
+    mapping = tpuctl.load_mapping()     # $TPUCTL_MAPPING, $TPUCTL_TASK_ID
+    mapping.mapping.local_devices(task)         # this host's devices, in local ordinal order
     mapping.topology_proto_bytes        # for tf.tpu.experimental.Topology(serialized=...)
     mapping.mesh("dp_mp").device_ids    # a declared mesh: global ids in row-major mesh order
     mapping.dtensor_mesh_string("dp_mp", task)   # for tf.experimental.dtensor.Mesh.from_string
 
 This module holds the value, how it is built and its consistency checks; the protobuf conversion is in
-:mod:`tpuctl.mappingproto` and the file (JSON layout, atomic write, validated load) in
-:mod:`tpuctl.mappingfile`, whose functions are re-exported here. None of them imports grpc, click or
-tensorflow (a test checks it), so loading stays cheap; only :func:`load_mapping` reads ``os.environ``.
+:mod:`tpuctl.mapping.protobuf` and the file (JSON layout, atomic write, validated load) in
+:mod:`tpuctl.mapping.file`. None of them imports grpc, click or
+tensorflow (a test checks it), so loading stays cheap; none reads ``os.environ``.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 from tpuctl.errors import ClusterError, MappingError, TpuctlError
-from tpuctl.hardware import Triple
 from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh
 from tpuctl.mesh.model import AxisQuality as AxisQuality
 from tpuctl.mesh.model import MeshAxis as MeshAxis
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
-from tpuctl.topology import (
+from tpuctl.tpu.hardware import Triple
+from tpuctl.tpu.slice import Device, TpuSlice
+from tpuctl.tpu.topology import (
     DTensorTopology,
     MergedCores,
     build_topologies,
@@ -47,21 +46,11 @@ from tpuctl.topology import (
     merge_core_ids,
     serialize_topology_proto,
 )
-from tpuctl.tpuslice import Device, TpuSlice
-
-if TYPE_CHECKING:
-    from tpuctl.mappingfile import from_json as from_json
-    from tpuctl.mappingfile import load_mapping as load_mapping
-    from tpuctl.mappingfile import to_json as to_json
-    from tpuctl.mappingfile import write_mapping as write_mapping
-    from tpuctl.mappingproto import from_proto as from_proto
-    from tpuctl.mappingproto import to_proto as to_proto
 
 SCHEMA_VERSION = 1
-"""The schema this tpuctl writes; :func:`load_mapping` reads only versions in ``KNOWN_SCHEMA_VERSIONS``."""
+"""The schema this tpuctl writes; :func:`tpuctl.mapping.file.read_mapping` reads only versions in ``KNOWN_SCHEMA_VERSIONS``."""
 KNOWN_SCHEMA_VERSIONS = (1,)
 
-MAPPING_ENV = "TPUCTL_MAPPING"
 """Environment variable naming the mapping file a job loads by default."""
 
 _MAX_LISTED = 8
@@ -237,12 +226,12 @@ def build_mapping(
     """Assemble the mapping every host writes after the merge.
 
     ``hosts`` gives each task's address (a sequence in task order, or task -> address); ``topology`` is
-    :func:`~tpuctl.topology.build_topology`'s result, or :func:`~tpuctl.topology.build_topologies`' (one
+    :func:`~tpuctl.tpu.topology.build_topology`'s result, or :func:`~tpuctl.tpu.topology.build_topologies`' (one
     per slice, needed for a multislice); ``created`` is a timezone-aware datetime or POSIX seconds. No
     clock is read here: for byte-identical files on every host, pass a time the cluster agreed on.
     Devices are placed by the core ids the hosts reported, not by the slice model, so a host's task id
     need not match its position. Raises a ClusterError when the pieces disagree (the checks
-    :func:`load_mapping` makes on a file).
+    :func:`tpuctl.mapping.file.read_mapping` makes on a file).
     """
     if not 0 <= incarnation < 2**64:
         raise ValueError(f"incarnation must be an unsigned 64-bit integer, got {incarnation}")
@@ -408,24 +397,3 @@ def _device_problems(mapping: DeviceMapping) -> list[str]:
 
 def _show(d: MappedDevice) -> str:
     return f"id {d.id} at {list(d.coords)} core {d.core} ordinal {d.ordinal}"
-
-
-# --- the file functions, re-exported ---------------------------------------------------------------
-
-_REEXPORTED = {
-    "to_proto": "tpuctl.mappingproto",
-    "from_proto": "tpuctl.mappingproto",
-    "to_json": "tpuctl.mappingfile",
-    "from_json": "tpuctl.mappingfile",
-    "write_mapping": "tpuctl.mappingfile",
-    "load_mapping": "tpuctl.mappingfile",
-}
-
-
-def __getattr__(name: str) -> object:
-    """``load_mapping`` and the other file functions, imported on first use (PEP 562): their modules
-    import this one, so importing them here at the top would be an import cycle."""
-    home = _REEXPORTED.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)

@@ -7,7 +7,7 @@ A job started by ``tpuctl run`` (or after ``eval "$(tpuctl env)"``) finds everyt
     mapping.local_devices                                # this task's devices, local ordinal order
 
     # JAX
-    jax.distributed.initialize(**tpuctl.jobs.jax_distributed_args())
+    jax.distributed.initialize(**tpuctl.job.api.jax_distributed_args())
     mesh = mapping.jax_mesh("dp_mp")                     # jax.sharding.Mesh in the mapping's order
 
     # TensorFlow DTensor (DTENSOR_* come from tpuctl)
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuctl.errors import MappingError, StateError
-from tpuctl.jobenv import MAPPING_ENV, TASK_ENV, dtensor_job_name
-from tpuctl.mapping import DeviceMapping, MappedDevice, MappedMesh, MappedTask, MeshAxis
-from tpuctl.mappingfile import load_mapping as _load_device_mapping
-from tpuctl.topology import DTensorTopology, serialize_topology_proto
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.job.env import MAPPING_ENV, TASK_ENV, dtensor_job_name
+from tpuctl.mapping.file import read_mapping
+from tpuctl.mapping.model import DeviceMapping, MappedDevice, MappedMesh, MappedTask, MeshAxis
+from tpuctl.tpu.slice import TpuSlice
+from tpuctl.tpu.topology import DTensorTopology, serialize_topology_proto
 
 DEFAULT_AXIS = "x"
 _RUN_HINT = 'start the job with `tpuctl run -- CMD`, or `eval "$(tpuctl env)"` first'
@@ -43,7 +43,7 @@ _RUN_HINT = 'start the job with `tpuctl run -- CMD`, or `eval "$(tpuctl env)"` f
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     if environ is not None:
         return environ
-    from tpuctl import hostenv
+    from tpuctl.spec import hostenv
 
     return hostenv.environ()
 
@@ -158,7 +158,7 @@ def load_mapping(
         path = env.get(MAPPING_ENV) or None
         if path is None:
             raise MappingError(f"no device mapping file given and ${MAPPING_ENV} is not set", hint=_RUN_HINT)
-    mapping = _load_device_mapping(path)
+    mapping = read_mapping(path)
     if task is None:
         raw = env.get(TASK_ENV, "").strip()
         if raw:

@@ -19,7 +19,7 @@ TensorFlow DTensor (``tensorflow/dtensor/python/config.py``)
 JAX (``jax.distributed.initialize``)
   ``JAX_COORDINATOR_ADDRESS``: ``hosts[0]:jax_port`` (JAX reads it itself; process 0 binds ``[::]:port``).
   ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (n and this task; JAX does not read these two, pass
-  :func:`tpuctl.jobs.jax_distributed_args` to ``initialize``).
+  :func:`tpuctl.job.api.jax_distributed_args` to ``initialize``).
 Cloud TPU (as the GKE TPU device plugin and webhook set them)
   ``TPU_WORKER_ID`` (host index within its slice), ``TPU_WORKER_HOSTNAMES`` (that slice's hosts),
   ``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``, ``TPU_HOST_BOUNDS``, ``TPU_CHIPS_PER_HOST_BOUNDS``,
@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 from tpuctl.errors import StateError
 
 if TYPE_CHECKING:
-    from tpuctl.mapping import DeviceMapping
+    from tpuctl.mapping.model import DeviceMapping
 
-MAPPING_ENV = "TPUCTL_MAPPING"  # the same name as tpuctl.mapping.MAPPING_ENV (a test checks it)
-TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.identity.TASK_ID_ENV)
+MAPPING_ENV = "TPUCTL_MAPPING"  # the device mapping file a job loads (tpuctl.load_mapping)
+TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.spec.detect.TASK_ID_ENV)
 CLUSTER_ENV = "TPUCTL_CLUSTER"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
 

@@ -2,7 +2,7 @@
 
 :func:`to_proto` derives what every task needs from each mesh (local device ids, task 0's DTensor
 strings); :func:`from_proto` rebuilds the value, refusing (MappingError) a message whose slice or
-topologies do not hold together. :mod:`tpuctl.mappingfile` writes and reads the message as JSON.
+topologies do not hold together. :mod:`tpuctl.mapping.file` writes and reads the message as JSON.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from datetime import timezone
 from typing import Any
 
 from tpuctl.errors import MappingError, TpuctlError
-from tpuctl.hardware import Triple, find_generation
-from tpuctl.mapping import DeviceMapping, MappedDevice, MappedMesh, MappedTask
+from tpuctl.mapping.model import DeviceMapping, MappedDevice, MappedMesh, MappedTask
 from tpuctl.mesh.model import AxisQuality, MeshAxis
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
 from tpuctl.proto import mapping_pb2
-from tpuctl.topology import (
+from tpuctl.tpu.hardware import Triple, find_generation
+from tpuctl.tpu.slice import TpuSlice, format_dims, resolve_slice
+from tpuctl.tpu.topology import (
     MESH_RANK,
     DTensorTopology,
     parse_topology_proto,
     serialize_topology_proto,
     tasks_of_slice,
 )
-from tpuctl.tpuslice import TpuSlice, format_dims, resolve_slice
 
 _pb = mapping_pb2.DeviceMapping
 

@@ -1,10 +1,10 @@
 """Cluster spec values and their validation: the pure core behind ``tpuctl init --config``.
 
-No YAML, no environment, no I/O. The YAML edge (:mod:`tpuctl.specfile`) turns a file into a tree of
+No YAML, no environment, no I/O. The YAML edge (:mod:`tpuctl.spec.yamlfile`) turns a file into a tree of
 :class:`Node` (a value and where it was written); :func:`check_spec` turns that tree into a
 :class:`ClusterSpec`, or into every problem at once, each one formatted as
 ``FILE:LINE:COL: key.path: what is wrong; expected ...``. The node tree and the generic checker are in
-:mod:`tpuctl.specnode`, the meshes section in :mod:`tpuctl.specmesh`; this module holds the spec values,
+:mod:`tpuctl.spec.checker`, the meshes section in :mod:`tpuctl.spec.meshes`; this module holds the spec values,
 the single-value checks of the top-level keys and the sections that read them.
 
 A spec, in full::
@@ -32,17 +32,17 @@ from typing import Literal, cast
 
 from tpuctl.durations import format_duration
 from tpuctl.errors import SpecError, TopologyError
-from tpuctl.hardware import find_generation
-from tpuctl.specmesh import MeshSpec as MeshSpec
-from tpuctl.specmesh import _meshes
-from tpuctl.specnode import MAX_NAME, _Checker, _shown
-from tpuctl.specnode import Node as Node
-from tpuctl.specnode import Problem as Problem
-from tpuctl.specnode import did_you_mean as did_you_mean
-from tpuctl.specnode import host_problem as host_problem
-from tpuctl.specnode import node_from as node_from
-from tpuctl.specnode import plural as plural
-from tpuctl.tpuslice import TpuSlice, resolve_slice
+from tpuctl.mesh.model import MeshSpec as MeshSpec
+from tpuctl.spec.checker import MAX_NAME, Checker, shown
+from tpuctl.spec.checker import Node as Node
+from tpuctl.spec.checker import Problem as Problem
+from tpuctl.spec.checker import did_you_mean as did_you_mean
+from tpuctl.spec.checker import host_problem as host_problem
+from tpuctl.spec.checker import node_from as node_from
+from tpuctl.spec.checker import plural as plural
+from tpuctl.spec.meshes import check_meshes
+from tpuctl.tpu.hardware import find_generation
+from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 # --- problems --------------------------------------------------------------------------------------
 
@@ -213,7 +213,7 @@ _UNKNOWN_HINTS = {
 }
 
 
-_READERS: dict[str, Callable[[_Checker, Node, str], object]] = {
+_READERS: dict[str, Callable[[Checker, Node, str], object]] = {
     "accelerator": lambda ck, n, p: ck.string(n, p, "an accelerator type like v4-32"),
     "generation": lambda ck, n, p: ck.string(n, p, "a TPU generation: v2, v3, v4, v5e, v5p, v6e or 7x"),
     "topology": lambda ck, n, p: ck.string(n, p, "chips per axis, like 2x2x4 (or 4x4 for 2D generations)"),
@@ -236,7 +236,7 @@ def _resolve(options: dict[str, object]) -> TpuSlice:
     )
 
 
-def _slice(ck: _Checker, root: Node, keys: dict[str, Node]) -> TpuSlice | None:
+def _slice(ck: Checker, root: Node, keys: dict[str, Node]) -> TpuSlice | None:
     """Resolve the slice; a TopologyError becomes a problem at the key that caused it."""
     parsed: dict[str, object] = {}
     failed = False
@@ -288,7 +288,7 @@ def _slice(ck: _Checker, root: Node, keys: dict[str, Node]) -> TpuSlice | None:
         return None
 
 
-def _hosts(ck: _Checker, node: Node, tpu: TpuSlice | None) -> tuple[str, ...] | None:
+def _hosts(ck: Checker, node: Node, tpu: TpuSlice | None) -> tuple[str, ...] | None:
     items = ck.sequence(node, "hosts", _REQUIRED["hosts"])
     if items is None:
         return None
@@ -316,7 +316,7 @@ def _hosts(ck: _Checker, node: Node, tpu: TpuSlice | None) -> tuple[str, ...] | 
     return tuple(hosts) if len(hosts) == len(items) else None
 
 
-def _coordinator(ck: _Checker, node: Node) -> CoordinatorSpec | None:
+def _coordinator(ck: Checker, node: Node) -> CoordinatorSpec | None:
     keys = ck.mapping(node, "coordinator", COORDINATOR_KEYS)
     if keys is None:
         return None
@@ -329,11 +329,11 @@ def _coordinator(ck: _Checker, node: Node) -> CoordinatorSpec | None:
         waits[name] = ck.duration(given, f"coordinator.{name}") if given else getattr(default, name)
     interval, timeout, register = waits["heartbeat_interval"], waits["heartbeat_timeout"], waits["register_timeout"]
     if interval is not None and timeout is not None and interval >= timeout:
-        shown = {n: keys[n].text if n in keys else format_duration(getattr(default, n)) for n in waits}
+        texts = {n: keys[n].text if n in keys else format_duration(getattr(default, n)) for n in waits}
         ck.add(
             keys.get("heartbeat_interval", keys.get("heartbeat_timeout", node)),
             "coordinator.heartbeat_interval",
-            f"{shown['heartbeat_interval']} is not shorter than heartbeat_timeout {shown['heartbeat_timeout']}; "
+            f"{texts['heartbeat_interval']} is not shorter than heartbeat_timeout {texts['heartbeat_timeout']}; "
             "expected an interval well below the timeout (a host missing heartbeats for the timeout is dead)",
         )
         return None
@@ -345,12 +345,12 @@ def _coordinator(ck: _Checker, node: Node) -> CoordinatorSpec | None:
     return CoordinatorSpec(port, interval, timeout, register, address, job_ports)
 
 
-def _port_range(ck: _Checker, node: Node, path: str) -> tuple[int, int] | None:
+def _port_range(ck: Checker, node: Node, path: str) -> tuple[int, int] | None:
     """``8477-8499``: the first and last port, inclusive."""
     expected = "a port range like 8477-8499 (first-last, inclusive, at least 2 ports)"
     match = _PORT_RANGE_RE.match(node.text) if node.kind == "scalar" else None
     if match is None:
-        ck.add(node, path, f"got {_shown(node)}; expected {expected}")
+        ck.add(node, path, f"got {shown(node)}; expected {expected}")
         return None
     first, last = int(match.group(1)), int(match.group(2))
     if not 1 <= first < last <= 65535:
@@ -359,7 +359,7 @@ def _port_range(ck: _Checker, node: Node, path: str) -> tuple[int, int] | None:
     return (first, last)
 
 
-def _file_path(ck: _Checker, node: Node, path: str, example: str) -> str | None:
+def _file_path(ck: Checker, node: Node, path: str, example: str) -> str | None:
     text = ck.string(node, path, f"a file path like {example}")
     if text is None:
         return None
@@ -374,7 +374,7 @@ def _file_path(ck: _Checker, node: Node, path: str, example: str) -> str | None:
     return None
 
 
-def _auth(ck: _Checker, node: Node) -> AuthSpec | None:
+def _auth(ck: Checker, node: Node) -> AuthSpec | None:
     keys = ck.mapping(node, "auth", ("token_file",), {"token_file": "a file holding the cluster's shared token"})
     if keys is None or "token_file" not in keys:
         return None
@@ -385,9 +385,9 @@ def _auth(ck: _Checker, node: Node) -> AuthSpec | None:
 # --- the whole spec --------------------------------------------------------------------------------
 
 
-def _cluster(ck: _Checker, root: Node, source: str) -> ClusterSpec | None:
+def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     if root.kind != "mapping":
-        ck.add(root, "", f"the spec is {_shown(root)}; expected a mapping with keys {TOP_SUMMARY}")
+        ck.add(root, "", f"the spec is {shown(root)}; expected a mapping with keys {TOP_SUMMARY}")
         return None
     keys = ck.mapping(root, "", TOP_KEYS, _REQUIRED, _UNKNOWN_HINTS) or {}
     cluster = ck.string(keys["cluster"], "cluster", "a cluster name like pod-a") if "cluster" in keys else None
@@ -402,7 +402,7 @@ def _cluster(ck: _Checker, root: Node, source: str) -> ClusterSpec | None:
     hosts = _hosts(ck, keys["hosts"], tpu) if "hosts" in keys else None
     coordinator = _coordinator(ck, keys["coordinator"]) if "coordinator" in keys else CoordinatorSpec()
     barrier = ck.duration(keys["barrier_timeout"], "barrier_timeout") if "barrier_timeout" in keys else 600.0
-    meshes = _meshes(ck, keys["meshes"], tpu) if "meshes" in keys else ()
+    meshes = check_meshes(ck, keys["meshes"], tpu) if "meshes" in keys else ()
     output = _file_path(ck, keys["output"], "output", DEFAULT_OUTPUT) if "output" in keys else DEFAULT_OUTPUT
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
     if (
@@ -422,7 +422,7 @@ def _cluster(ck: _Checker, root: Node, source: str) -> ClusterSpec | None:
 
 def check_spec(root: Node, source: str = "<spec>") -> SpecCheck:
     """Every problem in the spec ``root`` (sorted by position), or the spec when there is none."""
-    ck = _Checker()
+    ck = Checker()
     spec = _cluster(ck, root, source)
     problems = tuple(sorted(ck.problems, key=lambda p: (p.line, p.column)))
     return SpecCheck(source, None if problems else spec, problems)

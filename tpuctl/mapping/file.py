@@ -3,8 +3,8 @@
 :func:`to_json` lays the message out with fields in declaration order, flat objects and short lists on
 one line, so equal mappings give byte-identical files; :func:`from_json` refuses (MappingError naming
 the file) anything that is not a consistent mapping of a schema version this tpuctl reads.
-:func:`write_mapping` replaces the file atomically; :func:`load_mapping` reads it (default:
-``$TPUCTL_MAPPING``). Jobs usually import these from :mod:`tpuctl.mapping`.
+:func:`write_mapping` replaces the file atomically; :func:`read_mapping` reads one. Jobs call
+``tpuctl.load_mapping()`` (:mod:`tpuctl.job.api`), which finds the file and this process's task.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 
 from tpuctl.errors import MappingError, StateError
-from tpuctl.mapping import KNOWN_SCHEMA_VERSIONS, MAPPING_ENV, DeviceMapping, _listed, mapping_problems
-from tpuctl.mappingproto import _mesh_record_problems, _pb, from_proto, to_proto
+from tpuctl.mapping.model import KNOWN_SCHEMA_VERSIONS, DeviceMapping, _listed, mapping_problems
+from tpuctl.mapping.protobuf import _mesh_record_problems, _pb, from_proto, to_proto
 
 _REINIT_HINT = "re-run `tpuctl init` on every host to write a fresh mapping"
 _INLINE_WIDTH = 100
@@ -219,22 +219,14 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_mapping(path: str | os.PathLike[str] | None = None) -> DeviceMapping:
-    """Read and validate a device mapping file (default: ``$TPUCTL_MAPPING``).
+def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:
+    """Read and validate the device mapping file at ``path`` (jobs call ``tpuctl.load_mapping()``).
 
     Refuses (MappingError, exit 7) a missing, empty, truncated or non-JSON file (with line and column), an
     unknown schema_version, fields the schema does not have, and a file whose parts disagree: device
     counts, unique core ids, ``all_core_ids`` vs the tasks, ``device_coordinates`` vs the devices'
     coordinates, and the TopologyProto bytes vs ``mesh_shape``/``device_coordinates``.
     """
-    if path is None:
-        env = os.environ.get(MAPPING_ENV, "")
-        if not env:
-            raise MappingError(
-                f"no device mapping file given and ${MAPPING_ENV} is not set",
-                hint=f"pass the path, or export {MAPPING_ENV}=<file written by tpuctl init>",
-            )
-        path = env
     source = os.fspath(path)
     try:
         raw = Path(source).read_bytes()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from tpuctl.errors import InputError, SpecError, TopologyError
-from tpuctl.spec import (
+from tpuctl.spec.model import (
     AuthSpec,
     Backend,
     ClusterSpec,
@@ -33,7 +33,7 @@ from tpuctl.spec import (
     normalize_host,
     topology_problem,
 )
-from tpuctl.tpuslice import TpuSlice, parse_accelerator_type, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, parse_accelerator_type, resolve_slice
 
 TASK_ID_ENV = "TPUCTL_TASK_ID"
 CLUSTER_ENV = "TPUCTL_CLUSTER"

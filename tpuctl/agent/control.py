@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tpuctl import errors
+from tpuctl.agent.statedir import StateDir, not_running
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
-from tpuctl.statedir import StateDir, not_running
 
 MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
 

@@ -1,15 +1,14 @@
-"""The meshes section of a spec: :class:`MeshSpec` and the checks that read ``meshes:`` into it.
+"""The meshes section of a spec: the checks that read ``meshes:`` into :class:`~tpuctl.mesh.model.MeshSpec` values.
 
 Each mesh is checked as written (name, shape, mode, options, against the slice when it is known), then
 built on the slice with :func:`tpuctl.mesh.build.build_mesh`, so that ``tpuctl validate`` refuses what
-``tpuctl init`` would. :func:`tpuctl.spec.check_spec` calls ``_meshes`` for the ``meshes`` key.
+``tpuctl init`` would. :func:`tpuctl.spec.model.check_spec` calls ``check_meshes`` for the ``meshes`` key.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import cast
 
 from tpuctl.errors import InputError
@@ -18,41 +17,13 @@ from tpuctl.mesh.build import COMPAT_VALUES
 from tpuctl.mesh.build import JAX_ONLY_OPTIONS as JAX_OPTIONS
 from tpuctl.mesh.build import MODES as MESH_MODES
 from tpuctl.mesh.build import RING_ONLY_OPTIONS as RING_OPTIONS
-from tpuctl.mesh.model import RESERVED_AXIS_NAMES
-from tpuctl.specnode import MAX_NAME, Node, _Checker, _join, _shown, did_you_mean, plural
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.mesh.model import RESERVED_AXIS_NAMES, MeshSpec
+from tpuctl.spec.checker import MAX_NAME, Checker, Node, did_you_mean, join_path, plural, shown
+from tpuctl.tpu.slice import TpuSlice
 
 # Option names, modes and reserved axes come from the mesh builder, so the spec accepts exactly what it builds.
 MESH_KEYS = ("name", "shape", "mode", "options")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class MeshSpec:
-    """A named logical mesh to build once the topology is known (built later, validated here)."""
-
-    name: str
-    axes: tuple[tuple[str, int], ...]
-    """(axis name, size) in order, major first."""
-    mode: str = "ring"
-    """``ring``: DTensor's ring-ordered TPU mesh; ``jax``: JAX's ``create_device_mesh`` algorithm."""
-    options: tuple[tuple[str, object], ...] = ()
-    """Mode options; lists are stored as tuples."""
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.axes)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(size for _, size in self.axes)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    def option(self, name: str, default: object = None) -> object:
-        return dict(self.options).get(name, default)
 
 
 # --- meshes ----------------------------------------------------------------------------------------
@@ -68,10 +39,10 @@ def _devices_text(tpu: TpuSlice) -> str:
     return f"{tpu.accelerator_type} has {tpu.num_devices} devices ({tpu.chips_per_slice} chips, {per_chip} per chip)"
 
 
-def _shape(ck: _Checker, node: Node, path: str, tpu: TpuSlice | None) -> tuple[tuple[str, int], ...] | None:
+def _shape(ck: Checker, node: Node, path: str, tpu: TpuSlice | None) -> tuple[tuple[str, int], ...] | None:
     expected = "axis sizes in order, major first, like {data: 4, model: 4}"
     if node.kind != "mapping":
-        ck.add(node, path, f"got {_shown(node)}; expected {expected}")
+        ck.add(node, path, f"got {shown(node)}; expected {expected}")
         return None
     entries = ck.entries(node, path, what="axis name")
     if not entries:
@@ -80,7 +51,7 @@ def _shape(ck: _Checker, node: Node, path: str, tpu: TpuSlice | None) -> tuple[t
     axes: list[tuple[str, int]] = []
     failed = len(entries) != len(node.entries)
     for name, key, value in entries:
-        axis = _join(path, name)
+        axis = join_path(path, name)
         if not _IDENT_RE.match(name) or len(name) > MAX_NAME:
             ck.add(key, axis, "is not an axis name; expected letters, digits and '_', not starting with a digit")
             failed = True
@@ -109,7 +80,7 @@ def _shape(ck: _Checker, node: Node, path: str, tpu: TpuSlice | None) -> tuple[t
 _PHYSICAL_AXES = ("core", "x", "y", "z")
 
 
-def _int_list(ck: _Checker, node: Node, path: str, length: int, expected: str) -> tuple[int, ...] | None:
+def _int_list(ck: Checker, node: Node, path: str, length: int, expected: str) -> tuple[int, ...] | None:
     items = ck.sequence(node, path, expected)
     if items is None:
         return None
@@ -123,7 +94,7 @@ def _int_list(ck: _Checker, node: Node, path: str, length: int, expected: str) -
 
 
 def _option_value(
-    ck: _Checker, name: str, node: Node, path: str, axes: tuple[tuple[str, int], ...] | None, tpu: TpuSlice | None
+    ck: Checker, name: str, node: Node, path: str, axes: tuple[tuple[str, int], ...] | None, tpu: TpuSlice | None
 ) -> object:
     """A mesh option's value (lists as tuples), or None after a problem."""
     if name == "ring_dims":
@@ -166,7 +137,7 @@ def _option_value(
 
 
 def _dcn_shape(
-    ck: _Checker, node: Node, path: str, axes: tuple[tuple[str, int], ...] | None, tpu: TpuSlice | None
+    ck: Checker, node: Node, path: str, axes: tuple[tuple[str, int], ...] | None, tpu: TpuSlice | None
 ) -> tuple[int, ...] | None:
     """Slices along each axis (JAX's ``dcn_mesh_shape``): a list, one per axis, or {axis: slices}."""
     if axes is None:
@@ -177,9 +148,9 @@ def _dcn_shape(
         counts = dict.fromkeys(names, 1)
         for axis, key, value in ck.entries(node, path, what="axis name"):
             if axis not in counts:
-                ck.add(key, _join(path, axis), "is not an axis of this mesh; " + did_you_mean(axis, names))
+                ck.add(key, join_path(path, axis), "is not an axis of this mesh; " + did_you_mean(axis, names))
                 return None
-            count = ck.integer(value, _join(path, axis), 1)
+            count = ck.integer(value, join_path(path, axis), 1)
             if count is None:
                 return None
             counts[axis] = count
@@ -202,17 +173,17 @@ def _dcn_shape(
 
 
 def _options(
-    ck: _Checker, node: Node, path: str, mode: str | None, axes: tuple[tuple[str, int], ...] | None,
+    ck: Checker, node: Node, path: str, mode: str | None, axes: tuple[tuple[str, int], ...] | None,
     tpu: TpuSlice | None,
 ) -> tuple[tuple[str, object], ...] | None:  # fmt: skip
     every = RING_OPTIONS + JAX_OPTIONS + COMMON_MESH_OPTIONS
     if node.kind != "mapping":
-        ck.add(node, path, f"got {_shown(node)}; expected a mapping of mesh options")
+        ck.add(node, path, f"got {shown(node)}; expected a mapping of mesh options")
         return None
     out: list[tuple[str, object]] = []
     failed = False
     for name, key, value in ck.entries(node, path):
-        option = _join(path, name)
+        option = join_path(path, name)
         if name not in every:
             ck.add(key, option, "unknown option; " + did_you_mean(name, every))
             failed = True
@@ -238,7 +209,7 @@ def _mesh_build_problem(mesh: MeshSpec, tpu: TpuSlice) -> str | None:
     return None
 
 
-def _meshes(ck: _Checker, node: Node, tpu: TpuSlice | None) -> tuple[MeshSpec, ...] | None:
+def check_meshes(ck: Checker, node: Node, tpu: TpuSlice | None) -> tuple[MeshSpec, ...] | None:
     items = ck.sequence(node, "meshes", "a list of meshes, each with name and shape")
     if items is None:
         return None

@@ -1,7 +1,7 @@
 """The YAML edge of the cluster spec: a file becomes a position-carrying node tree, then a ClusterSpec.
 
 ``yaml.compose`` (SafeLoader) keeps every value's line and column, so the pure checker in
-:mod:`tpuctl.spec` can point at each problem; scalars are typed by the SafeLoader's own constructors.
+:mod:`tpuctl.spec.model` can point at each problem; scalars are typed by the SafeLoader's own constructors.
 Nothing here raises a YAML exception or a traceback at a user: syntax errors, bytes that are not UTF-8,
 unknown tags and recursive aliases all become problems (``FILE:LINE:COL: YAML syntax error: ...``).
 """
@@ -15,8 +15,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from tpuctl.errors import InputError
-from tpuctl.spec import TOP_SUMMARY, ClusterSpec, SpecCheck, check_spec
-from tpuctl.specnode import Node, Problem, Scalar
+from tpuctl.spec.checker import Node, Problem, Scalar
+from tpuctl.spec.model import TOP_SUMMARY, ClusterSpec, SpecCheck, check_spec
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"

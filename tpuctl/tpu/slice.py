@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tpuctl.errors import TopologyError
-from tpuctl.hardware import (
+from tpuctl.tpu.hardware import (
     CUBE_SIDE,
     GENERATIONS,
     HOST_BLOCK_1,

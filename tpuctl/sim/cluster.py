@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, InputError, StateError
-from tpuctl.statedir import StateDir
 
 FIRST_HOST = 2  # 127.0.0.1 is left alone: real services on this machine often bind it
 STOP_GRACE_S = 10.0

@@ -1,8 +1,8 @@
-"""The spec's node tree and the checker that reads it: the generic layer under :mod:`tpuctl.spec`.
+"""The spec's node tree and the checker that reads it: the generic layer under :mod:`tpuctl.spec.model`.
 
-A :class:`Node` is one value of a spec document and where it was written (:mod:`tpuctl.specfile` builds
+A :class:`Node` is one value of a spec document and where it was written (:mod:`tpuctl.spec.yamlfile` builds
 the tree from YAML, :func:`node_from` from plain Python values); a :class:`Problem` is one thing wrong
-with it. ``_Checker`` walks a tree collecting problems: each of its methods reads one kind of value (a
+with it. ``Checker`` walks a tree collecting problems: each of its methods reads one kind of value (a
 mapping's keys, a string, an integer, a boolean, a duration, a list, a host) and returns it, or None
 after a problem. The single-value checks it shares with the sections (:func:`host_problem`,
 :func:`did_you_mean`, :func:`plural`) live here too. No YAML, no environment, no I/O.
@@ -140,11 +140,11 @@ def host_problem(text: str) -> str | None:
 # --- the checker ------------------------------------------------------------------------------------
 
 
-def _join(path: str, key: str) -> str:
+def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _shown(node: Node) -> str:
+def shown(node: Node) -> str:
     if node.kind == "mapping":
         return "a mapping"
     if node.kind == "sequence":
@@ -164,7 +164,7 @@ def _is_null(node: Node) -> bool:
     return node.kind == "scalar" and node.value is None and node.plain
 
 
-class _Checker:
+class Checker:
     """Walks a node tree collecting problems; each method returns the value or None after a problem."""
 
     def __init__(self) -> None:
@@ -179,13 +179,13 @@ class _Checker:
         out: list[tuple[str, Node, Node]] = []
         for key, value in node.entries:
             if key.kind != "scalar" or key.value is None:
-                self.add(key, path, f"a key is {_shown(key)}; expected a plain name")
+                self.add(key, path, f"a key is {shown(key)}; expected a plain name")
                 continue
             name = key.text
             if name in first:
                 seen = first[name]
                 self.add(
-                    key, _join(path, name),
+                    key, join_path(path, name),
                     f"repeated {what} (first at line {seen.line}, column {seen.column}); expected each {what} once",
                 )  # fmt: skip
                 continue
@@ -204,18 +204,18 @@ class _Checker:
         """Known keys -> value nodes (an empty value counts as absent); unknown keys get a "did you mean"
         (or the matching entry of ``hints``); missing required keys are reported at the mapping."""
         if node.kind != "mapping":
-            self.add(node, path, f"got {_shown(node)}; expected a mapping with keys {', '.join(known)}")
+            self.add(node, path, f"got {shown(node)}; expected a mapping with keys {', '.join(known)}")
             return None
         found: dict[str, Node] = {}
         for name, key, value in self.entries(node, path):
             if name in known:
                 found[name] = value
             else:
-                self.add(key, _join(path, name), "unknown key; " + (hints or {}).get(name, did_you_mean(name, known)))
+                self.add(key, join_path(path, name), "unknown key; " + (hints or {}).get(name, did_you_mean(name, known)))
         for name, expected in (required or {}).items():
             if name not in found or _is_null(found[name]):
                 where = found.get(name, node)
-                self.add(where, _join(path, name), f"missing; expected {expected}")
+                self.add(where, join_path(path, name), f"missing; expected {expected}")
         return {k: v for k, v in found.items() if not _is_null(v)}
 
     def string(self, node: Node, path: str, expected: str) -> str | None:
@@ -226,7 +226,7 @@ class _Checker:
         why = ""
         if isinstance(node.value, bool) and node.plain:
             why = f" (YAML reads an unquoted {node.text} as a boolean: quote it)"
-        self.add(node, path, f"got {_shown(node)}{why}; expected {expected}")
+        self.add(node, path, f"got {shown(node)}{why}; expected {expected}")
         return None
 
     def integer(self, node: Node, path: str, low: int, high: int | None = None) -> int | None:
@@ -234,7 +234,7 @@ class _Checker:
         value = node.value
         if node.kind != "scalar" or isinstance(value, bool) or not isinstance(value, int):
             quoted = " (without quotes)" if isinstance(value, str) and value.strip().isdigit() else ""
-            self.add(node, path, f"got {_shown(node)}; expected an integer {bounds}{quoted}")
+            self.add(node, path, f"got {shown(node)}; expected an integer {bounds}{quoted}")
             return None
         if value < low or (high is not None and value > high):
             self.add(node, path, f"{value} is out of range; expected an integer {bounds}")
@@ -244,7 +244,7 @@ class _Checker:
     def boolean(self, node: Node, path: str) -> bool | None:
         if node.kind == "scalar" and isinstance(node.value, bool):
             return node.value
-        self.add(node, path, f"got {_shown(node)}; expected true or false")
+        self.add(node, path, f"got {shown(node)}; expected true or false")
         return None
 
     def duration(self, node: Node, path: str) -> float | None:
@@ -263,13 +263,13 @@ class _Checker:
                 message = exc.message.removeprefix(f"{path}: ")
                 self.add(node, path, f"{message}; {expected}")
                 return None
-        self.add(node, path, f"got {_shown(node)}; {expected}")
+        self.add(node, path, f"got {shown(node)}; {expected}")
         return None
 
     def sequence(self, node: Node, path: str, expected: str) -> tuple[Node, ...] | None:
         if node.kind == "sequence":
             return node.children
-        self.add(node, path, f"got {_shown(node)}; expected {expected}")
+        self.add(node, path, f"got {shown(node)}; expected {expected}")
         return None
 
     def host(self, node: Node, path: str) -> str | None:

@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tpuctl.errors import ClusterError, InputError
-from tpuctl.hardware import Triple
-from tpuctl.tpuslice import TpuSlice
+from tpuctl.tpu.hardware import Triple
+from tpuctl.tpu.slice import TpuSlice
 
 MESH_RANK = 4
 """A TPU topology's mesh is [x, y, z, core]."""
