@@ -629,6 +629,8 @@ def profiling(
     out = Path(args.profile) / f"tpuctl-{hosts}-{phase}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking", "-o", str(out)]
+    if args.profile_native:
+        cmd.append("--native")  # also C frames: gRPC's Cython and C core under the Python ones
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         time.sleep(0.5)  # attached before the phase starts
@@ -643,6 +645,10 @@ def profiling(
             proc.wait(5)
         if out.exists():
             result.profiles[phase] = summarize_profile(out)
+
+
+_GENERIC_FRAME = re.compile(r"\((asyncio/|threading\.py|selectors\.py|scale\.py)")
+"""Frames every stack shares (the event loop, this bench's ``_serve``): left out of the inclusive list."""
 
 
 def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
@@ -661,7 +667,8 @@ def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
         total += count
         own[frames[-1]] = own.get(frames[-1], 0) + count
         for frame in set(frames):
-            inclusive[frame] = inclusive.get(frame, 0) + count
+            if not _GENERIC_FRAME.search(frame):
+                inclusive[frame] = inclusive.get(frame, 0) + count
 
     def share(table: dict[str, int]) -> list[tuple[str, float]]:
         ranked = sorted(table.items(), key=lambda kv: -kv[1])[:top]
@@ -819,6 +826,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-netns", action="store_true", help="stay on 127.0.0.1 (hosts share connections)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--profile", help="py-spy tpuctl's service per phase; collapsed stacks go to this folder")
+    parser.add_argument("--profile-native", action="store_true", help="with --profile: native frames too")
     return parser.parse_args()
 
 
