@@ -17,7 +17,7 @@ from coordination_harness import make_config, run, serving
 from tpuctl.coordination import client as client_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import start_server
-from tpuctl.coordination.state import TaskInfo, TaskState
+from tpuctl.coordination.state import PROTOCOL_VERSION, TaskInfo, TaskState
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, StateError
 
 pytestmark = pytest.mark.timeout(60)
@@ -185,13 +185,16 @@ def test_a_second_live_process_for_a_task_is_refused() -> None:
 
 
 def test_protocol_version_mismatch_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "PROTOCOL_VERSION", 2)
+    monkeypatch.setattr(client_module, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)
 
     async def body() -> None:
         async with serving(make_config(2)) as cluster:
             with pytest.raises(ClusterError) as excinfo:
                 await cluster.client().register("test", 0)
-            assert "the client speaks tpuctl coordination protocol v2, this coordinator speaks v1" in str(excinfo.value)
+            assert (
+                f"the client speaks tpuctl coordination protocol v{PROTOCOL_VERSION + 1}, "
+                f"this coordinator speaks v{PROTOCOL_VERSION}"
+            ) in str(excinfo.value)
             assert excinfo.value.hint == "run the same tpuctl version on every host"
 
     run(body())

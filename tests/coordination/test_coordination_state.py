@@ -88,10 +88,13 @@ def test_registration_progress_names_the_missing_hosts() -> None:
     assert done.describe() == "all 4 hosts registered"
 
 
-def test_registration_wakes_its_waiters() -> None:
+def test_only_the_last_registration_wakes_the_waiters() -> None:
     state = new_state()
     state.take_wakeup()
-    register(state, [0])
+    for task_id in range(3):
+        register(state, [task_id])
+        assert state.take_wakeup() == Wakeup()  # no storm: waiters sleep until the last one
+    register(state, [3])
     assert state.take_wakeup() == Wakeup(frozenset({REGISTRATION}))
     assert state.take_wakeup() == Wakeup()
 
@@ -101,6 +104,7 @@ def test_membership_tells_the_task_about_the_cluster() -> None:
     assert member.task == TaskRef(1, 1001)
     assert member.service_incarnation == 77
     assert member.tasks == (TaskInfo(0, "127.0.0.1"), TaskInfo(1, "127.0.0.2"))
+    assert member.num_tasks == 2
     assert (member.heartbeat_timeout, member.barrier_timeout) == (1.0, 5.0)
 
 
@@ -115,9 +119,12 @@ def test_wrong_cluster_names_both_clusters() -> None:
 
 def test_protocol_version_mismatch_is_refused_first() -> None:
     with pytest.raises(Refused) as excinfo:
-        new_state().register(registration(9, protocol_version=2, cluster="other"), now=0.0)
+        new_state().register(registration(9, protocol_version=PROTOCOL_VERSION + 1, cluster="other"), now=0.0)
     assert excinfo.value.reason is Reason.VERSION_MISMATCH
-    assert "the client speaks tpuctl coordination protocol v2, this coordinator speaks v1" in excinfo.value.message
+    assert (
+        f"the client speaks tpuctl coordination protocol v{PROTOCOL_VERSION + 1}, "
+        f"this coordinator speaks v{PROTOCOL_VERSION}"
+    ) in excinfo.value.message
     assert excinfo.value.hint == "run the same tpuctl version on every host"
 
 

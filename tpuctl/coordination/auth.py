@@ -67,8 +67,8 @@ def load_token(path: str | os.PathLike[str]) -> str:
 class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignore]  # Any without types-grpcio
     """Refuses (UNAUTHENTICATED) every call whose token is missing or wrong, before any handler runs.
 
-    Every RPC of the coordination service is unary-unary, so the refusal is a unary-unary handler; it does
-    not even parse the request.
+    The refusal is a handler of the same kind as the method's (unary or streaming); it does not even
+    parse the request.
     """
 
     def __init__(self, token: str) -> None:
@@ -76,9 +76,17 @@ class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignor
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         problem = self._problem(details.invocation_metadata or ())
-        if problem is None:
-            return await continuation(details)
-        return grpc.unary_unary_rpc_method_handler(_refusal(details.method, problem))
+        handler = await continuation(details)
+        if problem is None or handler is None:
+            return handler
+        refuse = _refusal(details.method, problem)
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(refuse)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(refuse)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(refuse)
+        return grpc.unary_unary_rpc_method_handler(refuse)
 
     def _problem(self, metadata: Any) -> str | None:
         given = next((value for key, value in metadata if key == TOKEN_KEY), None)
@@ -89,8 +97,8 @@ class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignor
         return None
 
 
-def _refusal(method: str, problem: str) -> Callable[[bytes, Any], Awaitable[None]]:
-    async def refuse(request: bytes, context: Any) -> None:
+def _refusal(method: str, problem: str) -> Callable[[Any, Any], Awaitable[None]]:
+    async def refuse(request: Any, context: Any) -> None:
         log.warning("refused %s from %s: %s", method, context.peer(), problem)
         await context.abort(
             grpc.StatusCode.UNAUTHENTICATED,

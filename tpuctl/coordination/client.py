@@ -1,13 +1,17 @@
 """The coordination client: one ``grpc.aio`` channel to the coordinator, async methods for every call.
 
-Every method is bounded: a call that waits in the service (registration, barrier, key get, error poll)
-gets an RPC deadline of its wait plus ``rpc_timeout``, so the service's own, more telling timeout
+Every method is bounded: a call that waits in the service (registration, barrier, gather, key get, error
+poll) gets an RPC deadline of its wait plus ``rpc_timeout``, so the service's own, more telling timeout
 message wins; any other call gets ``rpc_timeout``. Calls fail fast when the coordinator is not there
 (``wait_for_ready=False``); only ``register`` (hosts start in any order) and the background loops retry.
 
 Failures surface as ``TpuctlError``s: ``CoordinatorUnreachable`` (no answer at the address),
-``DeadlineError`` (a wait timed out; the message names every missing host), ``ClusterError`` (the
-cluster is in error, or the call was refused), ``InputError`` (an unknown task id or a bad argument).
+``DeadlineError`` (a wait timed out; the message says how many hosts are missing and names the first
+ten), ``ClusterError`` (the cluster is in error, or the call was refused), ``InputError`` (an unknown
+task id or a bad argument, such as a name longer than 1,024 characters).
+
+Progress callbacks poll the service at most every ``max(progress_every, hosts / PROGRESS_POLLS_PER_S)``
+seconds, so a whole pod's progress lines cost the service a bounded number of small answers per second.
 """
 
 from __future__ import annotations
@@ -25,15 +29,18 @@ import grpc
 
 from tpuctl.coordination import convert
 from tpuctl.coordination.auth import TOKEN_KEY
-from tpuctl.coordination.state import (
+from tpuctl.coordination.values import (
     PROTOCOL_VERSION,
     ClusterFailure,
     ClusterStatus,
     Membership,
     RegistrationProgress,
+    RendezvousKind,
+    RendezvousProgress,
     TaskRef,
+    shown,
 )
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
@@ -46,6 +53,11 @@ WATCH_POLL_S = 30.0
 """How long one error poll is held by the service: short enough that a dropped connection is noticed."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
+PROGRESS_POLLS_PER_S = 1000.0
+"""Progress polls per second the whole cluster may send the service (each host polls less often in a
+bigger cluster)."""
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+"""Largest answer accepted: a gather's table is at most 32 MiB (``values.MAX_GATHER_TABLE``)."""
 
 _CHANNEL_OPTIONS = (
     # Coordination traffic stays inside the cluster; an http_proxy in the environment would route it
@@ -56,6 +68,7 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 250),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
 )
 
 
@@ -70,6 +83,10 @@ class CoordinationClient:
     Create it inside the event loop that uses it; ``close`` it (or use ``async with``). Task-scoped calls
     take the ``TaskRef`` that ``register`` returned (``Membership.task``), so a process may also act for a
     task another process registered if it knows the incarnation.
+
+    ``token``: the cluster's shared token, if the service requires one. ``rpc_timeout``: the deadline of
+    a call that does not wait in the service, and the slack added to one that does. ``max_wait``: the
+    client-side bound on a barrier or gather left to the service's default timeout.
     """
 
     def __init__(
@@ -108,8 +125,16 @@ class CoordinationClient:
         incarnation: int | None = None,
         hostname: str | None = None,
         connect_timeout: float = 0.0,
+        with_tasks: bool = False,
     ) -> Membership:
-        """Register as ``task_id`` of ``cluster``; retry for ``connect_timeout`` s while nobody answers."""
+        """Register as ``task_id`` of ``cluster``; retry for ``connect_timeout`` s while nobody answers.
+
+        ``incarnation``: this process's (default: a new random one); registering again with the same one
+        is idempotent, while another live process claiming the task is refused (``ClusterError``).
+        ``with_tasks``: also fetch every task's address into ``Membership.tasks`` (O(hosts) bytes; the
+        cluster spec usually has them). Refusals: ``ClusterError`` (wrong cluster, protocol version,
+        cluster in error), ``InputError`` (unknown task id), ``DeadlineError`` (registration closed).
+        """
         task = TaskRef(task_id, incarnation or new_incarnation())
         request = pb.RegisterTaskRequest(
             protocol_version=PROTOCOL_VERSION,
@@ -117,6 +142,7 @@ class CoordinationClient:
             task_id=task_id,
             incarnation=task.incarnation,
             hostname=hostname or socket.gethostname(),
+            with_tasks=with_tasks,
         )
         give_up_at = time.monotonic() + connect_timeout
         attempt = 0
@@ -144,28 +170,35 @@ class CoordinationClient:
         progress: Callable[[RegistrationProgress], None] | None = None,
         progress_every: float = 1.0,
     ) -> None:
-        """Return once every task has registered; call ``progress`` after every ``progress_every`` s still
-        waiting. The service's register timeout raises ``DeadlineError`` listing every missing host;
-        ``timeout`` bounds the wait on this side too."""
+        """Return once every task has registered; call ``progress`` with a ``RegistrationProgress``
+        (counts and the first ten missing hosts; ``.describe()`` is the line to print) about every
+        ``progress_every`` s still waiting (less often in clusters over ``PROGRESS_POLLS_PER_S`` hosts).
+
+        The service's register timeout raises ``DeadlineError`` naming how many hosts are missing and the
+        first ten; ``timeout`` bounds the wait on this side too. The service answers every waiter at
+        once when the last host registers."""
         started = time.monotonic()
-        progress_every = max(progress_every, 0.05)
+        every = max(progress_every, 0.05)
         while True:
             left = started + timeout - time.monotonic()
             if left <= 0:
                 raise DeadlineError(f"registration not complete after waiting {timeout:.1f} s")
-            poll = min(progress_every, left)
+            poll = min(every, left)
             request = pb.WaitForAllTasksRequest(task=convert.task_ref_pb(task), max_wait_seconds=poll)
             response = await self._call(
                 self._stub.WaitForAllTasks, request, "WaitForAllTasks", poll + self._rpc_timeout
             )
             if response.complete:
                 return
+            current = convert.progress(response)
+            every = _progress_interval(progress_every, current.total)
             if progress is not None:
-                progress(convert.progress(response))
+                progress(current)
 
-    async def heartbeat(self, task: TaskRef) -> int:
-        """One heartbeat; returns the service incarnation."""
-        request = pb.HeartbeatRequest(task=convert.task_ref_pb(task))
+    async def heartbeat(self, task: TaskRef, *, service_incarnation: int = 0) -> int:
+        """One heartbeat (a unary call); returns the service incarnation. With ``service_incarnation``
+        (``Membership.service_incarnation``), a restarted coordinator refuses it (``ClusterError``)."""
+        request = pb.HeartbeatRequest(task=convert.task_ref_pb(task), service_incarnation=service_incarnation)
         response = await self._call(self._stub.Heartbeat, request, "Heartbeat", self._rpc_timeout)
         return int(response.service_incarnation)
 
@@ -174,33 +207,72 @@ class CoordinationClient:
     ) -> NoReturn:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
-        Rides out an unreachable coordinator for ``give_up_after`` s (default: the heartbeat timeout),
-        then raises ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a
-        heartbeat (this task was declared failed, or replaced) or has restarted.
+        Heartbeats travel on one stream (``HeartbeatStream``), which costs the service far less per
+        heartbeat than a call each; the service confirms one every ``give_up_after / 3`` s. Rides out an
+        unreachable coordinator for ``give_up_after`` s (default: the heartbeat timeout), reopening the
+        stream, then raises ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service
+        refuses a heartbeat (this task was declared failed, or replaced) or has restarted.
         """
         interval = interval or membership.heartbeat_timeout / 3
         give_up_after = give_up_after or membership.heartbeat_timeout
-        last_ok = time.monotonic()
+        confirmed = [time.monotonic()]
+        attempt = 0
         while True:
             try:
-                incarnation = await self.heartbeat(membership.task)
+                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 3), confirmed)
             except (CoordinatorUnreachable, DeadlineError) as exc:
-                silent = time.monotonic() - last_ok
+                silent = time.monotonic() - confirmed[0]
                 if silent > give_up_after:
                     raise CoordinatorUnreachable(
                         f"no heartbeat reached the coordinator at {self.target} for {silent:.1f} s: {exc.message}",
                         hint=exc.hint,
                     ) from exc
                 log.warning("heartbeat failed (will retry): %s", exc.message)
-            else:
-                if incarnation != membership.service_incarnation:
-                    raise ClusterError(
-                        f"the coordinator at {self.target} restarted (service incarnation {incarnation}, "
-                        f"was {membership.service_incarnation}); this host's registration is gone",
-                        hint="restart `tpuctl init` on every host",
-                    )
-                last_ok = time.monotonic()
-            await asyncio.sleep(interval)
+                await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
+                attempt += 1
+
+    async def _heartbeat_stream(
+        self, membership: Membership, interval: float, confirm_every: float, confirmed: list[float]
+    ) -> NoReturn:
+        """Heartbeats on one stream until it fails; ``confirmed[0]``: when the service last confirmed one."""
+        call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
+        task = convert.task_ref_pb(membership.task)
+        asked: float | None = None
+        try:
+            while True:
+                ask = asked is None or time.monotonic() - asked >= confirm_every
+                request = pb.HeartbeatRequest(
+                    task=task, ack=ask, service_incarnation=membership.service_incarnation
+                )
+                await asyncio.wait_for(call.write(request), self._rpc_timeout)
+                if ask:
+                    asked = time.monotonic()
+                    response = await asyncio.wait_for(call.read(), self._rpc_timeout)
+                    if not isinstance(response, pb.HeartbeatResponse):  # EOF: the service ended the stream
+                        ended = await _finished(call)
+                        if ended.code() is not grpc.StatusCode.OK:
+                            raise self._error(ended, "HeartbeatStream", self._rpc_timeout)
+                        raise ClusterError(f"the coordinator at {self.target} ended the heartbeat stream")
+                    if response.service_incarnation != membership.service_incarnation:
+                        raise ClusterError(
+                            f"the coordinator at {self.target} restarted (service incarnation "
+                            f"{response.service_incarnation}, was {membership.service_incarnation}); this host's "
+                            "registration is gone",
+                            hint="restart `tpuctl init` on every host",
+                        )
+                    confirmed[0] = time.monotonic()
+                await asyncio.sleep(interval)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "HeartbeatStream", self._rpc_timeout) from exc
+        except asyncio.InvalidStateError as exc:  # written to a call the service already ended
+            raise self._error(await _finished(call), "HeartbeatStream", self._rpc_timeout) from exc
+        except asyncio.TimeoutError as exc:
+            raise DeadlineError(
+                f"the coordinator at {self.target} did not confirm a heartbeat within {self._rpc_timeout:.1f} s",
+                hint="it may be overloaded or stuck; `tpuctl status` shows what it sees",
+            ) from exc
+        finally:
+            call.cancel()
 
     async def watch_errors(
         self, task: TaskRef, *, timeout: float | None = None, give_up_after: float = 10.0
@@ -244,15 +316,68 @@ class CoordinationClient:
 
     # --- barriers and key-value ----------------------------------------------------------------------
 
-    async def barrier(self, task: TaskRef, name: str, *, timeout: float | None = None) -> int:
+    async def barrier(
+        self,
+        task: TaskRef,
+        name: str,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], None] | None = None,
+        progress_every: float = 5.0,
+    ) -> int:
         """Wait until every task made as many calls to barrier ``name`` as this one; returns the instance
-        (1 for the first call). ``timeout`` None: the service's default barrier timeout."""
+        (1 for the first call). ``timeout`` None: the service's default barrier timeout.
+
+        ``progress`` is called with a ``RendezvousProgress`` (counts, the first ten missing hosts,
+        ``.describe()``) about every ``progress_every`` s still waiting. A timeout raises ``DeadlineError``
+        naming how many hosts are missing and the first ten; the cluster in error (or a host that left)
+        raises ``ClusterError`` at once; a name over 1,024 characters raises ``InputError``."""
         request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout or 0.0)
         wait = self._max_wait if timeout is None else timeout
-        response = await self._call(self._stub.Barrier, request, f"barrier {name!r}", wait + self._rpc_timeout)
+        response = await self._waiting_call(
+            self._stub.Barrier, request, f"barrier {shown(name)}", wait, task, name, "barrier", progress, progress_every
+        )
         return int(response.instance)
 
+    async def gather(
+        self,
+        task: TaskRef,
+        name: str,
+        value: bytes,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], None] | None = None,
+        progress_every: float = 5.0,
+    ) -> list[bytes]:
+        """Publish ``value`` and wait for every task's: returns every task's value, by task id.
+
+        A barrier that carries values (counted per name and task like one, in names of its own): the
+        k-th call of every task to ``name`` forms instance k. The service assembles the table once and
+        sends every host the same bytes. Failures and ``progress`` as for ``barrier``; a value longer than
+        ``min(64 KiB, 32 MiB / hosts)`` raises ``InputError``."""
+        request = pb.GatherRequest(
+            task=convert.task_ref_pb(task), name=name, value=value, timeout_seconds=timeout or 0.0
+        )
+        wait = self._max_wait if timeout is None else timeout
+        response = await self._waiting_call(
+            self._stub.Gather, request, f"gather {shown(name)}", wait, task, name, "gather", progress, progress_every
+        )
+        return list(response.values)
+
+    async def rendezvous_progress(
+        self, task: TaskRef, name: str, *, kind: RendezvousKind = "barrier"
+    ) -> RendezvousProgress | None:
+        """Where this task's latest call to barrier (or gather, ``kind="gather"``) ``name`` stands; None if
+        it never called it. Cheap (O(10) in the service), unlike ``status``."""
+        request = pb.RendezvousProgressRequest(task=convert.task_ref_pb(task), name=name, kind=convert.kind_pb(kind))
+        response = await self._call(
+            self._stub.RendezvousProgress, request, f"{kind} {shown(name)} progress", self._rpc_timeout
+        )
+        return convert.rendezvous_progress(response, kind=kind, name=name)
+
     async def kv_set(self, key: str, value: bytes, *, allow_overwrite: bool = False) -> None:
+        """Set ``key`` (at most 1,024 characters); an existing key raises ``ClusterError`` unless
+        ``allow_overwrite``."""
         request = pb.KeyValueSetRequest(entry=pb.KeyValue(key=key, value=value), allow_overwrite=allow_overwrite)
         await self._call(self._stub.KeyValueSet, request, f"set {key!r}", self._rpc_timeout)
 
@@ -263,12 +388,16 @@ class CoordinationClient:
         return bytes(response.value)
 
     async def kv_dir(self, prefix: str) -> list[tuple[str, bytes]]:
-        """Every entry whose key starts with ``prefix``, sorted by key; does not wait."""
+        """Every entry whose key starts with ``prefix``, sorted by key; does not wait. The service answers
+        in O(entries listed), and every caller the same bytes until the next write; for a table every
+        host publishes to, ``gather`` is the one-call form."""
         request = pb.KeyValueDirRequest(prefix=prefix)
         response = await self._call(self._stub.KeyValueDir, request, f"list {prefix!r}", self._rpc_timeout)
         return [(entry.key, bytes(entry.value)) for entry in response.entries]
 
     async def status(self) -> ClusterStatus:
+        """Every task's state, the cluster's error and the open barriers (O(hosts): the one call that
+        lists every host). Needs no registration."""
         response = await self._call(self._stub.GetStatus, pb.GetStatusRequest(), "GetStatus", self._rpc_timeout)
         return convert.cluster_status(response)
 
@@ -278,7 +407,55 @@ class CoordinationClient:
         try:
             return await rpc(request, timeout=timeout, metadata=self._metadata, wait_for_ready=False)
         except grpc.aio.AioRpcError as exc:
-            hint = convert.hint_from_metadata(exc.trailing_metadata())
-            raise convert.error_from_status(
-                exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
-            ) from exc
+            raise self._error(exc, call, timeout) from exc
+
+    def _error(self, exc: grpc.aio.AioRpcError, call: str, timeout: float) -> TpuctlError:
+        hint = convert.hint_from_metadata(exc.trailing_metadata())
+        return convert.error_from_status(
+            exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
+        )
+
+    async def _waiting_call(
+        self,
+        rpc: Any,
+        request: Any,
+        call: str,
+        wait: float,
+        task: TaskRef,
+        name: str,
+        kind: RendezvousKind,
+        progress: Callable[[RendezvousProgress], None] | None,
+        progress_every: float,
+    ) -> Any:
+        """A barrier or gather call; with ``progress``, ask where it stands while it waits."""
+        waiting = self._call(rpc, request, call, wait + self._rpc_timeout)
+        if progress is None:
+            return await waiting
+        running = asyncio.ensure_future(waiting)
+        every = max(progress_every, 0.05)
+        try:
+            while True:
+                done, _ = await asyncio.wait({running}, timeout=every)
+                if done:
+                    return running.result()
+                try:
+                    found = await self.rendezvous_progress(task, name, kind=kind)
+                except TpuctlError as exc:
+                    log.debug("%s progress: %s", call, exc.message)
+                    continue
+                if found is not None and not found.done and not running.done():
+                    every = _progress_interval(progress_every, found.total)
+                    progress(found)
+        finally:
+            running.cancel()
+
+
+def _progress_interval(requested: float, hosts: int) -> float:
+    return max(requested, 0.05, hosts / PROGRESS_POLLS_PER_S)
+
+
+async def _finished(call: Any) -> grpc.aio.AioRpcError:
+    """The status of a call that ended, as the error ``call.read`` would have raised."""
+    return grpc.aio.AioRpcError(
+        await call.code(), await call.initial_metadata(), await call.trailing_metadata(), await call.details()
+    )

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
-from tpuctl.coordination.state import (
+from tpuctl.coordination.values import (
     ClusterFailure,
     ClusterStatus,
     Membership,
@@ -18,17 +18,27 @@ from tpuctl.coordination.state import (
     Reason,
     Registration,
     RegistrationProgress,
+    RendezvousKind,
+    RendezvousProgress,
     TaskFailure,
     TaskInfo,
     TaskRef,
     TaskState,
     TaskStatus,
+    count,
 )
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
 from tpuctl.proto import coordination_pb2 as pb
 
 HINT_KEY = "x-tpuctl-hint-bin"
 """Trailing metadata carrying a refusal's hint (``-bin``: UTF-8 bytes, as any text may end up there)."""
+MAX_DETAILS_WIRE = 4096
+"""Most bytes a status message may take in the trailers once gRPC percent-encodes it."""
+MAX_HINT_BYTES = 1024
+"""Most UTF-8 bytes of a hint (gRPC base64-encodes ``-bin`` metadata: about 1.4 KB on the wire).
+
+Both keep a refusal's trailers far below gRPC's metadata limits (8 KiB soft, 16 KiB hard) whatever the
+cluster size or the names involved: every message a client may see stays within them."""
 
 STATUS_CODES: dict[Reason, grpc.StatusCode] = {
     Reason.VERSION_MISMATCH: grpc.StatusCode.FAILED_PRECONDITION,
@@ -79,18 +89,20 @@ def cluster_failure_pb(failure: ClusterFailure) -> pb.ClusterFailure:
         failures=[
             pb.TaskFailure(task=pb.TaskInfo(task_id=f.task.task_id, address=f.task.address), cause=f.cause)
             for f in failure.failures
-        ]
+        ],
+        total=failure.total,
     )
 
 
 def cluster_failure(message: pb.ClusterFailure) -> ClusterFailure:
-    return ClusterFailure(tuple(TaskFailure(_task_info(f.task), f.cause) for f in message.failures))
+    return ClusterFailure(tuple(TaskFailure(_task_info(f.task), f.cause) for f in message.failures), message.total)
 
 
 # --- registration ------------------------------------------------------------------------------------
 
 
 def registration(request: pb.RegisterTaskRequest, *, peer: str) -> Registration:
+    """The core value of a registration; the hostname is clipped by the state."""
     return Registration(
         protocol_version=request.protocol_version,
         cluster=request.cluster_name,
@@ -101,12 +113,14 @@ def registration(request: pb.RegisterTaskRequest, *, peer: str) -> Registration:
     )
 
 
-def register_response(membership: Membership) -> pb.RegisterTaskResponse:
+def register_response(membership: Membership, *, with_tasks: bool) -> pb.RegisterTaskResponse:
+    """The same for every task of the cluster (the caller's own ``TaskRef`` is not in it)."""
     return pb.RegisterTaskResponse(
         service_incarnation=membership.service_incarnation,
-        tasks=_task_infos_pb(membership.tasks),
+        tasks=_task_infos_pb(membership.tasks) if with_tasks else (),
         heartbeat_timeout_seconds=membership.heartbeat_timeout,
         default_barrier_timeout_seconds=membership.barrier_timeout,
+        num_tasks=membership.num_tasks,
     )
 
 
@@ -117,6 +131,7 @@ def membership(response: pb.RegisterTaskResponse, task: TaskRef) -> Membership:
         tasks=tuple(_task_info(t) for t in response.tasks),
         heartbeat_timeout=response.heartbeat_timeout_seconds,
         barrier_timeout=response.default_barrier_timeout_seconds,
+        num_tasks=response.num_tasks,
     )
 
 
@@ -126,16 +141,62 @@ def progress_response(progress: RegistrationProgress) -> pb.WaitForAllTasksRespo
         registered=progress.registered,
         missing=_task_infos_pb(progress.missing),
         seconds_left=progress.seconds_left,
+        total=progress.total,
+        missing_count=progress.missing_count,
     )
 
 
 def progress(response: pb.WaitForAllTasksResponse) -> RegistrationProgress:
     return RegistrationProgress(
         registered=response.registered,
-        total=response.registered + len(response.missing),
+        total=response.total,
         missing=tuple(_task_info(t) for t in response.missing),
         seconds_left=response.seconds_left,
+        missing_count=response.missing_count,
     )
+
+
+def rendezvous_progress_response(found: RendezvousProgress | None) -> pb.RendezvousProgressResponse:
+    if found is None:
+        return pb.RendezvousProgressResponse()
+    return pb.RendezvousProgressResponse(
+        found=True,
+        instance=found.instance,
+        arrived=found.arrived,
+        total=found.total,
+        missing=_task_infos_pb(found.missing),
+        seconds_left=found.seconds_left,
+        done=found.done,
+    )
+
+
+def rendezvous_progress(
+    response: pb.RendezvousProgressResponse, *, kind: RendezvousKind, name: str
+) -> RendezvousProgress | None:
+    if not response.found:
+        return None
+    return RendezvousProgress(
+        kind=kind,
+        name=name,
+        instance=response.instance,
+        arrived=response.arrived,
+        total=response.total,
+        missing=tuple(_task_info(t) for t in response.missing),
+        seconds_left=response.seconds_left,
+        done=response.done,
+    )
+
+
+_KINDS_PB = {"barrier": pb.RENDEZVOUS_KIND_BARRIER, "gather": pb.RENDEZVOUS_KIND_GATHER}
+
+
+def kind_pb(kind: RendezvousKind) -> pb.RendezvousKind.ValueType:
+    return _KINDS_PB[kind]
+
+
+def kind(value: int) -> RendezvousKind:
+    """The default (0) is a barrier."""
+    return "gather" if value == pb.RENDEZVOUS_KIND_GATHER else "barrier"
 
 
 # --- status ------------------------------------------------------------------------------------------
@@ -162,7 +223,11 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
         response.failure.CopyFrom(cluster_failure_pb(status.failure))
     for barrier in status.barriers:
         response.barriers.add(
-            name=barrier.name, instance=barrier.instance, arrived=barrier.arrived, seconds_left=barrier.seconds_left
+            name=barrier.name,
+            instance=barrier.instance,
+            arrived=barrier.arrived,
+            seconds_left=barrier.seconds_left,
+            kind=_KINDS_PB[barrier.kind],
         )
     return response
 
@@ -181,7 +246,9 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         for t in response.tasks
     )
     failure = cluster_failure(response.failure) if response.HasField("failure") else None
-    barriers = tuple(OpenBarrier(b.name, b.instance, tuple(b.arrived), b.seconds_left) for b in response.barriers)
+    barriers = tuple(
+        OpenBarrier(b.name, b.instance, tuple(b.arrived), b.seconds_left, kind(b.kind)) for b in response.barriers
+    )
     return ClusterStatus(
         response.cluster_name, response.service_incarnation, tasks, failure, response.protocol_version, barriers
     )
@@ -191,7 +258,35 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
 
 
 def hint_metadata(hint: str | None) -> tuple[tuple[str, bytes], ...]:
-    return () if hint is None else ((HINT_KEY, hint.encode()),)
+    """The trailing metadata carrying ``hint``, cut to ``MAX_HINT_BYTES``."""
+    return () if hint is None else ((HINT_KEY, fit_text(hint, MAX_HINT_BYTES, percent=False).encode()),)
+
+
+def fit_text(text: str, limit: int, *, percent: bool = True) -> str:
+    """``text`` cut (with a marker saying how much) so that it takes at most ``limit`` bytes on the wire:
+    UTF-8, and with ``percent`` as gRPC percent-encodes a status message (bytes outside printable ASCII,
+    and "%", take three)."""
+    if len(text) * (3 if percent else 1) * 4 <= limit:
+        return text  # the common case: short, whatever its characters
+
+    def cost(char: str) -> int:
+        if percent and " " <= char <= "~" and char != "%":
+            return 1
+        return (3 if percent else 1) * len(char.encode())
+
+    if sum(cost(char) for char in text) <= limit:
+        return text
+    budget, used = limit - 64, 0  # leave room for the marker
+    for position, char in enumerate(text):
+        used += cost(char)
+        if used > budget:
+            return f"{text[:position]}... [{count(len(text) - position)} more characters cut]"
+    return text
+
+
+def status_details(message: str) -> str:
+    """A refusal's message as it may travel in a status (see ``MAX_DETAILS_WIRE``)."""
+    return fit_text(message, MAX_DETAILS_WIRE)
 
 
 def error_from_status(

@@ -17,13 +17,14 @@ from tpuctl.coordination.auth import TokenCheck
 from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
 from tpuctl.coordination.state import CoordinationState, ServiceConfig
 from tpuctl.errors import StateError
-from tpuctl.proto import coordination_pb2_grpc as pb_grpc
+from tpuctl.proto import coordination_pb2 as pb
 
 log = logging.getLogger("tpuctl.coordination")
 
 # gRPC sets SO_REUSEPORT by default: a second coordinator on the same port then binds silently and
 # clients split between the two (observed with jaxlib's service). 0 makes the second bind fail instead.
 _SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
+SERVICE_NAME = "tpuctl.v1.CoordinationService"
 
 
 @dataclass
@@ -71,7 +72,9 @@ async def start_server(
     service = CoordinationServicer(state, clock=clock, check_interval=check_interval)
     interceptors = [TokenCheck(config.token)] if config.token else []
     server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=interceptors)
-    pb_grpc.add_CoordinationServiceServicer_to_server(service, server)
+    handlers = method_handlers(service)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     try:
         bound = server.add_insecure_port(host_port(host, port))
     except RuntimeError as exc:  # grpc says only "Failed to bind"; ask the OS why
@@ -89,6 +92,28 @@ async def start_server(
         ", token required" if config.token else "",
     )
     return CoordinationServer(host, bound, service, server)
+
+
+def method_handlers(service: CoordinationServicer) -> dict[str, Any]:
+    """A handler for every method of ``coordination.proto``'s service, by name.
+
+    Unlike the generated ``add_..._to_server``, every response goes through ``service.encode``, which
+    passes already serialized answers through: that is how one encoded answer reaches every caller."""
+    handlers: dict[str, Any] = {}
+    for method in pb.DESCRIPTOR.services_by_name["CoordinationService"].methods:
+        request = getattr(pb, method.input_type.name)
+        if method.client_streaming and method.server_streaming:
+            make = grpc.stream_stream_rpc_method_handler
+        elif method.client_streaming:
+            make = grpc.stream_unary_rpc_method_handler
+        elif method.server_streaming:
+            make = grpc.unary_stream_rpc_method_handler
+        else:
+            make = grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(
+            getattr(service, method.name), request_deserializer=request.FromString, response_serializer=service.encode
+        )
+    return handlers
 
 
 def host_port(host: str, port: int) -> str:

@@ -4,6 +4,10 @@ All deciding happens in ``state.CoordinationState``; this module owns only what 
 that gets ``Pending`` parks on its wait key until the state wakes that key or the deadline comes, then
 asks again. A watchdog task calls ``expire`` every ``check_interval`` seconds so a silent task is
 declared failed at most that long after its heartbeat timeout.
+
+Answers that are the same for every caller (registration, "all registered", the cluster's error, a
+passed gather, a key listing until the next write) are serialized once and sent as the same bytes:
+``encode`` is the response serializer of every method (``server.py``) and passes bytes through.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
+
+from google.protobuf.message import Message
 
 from tpuctl.coordination import convert
 from tpuctl.coordination.state import (
@@ -23,18 +30,19 @@ from tpuctl.coordination.state import (
     REGISTRATION,
     ClusterFailure,
     CoordinationState,
+    Counters,
+    Gathered,
     Pending,
     Reason,
     Refused,
-    RegistrationProgress,
     TaskFailure,
     WaitKey,
     Wakeup,
     barrier_key,
     kv_key,
 )
+from tpuctl.coordination.values import SAMPLE
 from tpuctl.proto import coordination_pb2 as pb
-from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tpuctl.coordination")
 
@@ -42,6 +50,8 @@ MAX_POLL_S = 60.0
 """Longest a long poll (registration progress, error poll) is held before answering "nothing yet"."""
 CHECK_INTERVAL_S = 0.25
 """How often the watchdog looks for silent tasks: failure detection lags the timeout by at most this."""
+_KV_DIR_CACHE = 64
+"""Key listings kept encoded (by prefix) until the next key-value write."""
 
 # Refusals that mean a host is misconfigured or a process is duplicated: worth a warning in the log.
 _MEMBERSHIP_REFUSALS = {
@@ -56,6 +66,8 @@ _T = TypeVar("_T")
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 _Method = Callable[["CoordinationServicer", _Request, Any], Awaitable[_Response]]
+Answer = Message | bytes
+"""What a handler returns: a message, or an answer already serialized (shared by many callers)."""
 
 
 @dataclass
@@ -67,8 +79,9 @@ class _Slot:
 class _Parking:
     """Where waiting calls sleep: one event per wait key, set and dropped when the key is woken."""
 
-    def __init__(self) -> None:
+    def __init__(self, counters: Counters) -> None:
         self._slots: dict[WaitKey, _Slot] = {}
+        self._counters = counters
 
     async def park(self, key: WaitKey, timeout: float) -> None:
         """Sleep until ``key`` is woken or ``timeout`` seconds pass."""
@@ -87,10 +100,14 @@ class _Parking:
                 del self._slots[key]
 
     def wake(self, wakeup: Wakeup) -> None:
+        if not wakeup.everyone and not wakeup.keys:
+            return
         keys = list(self._slots) if wakeup.everyone else wakeup.keys
         for key in keys:
             slot = self._slots.pop(key, None)
             if slot is not None:
+                self._counters.woken += slot.waiters
+                self._counters.touched += 1
                 slot.event.set()
 
 
@@ -99,34 +116,35 @@ def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Reques
 
     @functools.wraps(method)
     async def handler(self: CoordinationServicer, request: _Request, context: Any) -> _Response:
+        self.counters.calls += 1
         try:
             return await method(self, request, context)
         except Refused as refused:
             level = logging.WARNING if refused.reason in _MEMBERSHIP_REFUSALS else logging.INFO
             log.log(level, "refused %s from %s: %s", method.__name__, context.peer(), refused.message)
-            await _abort(context, refused)
+            await self._abort(context, refused)
         finally:
             self._wake()
 
     return handler
 
 
-async def _abort(context: Any, refused: Refused) -> NoReturn:
-    await context.abort(
-        convert.STATUS_CODES[refused.reason], refused.message, trailing_metadata=convert.hint_metadata(refused.hint)
-    )
-    raise RuntimeError("grpc.aio's context.abort returned instead of raising")
+class CoordinationServicer:
+    """One cluster's coordination service. ``start`` the watchdog before serving, ``stop`` it after.
 
-
-class CoordinationServicer(pb_grpc.CoordinationServiceServicer):
-    """One cluster's coordination service. ``start`` the watchdog before serving, ``stop`` it after."""
+    ``counters`` (shared with the state) counts the work done, for tests and the bench."""
 
     def __init__(self, state: CoordinationState, *, clock: Callable[[], float], check_interval: float) -> None:
         self._state = state
         self._clock = clock
         self._check_interval = check_interval
-        self._parking = _Parking()
+        self.counters = state.counters
+        self._parking = _Parking(self.counters)
         self._watchdog: asyncio.Task[None] | None = None
+        self._shared: dict[str, bytes] = {}
+        self._error: tuple[ClusterFailure, bytes] | None = None
+        self._gathered: dict[str, tuple[Gathered, bytes]] = {}
+        self._kv_dirs: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
 
     @property
     def state(self) -> CoordinationState:
@@ -142,46 +160,79 @@ class CoordinationServicer(pb_grpc.CoordinationServiceServicer):
                 await self._watchdog
             self._watchdog = None
 
+    def encode(self, answer: Answer) -> bytes:
+        """The response serializer of every method: counts what is sent, passes shared bytes through."""
+        if isinstance(answer, bytes):
+            data = answer
+        else:
+            data = answer.SerializeToString()
+            self.counters.encoded += 1
+        self.counters.sent_bytes += len(data)
+        return data
+
     # --- RPCs ----------------------------------------------------------------------------------------
 
     @_refusals_as_status
-    async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Any) -> pb.RegisterTaskResponse:
+    async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Any) -> Answer:
         membership = self._state.register(convert.registration(request, peer=context.peer()), now=self._clock())
         log.info(
             "task %d registered from %s (%s), incarnation %d",
             request.task_id,
-            request.hostname,
+            request.hostname[:255],
             context.peer(),
             request.incarnation,
         )
-        return convert.register_response(membership)
+        key = "register+tasks" if request.with_tasks else "register"
+        return self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
 
     @_refusals_as_status
-    async def WaitForAllTasks(self, request: pb.WaitForAllTasksRequest, context: Any) -> pb.WaitForAllTasksResponse:
+    async def WaitForAllTasks(self, request: pb.WaitForAllTasksRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
         answer_by = self._clock() + _poll_seconds(request.max_wait_seconds)
 
-        def check(now: float) -> RegistrationProgress | Pending:
-            progress = self._state.registration_progress(caller, now=now)
-            if progress.complete or now >= answer_by:
-                return progress
-            return Pending(min(answer_by, now + progress.seconds_left))
+        def check(now: float) -> bool | Pending:
+            left = self._state.registration_waiting(caller, now=now)
+            if left is None or now >= answer_by:
+                return left is None
+            return Pending(min(answer_by, now + left))
 
-        return convert.progress_response(await self._wait(REGISTRATION, check))
+        if await self._wait(REGISTRATION, check):
+            total = len(self._state.tasks)
+            return self._share(
+                "registered",
+                lambda: pb.WaitForAllTasksResponse(complete=True, registered=total, total=total),
+            )
+        self.counters.built += 1
+        return convert.progress_response(self._state.registration_progress(caller, now=self._clock()))
 
     @_refusals_as_status
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
-        incarnation = self._state.heartbeat(convert.task_ref(request.task), now=self._clock())
-        return pb.HeartbeatResponse(service_incarnation=incarnation)
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> Answer:
+        self._state.heartbeat(
+            convert.task_ref(request.task), now=self._clock(), service_incarnation=request.service_incarnation
+        )
+        return self._heartbeat_answer()
 
     @_refusals_as_status
-    async def ReportError(self, request: pb.ReportErrorRequest, context: Any) -> pb.ReportErrorResponse:
+    async def HeartbeatStream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Any) -> None:
+        """One task's heartbeats for its lifetime; O(1) per message, answered only when asked."""
+        state, clock, counters = self._state, self._clock, self.counters
+        async for request in requests:
+            counters.calls += 1
+            task = request.task
+            state.heartbeat(
+                convert.task_ref(task), now=clock(), service_incarnation=request.service_incarnation
+            )
+            if request.ack:
+                await context.write(self._heartbeat_answer())
+
+    @_refusals_as_status
+    async def ReportError(self, request: pb.ReportErrorRequest, context: Any) -> Answer:
         failures = self._state.report_error(convert.task_ref(request.task), request.cause, now=self._clock())
         self._log_failures(failures)
-        return pb.ReportErrorResponse()
+        return self._share("empty", lambda: pb.ReportErrorResponse())
 
     @_refusals_as_status
-    async def PollForError(self, request: pb.PollForErrorRequest, context: Any) -> pb.PollForErrorResponse:
+    async def PollForError(self, request: pb.PollForErrorRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
         answer_by = self._clock() + _poll_seconds(request.max_wait_seconds)
 
@@ -193,48 +244,91 @@ class CoordinationServicer(pb_grpc.CoordinationServiceServicer):
 
         failure = await self._wait(ERRORS, check)
         if failure is None:
-            return pb.PollForErrorResponse()
-        return pb.PollForErrorResponse(failure=convert.cluster_failure_pb(failure))
+            return b""  # an empty PollForErrorResponse
+        if self._error is None or self._error[0] is not failure:
+            self.counters.built += 1
+            self.counters.encoded += 1
+            message = pb.PollForErrorResponse(failure=convert.cluster_failure_pb(failure))
+            self._error = (failure, message.SerializeToString())
+        return self._error[1]
 
     @_refusals_as_status
-    async def Barrier(self, request: pb.BarrierRequest, context: Any) -> pb.BarrierResponse:
+    async def Barrier(self, request: pb.BarrierRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
         barrier = self._state.barrier_arrive(caller, request.name, request.timeout_seconds, now=self._clock())
-        log.debug("task %d arrived at %s", caller.task_id, barrier)
         instance = await self._wait(barrier_key(barrier), lambda now: self._state.barrier_outcome(barrier, now=now))
-        return pb.BarrierResponse(instance=instance)
+        return _barrier_answer(instance)
 
     @_refusals_as_status
-    async def KeyValueSet(self, request: pb.KeyValueSetRequest, context: Any) -> pb.KeyValueSetResponse:
+    async def Gather(self, request: pb.GatherRequest, context: Any) -> Answer:
+        caller = convert.task_ref(request.task)
+        gather = self._state.gather_arrive(
+            caller, request.name, request.value, request.timeout_seconds, now=self._clock()
+        )
+        gathered = await self._wait(barrier_key(gather), lambda now: self._state.gather_outcome(gather, now=now))
+        cached = self._gathered.get(gather.name)
+        if cached is None or cached[0] is not gathered:
+            self.counters.built += 1
+            self.counters.encoded += 1
+            self.counters.touched += len(gathered.values)
+            message = pb.GatherResponse(instance=gathered.instance, values=gathered.values)
+            cached = self._gathered[gather.name] = (gathered, message.SerializeToString())
+        return cached[1]
+
+    @_refusals_as_status
+    async def RendezvousProgress(self, request: pb.RendezvousProgressRequest, context: Any) -> Answer:
+        found = self._state.rendezvous_progress(
+            convert.task_ref(request.task), request.name, kind=convert.kind(request.kind), now=self._clock()
+        )
+        self.counters.built += 1
+        return convert.rendezvous_progress_response(found)
+
+    @_refusals_as_status
+    async def KeyValueSet(self, request: pb.KeyValueSetRequest, context: Any) -> Answer:
         entry = request.entry
         self._state.kv_set(entry.key, entry.value, allow_overwrite=request.allow_overwrite, now=self._clock())
-        return pb.KeyValueSetResponse()
+        return b""
 
     @_refusals_as_status
-    async def KeyValueGet(self, request: pb.KeyValueGetRequest, context: Any) -> pb.KeyValueGetResponse:
+    async def KeyValueGet(self, request: pb.KeyValueGetRequest, context: Any) -> Answer:
         key, timeout, started = request.key, request.timeout_seconds, self._clock()
         value = await self._wait(
             kv_key(key), lambda now: self._state.kv_get(key, started=started, timeout=timeout, now=now)
         )
+        self.counters.built += 1
         return pb.KeyValueGetResponse(value=value)
 
     @_refusals_as_status
-    async def KeyValueDir(self, request: pb.KeyValueDirRequest, context: Any) -> pb.KeyValueDirResponse:
-        entries = self._state.kv_dir(request.prefix)
-        return pb.KeyValueDirResponse(entries=[pb.KeyValue(key=k, value=v) for k, v in entries])
+    async def KeyValueDir(self, request: pb.KeyValueDirRequest, context: Any) -> Answer:
+        prefix, version = request.prefix, self._state.kv_version
+        cached = self._kv_dirs.get(prefix)
+        if cached is not None and cached[0] == version:
+            self._kv_dirs.move_to_end(prefix)
+            return cached[1]
+        entries = self._state.kv_dir(prefix)
+        self.counters.built += 1 + len(entries)
+        self.counters.encoded += 1
+        data = pb.KeyValueDirResponse(entries=[pb.KeyValue(key=k, value=v) for k, v in entries]).SerializeToString()
+        self._kv_dirs[prefix] = (version, data)
+        self._kv_dirs.move_to_end(prefix)
+        while len(self._kv_dirs) > _KV_DIR_CACHE:
+            self._kv_dirs.popitem(last=False)
+        return data
 
     @_refusals_as_status
-    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
-        return convert.status_response(self._state.status(now=self._clock()))
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> Answer:
+        status = self._state.status(now=self._clock())
+        self.counters.built += 1 + len(status.tasks)
+        return convert.status_response(status)
 
     @_refusals_as_status
-    async def Disconnect(self, request: pb.DisconnectRequest, context: Any) -> pb.DisconnectResponse:
+    async def Disconnect(self, request: pb.DisconnectRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
         self._state.disconnect(caller, now=self._clock())
         log.info("task %d disconnected", caller.task_id)
-        return pb.DisconnectResponse()
+        return b""
 
-    # --- waiting -------------------------------------------------------------------------------------
+    # --- waiting and sharing -------------------------------------------------------------------------
 
     async def _wait(self, key: WaitKey, check: Callable[[float], _T | Pending]) -> _T:
         """Ask ``check`` until it decides; in between, park on ``key`` until woken or its deadline."""
@@ -249,6 +343,26 @@ class CoordinationServicer(pb_grpc.CoordinationServiceServicer):
     def _wake(self) -> None:
         self._parking.wake(self._state.take_wakeup())
 
+    def _share(self, key: str, build: Callable[[], Message]) -> bytes:
+        """An answer that is the same for every caller, serialized once."""
+        data = self._shared.get(key)
+        if data is None:
+            self.counters.built += 1
+            self.counters.encoded += 1
+            data = self._shared[key] = build().SerializeToString()
+        return data
+
+    def _heartbeat_answer(self) -> bytes:
+        incarnation = self._state.service_incarnation
+        return self._share("heartbeat", lambda: pb.HeartbeatResponse(service_incarnation=incarnation))
+
+    async def _abort(self, context: Any, refused: Refused) -> NoReturn:
+        details = convert.status_details(refused.message)
+        trailers = convert.hint_metadata(refused.hint)
+        self.counters.sent_bytes += len(details.encode()) + sum(len(value) for _, value in trailers)
+        await context.abort(convert.STATUS_CODES[refused.reason], details, trailing_metadata=trailers)
+        raise RuntimeError("grpc.aio's context.abort returned instead of raising")
+
     async def _watch_heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self._check_interval)
@@ -256,8 +370,15 @@ class CoordinationServicer(pb_grpc.CoordinationServiceServicer):
             self._wake()
 
     def _log_failures(self, failures: tuple[TaskFailure, ...]) -> None:
-        for failure in failures:
+        for failure in failures[:SAMPLE]:
             log.warning("%s failed: %s", failure.task, failure.cause)
+        if len(failures) > SAMPLE:
+            log.warning("... and %d more tasks failed (`tpuctl status --json` lists all)", len(failures) - SAMPLE)
+
+
+@functools.lru_cache(maxsize=256)
+def _barrier_answer(instance: int) -> bytes:
+    return pb.BarrierResponse(instance=instance).SerializeToString()
 
 
 def _poll_seconds(requested: float) -> float:

@@ -11,8 +11,15 @@ TSL or xla.coordination.
 Differences from TSL, on purpose:
 * barrier instance counters live in the service, per (barrier name, task): the k-th call of a task to
   barrier "step" joins instance k, so a one-shot CLI in a shell loop needs no state of its own;
-* timeouts name every missing task with its address, not the first two bare ids;
-* every wait has a deadline in the service, and long polls return at least every `max_wait_seconds`.
+* timeouts name how many tasks are missing and the first ten with their addresses, not two bare ids;
+* every wait has a deadline in the service, and long polls return at least every `max_wait_seconds`;
+* the core-ID merge is one `Gather`: the service assembles every task's value once and sends every
+  task the same bytes;
+* heartbeats travel on one stream per task (`HeartbeatStream`), answered only when asked to.
+
+Scale: every RPC costs the service O(1) or O(its answer); only `GetStatus` lists every task. Every list
+of tasks in an answer or a message is a bounded sample (at most 10) with a count, and every status text
+is cut to fit in the trailers, so nothing grows with the cluster beyond `GetStatus` and `Gather`.
 
 Errors are gRPC status codes with a readable message; a hint for the user, when there is one, travels in
 the trailing metadata key `x-tpuctl-hint-bin` (UTF-8). With an auth token configured, every call carries
@@ -20,7 +27,9 @@ it in the metadata key `x-tpuctl-token`.
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
-renumber or reuse them; a change an old peer would misread bumps the version.
+renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
+of progress, timeouts and failures became samples with counts; registration answers carry the task
+list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added.
 """
 
 from collections import abc as _abc
@@ -38,6 +47,21 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _RendezvousKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RendezvousKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RendezvousKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RENDEZVOUS_KIND_BARRIER: _RendezvousKind.ValueType  # 0
+    RENDEZVOUS_KIND_GATHER: _RendezvousKind.ValueType  # 1
+
+class RendezvousKind(_RendezvousKind, metaclass=_RendezvousKindEnumTypeWrapper): ...
+
+RENDEZVOUS_KIND_BARRIER: RendezvousKind.ValueType  # 0
+RENDEZVOUS_KIND_GATHER: RendezvousKind.ValueType  # 1
+Global___RendezvousKind: _TypeAlias = RendezvousKind  # noqa: Y015
 
 class _TaskState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -143,16 +167,22 @@ class ClusterFailure(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FAILURES_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """How many tasks failed in that first batch (0: as many as listed)."""
     @_builtins.property
-    def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]: ...
+    def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]:
+        """At most the first 10 of them."""
+
     def __init__(
         self,
         *,
         failures: _abc.Iterable[Global___TaskFailure] | None = ...,
+        total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -167,12 +197,15 @@ class RegisterTaskRequest(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
+    WITH_TASKS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     cluster_name: _builtins.str
     task_id: _builtins.int
     incarnation: _builtins.int
     hostname: _builtins.str
-    """The registering host's own name, for messages and status."""
+    """The registering host's own name, for messages and status (the service keeps 255 characters)."""
+    with_tasks: _builtins.bool
+    """Send the whole task list in the answer (O(tasks) bytes); without it, only `num_tasks`."""
     def __init__(
         self,
         *,
@@ -181,10 +214,11 @@ class RegisterTaskRequest(_message.Message):
         task_id: _builtins.int = ...,
         incarnation: _builtins.int = ...,
         hostname: _builtins.str = ...,
+        with_tasks: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "hostname", b"hostname", "incarnation", b"incarnation", "protocol_version", b"protocol_version", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "hostname", b"hostname", "incarnation", b"incarnation", "protocol_version", b"protocol_version", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -198,13 +232,15 @@ class RegisterTaskResponse(_message.Message):
     TASKS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     DEFAULT_BARRIER_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    NUM_TASKS_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     """Random per service start: a changed value means the coordinator restarted."""
     heartbeat_timeout_seconds: _builtins.float
     default_barrier_timeout_seconds: _builtins.float
+    num_tasks: _builtins.int
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
-        """Every task of the cluster, by id."""
+        """Every task of the cluster, by id; only when the request set `with_tasks`."""
 
     def __init__(
         self,
@@ -213,10 +249,11 @@ class RegisterTaskResponse(_message.Message):
         tasks: _abc.Iterable[Global___TaskInfo] | None = ...,
         heartbeat_timeout_seconds: _builtins.float = ...,
         default_barrier_timeout_seconds: _builtins.float = ...,
+        num_tasks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -254,12 +291,18 @@ class WaitForAllTasksResponse(_message.Message):
     REGISTERED_FIELD_NUMBER: _builtins.int
     MISSING_FIELD_NUMBER: _builtins.int
     SECONDS_LEFT_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    MISSING_COUNT_FIELD_NUMBER: _builtins.int
     complete: _builtins.bool
     registered: _builtins.int
     seconds_left: _builtins.float
     """Until registration closes (its clock starts at the first registration)."""
+    total: _builtins.int
+    missing_count: _builtins.int
     @_builtins.property
-    def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]: ...
+    def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
+        """The first (lowest-id) missing tasks, at most 10."""
+
     def __init__(
         self,
         *,
@@ -267,10 +310,12 @@ class WaitForAllTasksResponse(_message.Message):
         registered: _builtins.int = ...,
         missing: _abc.Iterable[Global___TaskInfo] | None = ...,
         seconds_left: _builtins.float = ...,
+        total: _builtins.int = ...,
+        missing_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "missing", b"missing", "registered", b"registered", "seconds_left", b"seconds_left"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "missing", b"missing", "missing_count", b"missing_count", "registered", b"registered", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -281,16 +326,24 @@ class HeartbeatRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
+    SERVICE_INCARNATION_FIELD_NUMBER: _builtins.int
+    ack: _builtins.bool
+    """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
+    service_incarnation: _builtins.int
+    """The service incarnation the task registered with (0: unchecked); another one is refused as a restart."""
     @_builtins.property
     def task(self) -> Global___TaskRef: ...
     def __init__(
         self,
         *,
         task: Global___TaskRef | None = ...,
+        ack: _builtins.bool = ...,
+        service_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "service_incarnation", b"service_incarnation", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -448,6 +501,132 @@ class BarrierResponse(_message.Message):
 Global___BarrierResponse: _TypeAlias = BarrierResponse  # noqa: Y015
 
 @_typing.final
+class GatherRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Counted per (name, task) like a barrier; gathers and barriers do not share names' counters."""
+    value: _builtins.bytes
+    """This task's value; at most min(64 KiB, 32 MiB / tasks) bytes."""
+    timeout_seconds: _builtins.float
+    """0: the service's default barrier timeout."""
+    @_builtins.property
+    def task(self) -> Global___TaskRef: ...
+    def __init__(
+        self,
+        *,
+        task: Global___TaskRef | None = ...,
+        name: _builtins.str = ...,
+        value: _builtins.bytes = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "task", b"task", "timeout_seconds", b"timeout_seconds", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GatherRequest: _TypeAlias = GatherRequest  # noqa: Y015
+
+@_typing.final
+class GatherResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    instance: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Every task's value, by task id."""
+
+    def __init__(
+        self,
+        *,
+        instance: _builtins.int = ...,
+        values: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GatherResponse: _TypeAlias = GatherResponse  # noqa: Y015
+
+@_typing.final
+class RendezvousProgressRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: Global___RendezvousKind.ValueType
+    @_builtins.property
+    def task(self) -> Global___TaskRef: ...
+    def __init__(
+        self,
+        *,
+        task: Global___TaskRef | None = ...,
+        name: _builtins.str = ...,
+        kind: Global___RendezvousKind.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RendezvousProgressRequest: _TypeAlias = RendezvousProgressRequest  # noqa: Y015
+
+@_typing.final
+class RendezvousProgressResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOUND_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    ARRIVED_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    MISSING_FIELD_NUMBER: _builtins.int
+    SECONDS_LEFT_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    found: _builtins.bool
+    """False: the caller never called this name."""
+    instance: _builtins.int
+    """The caller's latest call."""
+    arrived: _builtins.int
+    total: _builtins.int
+    seconds_left: _builtins.float
+    done: _builtins.bool
+    """The instance is decided (passed, timed out or failed)."""
+    @_builtins.property
+    def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
+        """The first (lowest-id) tasks that have not arrived, at most 10."""
+
+    def __init__(
+        self,
+        *,
+        found: _builtins.bool = ...,
+        instance: _builtins.int = ...,
+        arrived: _builtins.int = ...,
+        total: _builtins.int = ...,
+        missing: _abc.Iterable[Global___TaskInfo] | None = ...,
+        seconds_left: _builtins.float = ...,
+        done: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "done", b"done", "found", b"found", "instance", b"instance", "missing", b"missing", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RendezvousProgressResponse: _TypeAlias = RendezvousProgressResponse  # noqa: Y015
+
+@_typing.final
 class KeyValue(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -510,6 +689,8 @@ Global___KeyValueSetResponse: _TypeAlias = KeyValueSetResponse  # noqa: Y015
 
 @_typing.final
 class KeyValueGetRequest(_message.Message):
+    """Keys (and barrier and gather names) are at most 1,024 characters."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
@@ -658,10 +839,12 @@ class OpenBarrier(_message.Message):
     INSTANCE_FIELD_NUMBER: _builtins.int
     ARRIVED_FIELD_NUMBER: _builtins.int
     SECONDS_LEFT_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     instance: _builtins.int
     seconds_left: _builtins.float
     """Until it times out, by the service's clock."""
+    kind: Global___RendezvousKind.ValueType
     @_builtins.property
     def arrived(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Task ids that have arrived, ascending."""
@@ -673,10 +856,11 @@ class OpenBarrier(_message.Message):
         instance: _builtins.int = ...,
         arrived: _abc.Iterable[_builtins.int] | None = ...,
         seconds_left: _builtins.float = ...,
+        kind: Global___RendezvousKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "instance", b"instance", "name", b"name", "seconds_left", b"seconds_left"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "instance", b"instance", "kind", b"kind", "name", b"name", "seconds_left", b"seconds_left"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

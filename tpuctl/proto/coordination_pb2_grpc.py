@@ -49,6 +49,11 @@ class CoordinationServiceStub:
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.HeartbeatStream = channel.stream_stream(
+                '/tpuctl.v1.CoordinationService/HeartbeatStream',
+                request_serializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.ReportError = channel.unary_unary(
                 '/tpuctl.v1.CoordinationService/ReportError',
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.ReportErrorRequest.SerializeToString,
@@ -63,6 +68,16 @@ class CoordinationServiceStub:
                 '/tpuctl.v1.CoordinationService/Barrier',
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierRequest.SerializeToString,
                 response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierResponse.FromString,
+                _registered_method=True)
+        self.Gather = channel.unary_unary(
+                '/tpuctl.v1.CoordinationService/Gather',
+                request_serializer=tpuctl_dot_proto_dot_coordination__pb2.GatherRequest.SerializeToString,
+                response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GatherResponse.FromString,
+                _registered_method=True)
+        self.RendezvousProgress = channel.unary_unary(
+                '/tpuctl.v1.CoordinationService/RendezvousProgress',
+                request_serializer=tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressRequest.SerializeToString,
+                response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressResponse.FromString,
                 _registered_method=True)
         self.KeyValueSet = channel.unary_unary(
                 '/tpuctl.v1.CoordinationService/KeyValueSet',
@@ -115,6 +130,14 @@ class CoordinationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HeartbeatStream(self, request_iterator, context):
+        """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
+        it sets `ack`. A refusal ends the stream with its status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportError(self, request, context):
         """A task reports its own fatal error: the cluster is in error from then on.
         """
@@ -131,6 +154,21 @@ class CoordinationServiceServicer:
 
     def Barrier(self, request, context):
         """Wait until every task of the cluster has made as many calls to this barrier name as the caller.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Gather(self, request, context):
+        """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
+        gets every task's value, in task order (the same bytes for everyone).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RendezvousProgress(self, request, context):
+        """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,6 +226,11 @@ def add_CoordinationServiceServicer_to_server(servicer, server):
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatRequest.FromString,
                     response_serializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatResponse.SerializeToString,
             ),
+            'HeartbeatStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.HeartbeatStream,
+                    request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatRequest.FromString,
+                    response_serializer=tpuctl_dot_proto_dot_coordination__pb2.HeartbeatResponse.SerializeToString,
+            ),
             'ReportError': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportError,
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.ReportErrorRequest.FromString,
@@ -202,6 +245,16 @@ def add_CoordinationServiceServicer_to_server(servicer, server):
                     servicer.Barrier,
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierRequest.FromString,
                     response_serializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierResponse.SerializeToString,
+            ),
+            'Gather': grpc.unary_unary_rpc_method_handler(
+                    servicer.Gather,
+                    request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GatherRequest.FromString,
+                    response_serializer=tpuctl_dot_proto_dot_coordination__pb2.GatherResponse.SerializeToString,
+            ),
+            'RendezvousProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.RendezvousProgress,
+                    request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressRequest.FromString,
+                    response_serializer=tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressResponse.SerializeToString,
             ),
             'KeyValueSet': grpc.unary_unary_rpc_method_handler(
                     servicer.KeyValueSet,
@@ -321,6 +374,33 @@ class CoordinationService:
             _registered_method=True)
 
     @staticmethod
+    def HeartbeatStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tpuctl.v1.CoordinationService/HeartbeatStream',
+            tpuctl_dot_proto_dot_coordination__pb2.HeartbeatRequest.SerializeToString,
+            tpuctl_dot_proto_dot_coordination__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ReportError(request,
             target,
             options=(),
@@ -391,6 +471,60 @@ class CoordinationService:
             '/tpuctl.v1.CoordinationService/Barrier',
             tpuctl_dot_proto_dot_coordination__pb2.BarrierRequest.SerializeToString,
             tpuctl_dot_proto_dot_coordination__pb2.BarrierResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Gather(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tpuctl.v1.CoordinationService/Gather',
+            tpuctl_dot_proto_dot_coordination__pb2.GatherRequest.SerializeToString,
+            tpuctl_dot_proto_dot_coordination__pb2.GatherResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RendezvousProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tpuctl.v1.CoordinationService/RendezvousProgress',
+            tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressRequest.SerializeToString,
+            tpuctl_dot_proto_dot_coordination__pb2.RendezvousProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,8 +11,15 @@ TSL or xla.coordination.
 Differences from TSL, on purpose:
 * barrier instance counters live in the service, per (barrier name, task): the k-th call of a task to
   barrier "step" joins instance k, so a one-shot CLI in a shell loop needs no state of its own;
-* timeouts name every missing task with its address, not the first two bare ids;
-* every wait has a deadline in the service, and long polls return at least every `max_wait_seconds`.
+* timeouts name how many tasks are missing and the first ten with their addresses, not two bare ids;
+* every wait has a deadline in the service, and long polls return at least every `max_wait_seconds`;
+* the core-ID merge is one `Gather`: the service assembles every task's value once and sends every
+  task the same bytes;
+* heartbeats travel on one stream per task (`HeartbeatStream`), answered only when asked to.
+
+Scale: every RPC costs the service O(1) or O(its answer); only `GetStatus` lists every task. Every list
+of tasks in an answer or a message is a bounded sample (at most 10) with a count, and every status text
+is cut to fit in the trailers, so nothing grows with the cluster beyond `GetStatus` and `Gather`.
 
 Errors are gRPC status codes with a readable message; a hint for the user, when there is one, travels in
 the trailing metadata key `x-tpuctl-hint-bin` (UTF-8). With an auth token configured, every call carries
@@ -20,7 +27,9 @@ it in the metadata key `x-tpuctl-token`.
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
-renumber or reuse them; a change an old peer would misread bumps the version.
+renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
+of progress, timeouts and failures became samples with counts; registration answers carry the task
+list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added.
 """
 
 from collections import abc as _abc
@@ -57,12 +66,22 @@ class CoordinationServiceStub:
     """Long-poll until every task has registered; each answer says who is still missing."""
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
+    HeartbeatStream: _grpc.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]
+    """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
+    it sets `ack`. A refusal ends the stream with its status.
+    """
     ReportError: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]
     """A task reports its own fatal error: the cluster is in error from then on."""
     PollForError: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.PollForErrorRequest, _coordination_pb2.PollForErrorResponse]
     """Long-poll that answers as soon as the cluster is in error."""
     Barrier: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.BarrierRequest, _coordination_pb2.BarrierResponse]
     """Wait until every task of the cluster has made as many calls to this barrier name as the caller."""
+    Gather: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]
+    """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
+    gets every task's value, in task order (the same bytes for everyone).
+    """
+    RendezvousProgress: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]
+    """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
     KeyValueSet: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.KeyValueSetRequest, _coordination_pb2.KeyValueSetResponse]
     KeyValueGet: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.KeyValueGetRequest, _coordination_pb2.KeyValueGetResponse]
     """Blocks until the key exists or the request's timeout passes."""
@@ -82,12 +101,22 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     """Long-poll until every task has registered; each answer says who is still missing."""
     Heartbeat: _aio.UnaryUnaryMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
+    HeartbeatStream: _aio.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
+    it sets `ack`. A refusal ends the stream with its status.
+    """
     ReportError: _aio.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]  # type: ignore[assignment]
     """A task reports its own fatal error: the cluster is in error from then on."""
     PollForError: _aio.UnaryUnaryMultiCallable[_coordination_pb2.PollForErrorRequest, _coordination_pb2.PollForErrorResponse]  # type: ignore[assignment]
     """Long-poll that answers as soon as the cluster is in error."""
     Barrier: _aio.UnaryUnaryMultiCallable[_coordination_pb2.BarrierRequest, _coordination_pb2.BarrierResponse]  # type: ignore[assignment]
     """Wait until every task of the cluster has made as many calls to this barrier name as the caller."""
+    Gather: _aio.UnaryUnaryMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]  # type: ignore[assignment]
+    """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
+    gets every task's value, in task order (the same bytes for everyone).
+    """
+    RendezvousProgress: _aio.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]  # type: ignore[assignment]
+    """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
     KeyValueSet: _aio.UnaryUnaryMultiCallable[_coordination_pb2.KeyValueSetRequest, _coordination_pb2.KeyValueSetResponse]  # type: ignore[assignment]
     KeyValueGet: _aio.UnaryUnaryMultiCallable[_coordination_pb2.KeyValueGetRequest, _coordination_pb2.KeyValueGetResponse]  # type: ignore[assignment]
     """Blocks until the key exists or the request's timeout passes."""
@@ -124,6 +153,16 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
 
     @_abc_1.abstractmethod
+    def HeartbeatStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_coordination_pb2.HeartbeatRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_coordination_pb2.HeartbeatResponse], _abc.AsyncIterator[_coordination_pb2.HeartbeatResponse]]:
+        """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
+        it sets `ack`. A refusal ends the stream with its status.
+        """
+
+    @_abc_1.abstractmethod
     def ReportError(
         self,
         request: _coordination_pb2.ReportErrorRequest,
@@ -146,6 +185,24 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordination_pb2.BarrierResponse, _abc.Awaitable[_coordination_pb2.BarrierResponse]]:
         """Wait until every task of the cluster has made as many calls to this barrier name as the caller."""
+
+    @_abc_1.abstractmethod
+    def Gather(
+        self,
+        request: _coordination_pb2.GatherRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordination_pb2.GatherResponse, _abc.Awaitable[_coordination_pb2.GatherResponse]]:
+        """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
+        gets every task's value, in task order (the same bytes for everyone).
+        """
+
+    @_abc_1.abstractmethod
+    def RendezvousProgress(
+        self,
+        request: _coordination_pb2.RendezvousProgressRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordination_pb2.RendezvousProgressResponse, _abc.Awaitable[_coordination_pb2.RendezvousProgressResponse]]:
+        """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
 
     @_abc_1.abstractmethod
     def KeyValueSet(

@@ -1,0 +1,248 @@
+"""Barriers and gathers: counted rendezvous of every task of the cluster.
+
+Pure: no grpc, no asyncio, no clock. The service counts calls per (kind, name, task): a task's k-th call
+to barrier "step" joins instance k, which passes when every task has made its k-th call. A gather is a
+barrier whose arrivals carry a value: once it passes, every caller gets the same ``Gathered`` (all values
+by task id), assembled once. An instance's deadline is its first arrival plus that arrival's timeout;
+when it passes, every waiter (and later arrival) is told how many hosts are missing and the first few.
+
+Cost: O(1) per arrival (the missing set is a linked list, ``taskset.Missing``), O(hosts) once per
+instance (creating it, assembling a gather), O(sample) per timeout and progress answer. Passed instances
+are dropped once a later instance of the same name passes (every task has read them by then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from tpuctl.coordination.taskset import Missing
+from tpuctl.coordination.values import (
+    MAX_GATHER_TABLE,
+    MAX_GATHER_VALUE,
+    SAMPLE,
+    BarrierId,
+    ClusterFailure,
+    Counters,
+    Gathered,
+    OpenBarrier,
+    Pending,
+    Reason,
+    Refused,
+    RendezvousKind,
+    RendezvousProgress,
+    TaskInfo,
+    Verdict,
+    WaitKey,
+    barrier_key,
+    check_name,
+    check_timeout,
+    count,
+    sample_text,
+    shown,
+)
+
+_ARRIVED = {"barrier": "arrived", "gather": "published"}
+
+
+@dataclass
+class _Instance:
+    deadline: float
+    timeout: float
+    missing: Missing | None
+    """Who has not arrived; None once decided."""
+    values: list[bytes] | None = None
+    """A gather's values by task id until it passes (b"" for a task not arrived yet)."""
+    passed: bool = False
+    verdict: Verdict | None = None
+    gathered: Gathered | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.passed or self.verdict is not None
+
+
+class Rendezvous:
+    """Every barrier and gather instance of one cluster."""
+
+    def __init__(self, tasks: Sequence[TaskInfo], counters: Counters, woken: set[WaitKey]) -> None:
+        self._tasks = tasks
+        self._counters = counters
+        self._woken = woken
+        self._calls: dict[tuple[RendezvousKind, str, int], int] = {}
+        self._instances: dict[BarrierId, _Instance] = {}
+        self._open: set[BarrierId] = set()
+        self._floor: dict[tuple[RendezvousKind, str], int] = {}
+        """Instances below this number passed and were dropped."""
+
+    def value_limit(self) -> int:
+        return min(MAX_GATHER_VALUE, MAX_GATHER_TABLE // len(self._tasks))
+
+    def arrive(
+        self,
+        kind: RendezvousKind,
+        task_id: int,
+        name: str,
+        timeout: float,
+        value: bytes | None,
+        *,
+        default_timeout: float,
+        disconnected: Collection[int],
+        failure: ClusterFailure | None,
+        now: float,
+    ) -> BarrierId:
+        """Count the caller's next call to ``name``; ``timeout`` 0 means ``default_timeout``."""
+        check_name(f"{kind} name", name)
+        check_timeout(kind, timeout)
+        if value is not None and len(value) > self.value_limit():
+            raise Refused(
+                Reason.INVALID,
+                f"gather {shown(name)}: this host's value is {count(len(value))} bytes; at most "
+                f"{count(self.value_limit())} bytes per host in a cluster of {count(len(self._tasks))} hosts",
+                hint="publish less: every host receives every host's value",
+            )
+        if failure is not None:
+            raise Refused(Reason.CLUSTER_FAILED, f"{kind} {shown(name)} refused: the cluster is in error: {failure}")
+        calls = (kind, name, task_id)
+        number = self._calls.get(calls, 0) + 1
+        self._calls[calls] = number
+        barrier = BarrierId(name, number, kind)
+        instance = self._instances.get(barrier)
+        if instance is None:
+            timeout = timeout or default_timeout
+            n = len(self._tasks)
+            instance = self._instances[barrier] = _Instance(now + timeout, timeout, Missing(n))
+            if kind == "gather":
+                instance.values = [b""] * n
+            self._counters.touched += n
+            self._open.add(barrier)
+            if disconnected:
+                gone = sorted(disconnected)
+                self._decide(barrier, instance, self._disconnected_verdict(barrier, gone[:SAMPLE], len(gone)))
+        if instance.decided or self._time_out_if_late(barrier, instance, now) is not None:
+            return barrier
+        assert instance.missing is not None
+        if instance.missing.discard(task_id) and instance.values is not None and value is not None:
+            instance.values[task_id] = value
+        if not instance.missing:
+            self._pass(barrier, instance)
+        return barrier
+
+    def outcome(self, barrier: BarrierId, *, failure: ClusterFailure | None, now: float) -> int | Gathered | Pending:
+        """The instance number (a barrier) or every value (a gather) once it passed; raises once it
+        timed out or cannot pass."""
+        instance = self._instances.get(barrier)
+        if instance is None:
+            if barrier.instance < self._floor.get((barrier.kind, barrier.name), 0):
+                return barrier.instance  # passed, and dropped since (only barriers are asked that late)
+            raise Refused(Reason.INVALID, f"{barrier} does not exist")
+        if instance.passed:
+            return instance.gathered if instance.gathered is not None else barrier.instance
+        if instance.verdict is not None:
+            raise instance.verdict.refused()
+        if failure is not None:
+            raise Refused(Reason.CLUSTER_FAILED, f"{barrier} failed: {failure}")
+        verdict = self._time_out_if_late(barrier, instance, now)
+        if verdict is not None:
+            raise verdict.refused()
+        return Pending(instance.deadline)
+
+    def progress(self, kind: RendezvousKind, task_id: int, name: str, *, now: float) -> RendezvousProgress | None:
+        """Where the task's latest call to ``name`` stands; None if it never called. O(sample)."""
+        check_name(f"{kind} name", name)
+        number = self._calls.get((kind, name, task_id))
+        if number is None:
+            return None
+        barrier = BarrierId(name, number, kind)
+        instance = self._instances.get(barrier)
+        total = len(self._tasks)
+        if instance is None or instance.decided or self._time_out_if_late(barrier, instance, now) is not None:
+            return RendezvousProgress(kind, name, number, total, total, (), 0.0, done=True)
+        assert instance.missing is not None
+        sample = instance.missing.first(SAMPLE)
+        self._counters.touched += len(sample) + 1
+        return RendezvousProgress(
+            kind,
+            name,
+            number,
+            total - len(instance.missing),
+            total,
+            tuple(self._tasks[i] for i in sample),
+            max(0.0, instance.deadline - now),
+        )
+
+    def task_left(self, task: TaskInfo, *, now: float) -> None:
+        """``task`` disconnected: the open instances still waiting for it cannot pass."""
+        for barrier in list(self._open):
+            instance = self._instances[barrier]
+            self._counters.touched += 1
+            if self._time_out_if_late(barrier, instance, now) is None:
+                assert instance.missing is not None
+                if task.task_id in instance.missing:
+                    self._decide(barrier, instance, self._disconnected_verdict(barrier, [task], 1))
+
+    def open_instances(self, *, now: float) -> tuple[OpenBarrier, ...]:
+        """Open instances with at least one arrival, by kind, name and number. O(hosts) each."""
+        found = []
+        for barrier in sorted(self._open, key=lambda b: (b.kind, b.name, b.instance)):
+            instance = self._instances[barrier]
+            missing = instance.missing
+            if instance.decided or missing is None or len(missing) == len(self._tasks):
+                continue
+            absent = set(missing)
+            arrived = tuple(i for i in range(len(self._tasks)) if i not in absent)
+            self._counters.touched += len(self._tasks)
+            found.append(
+                OpenBarrier(barrier.name, barrier.instance, arrived, max(0.0, instance.deadline - now), barrier.kind)
+            )
+        return tuple(found)
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _pass(self, barrier: BarrierId, instance: _Instance) -> None:
+        instance.passed = True
+        if instance.values is not None:
+            instance.gathered = Gathered(barrier.instance, tuple(instance.values))
+            self._counters.touched += len(instance.values)
+        instance.missing = None
+        instance.values = None
+        self._open.discard(barrier)
+        self._woken.add(barrier_key(barrier))
+        # Every task has made its call to this instance, so it has read every earlier one: drop those
+        # that passed (failed ones stay: they are rare and keep their verdict).
+        series = (barrier.kind, barrier.name)
+        for number in range(self._floor.get(series, 1), barrier.instance):
+            earlier = BarrierId(barrier.name, number, barrier.kind)
+            if (old := self._instances.get(earlier)) is not None and old.passed:
+                del self._instances[earlier]
+        self._floor[series] = barrier.instance
+
+    def _decide(self, barrier: BarrierId, instance: _Instance, verdict: Verdict) -> None:
+        instance.verdict = verdict
+        instance.missing = None
+        instance.values = None
+        self._open.discard(barrier)
+        self._woken.add(barrier_key(barrier))
+
+    def _time_out_if_late(self, barrier: BarrierId, instance: _Instance, now: float) -> Verdict | None:
+        """Decide an open instance whose deadline has passed; its verdict if it did."""
+        if now < instance.deadline or instance.decided:
+            return None
+        assert instance.missing is not None
+        missing = len(instance.missing)
+        sample = [self._tasks[i] for i in instance.missing.first(SAMPLE)]
+        self._counters.touched += len(sample) + 1
+        total = len(self._tasks)
+        verdict = Verdict(
+            Reason.TIMED_OUT,
+            f"{barrier} timed out after {instance.timeout:.1f} s: {count(total - missing)} of {count(total)} "
+            f"hosts {_ARRIVED[barrier.kind]}; missing: {sample_text(sample, missing)}",
+            hint=f"the missing hosts did not reach this {barrier.kind} in time; their logs say why",
+        )
+        self._decide(barrier, instance, verdict)
+        return verdict
+
+    def _disconnected_verdict(self, barrier: BarrierId, gone: Sequence[int | TaskInfo], total: int) -> Verdict:
+        sample = [g if isinstance(g, TaskInfo) else self._tasks[g] for g in gone]
+        verb = "has" if total == 1 else "have"
+        return Verdict(Reason.CLUSTER_FAILED, f"{barrier} cannot pass: {sample_text(sample, total)} {verb} disconnected")

@@ -1,0 +1,486 @@
+"""The coordination service's values, limits and refusals: what the state machine takes and returns.
+
+Pure: no grpc, no asyncio, no clock. Every list of hosts a message may carry is a bounded *sample*
+(``SAMPLE`` hosts, in task order) plus a count, so no answer, message or hint grows with the cluster;
+``tpuctl status --json`` (``ClusterStatus``) is the one answer that lists every host.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tpuctl.errors import InputError
+
+PROTOCOL_VERSION = 2
+"""Bumped when a change to ``coordination.proto`` would be misread by an older peer.
+
+v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
+carry the task count (the task list only on request); ``HeartbeatStream``, ``Gather`` and
+``RendezvousProgress`` were added."""
+
+# --- limits ------------------------------------------------------------------------------------------
+
+SAMPLE = 10
+"""How many hosts a progress line, timeout message or failure names before "... and N more"."""
+MAX_NAME_CHARS = 1024
+"""Longest barrier or gather name, and the longest key-value key; longer ones are refused."""
+MAX_TEXT_CHARS = 1024
+"""Longest free text the service keeps from a client (a reported cause, a hostname); longer is clipped."""
+SHOWN_CHARS = 120
+"""How much of a name or key a message quotes before eliding the rest."""
+MAX_GATHER_VALUE = 64 * 1024
+"""Longest value one host may publish to a gather ..."""
+MAX_GATHER_TABLE = 32 * 1024 * 1024
+"""... and the most a whole gather may hold: each value is at most this divided by the host count."""
+ALL_HOSTS_HINT = "`tpuctl status --json` lists all"
+
+
+# --- text ----------------------------------------------------------------------------------------------
+
+
+def count(n: int) -> str:
+    """2304 -> "2,304"."""
+    return f"{n:,}"
+
+
+def shown(name: str, limit: int = SHOWN_CHARS) -> str:
+    """``repr(name)``, elided in the middle past ``limit`` characters, saying how long it was."""
+    if len(name) <= limit:
+        return repr(name)
+    half = limit // 2
+    return f"{name[:half]!r}...{name[-half:]!r} ({count(len(name))} characters)"
+
+
+def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{count(len(text) - limit)} more characters cut]"
+
+
+def sample_text(sample: Sequence[object], total: int) -> str:
+    """ "task 7 (10.0.0.9), task 8 (10.0.0.10) and 2,271 more; `tpuctl status --json` lists all"."""
+    listed = ", ".join(str(item) for item in sample)
+    more = total - len(sample)
+    if more <= 0:
+        return listed
+    return f"{listed} and {count(more)} more; {ALL_HOSTS_HINT}"
+
+
+# --- configuration -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task (host) of the cluster; its id is its position in ``ServiceConfig.tasks``."""
+
+    address: str
+    """How the cluster spec names the host (e.g. "10.0.0.3"); used in messages."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """What the coordination service serves: one cluster, its tasks, its timeouts."""
+
+    cluster: str
+    tasks: tuple[TaskSpec, ...]
+    heartbeat_timeout: float = 10.0
+    """Seconds a connected task may stay silent before it is declared failed."""
+    register_timeout: float = 300.0
+    """Seconds from the first registration until every task must have registered."""
+    barrier_timeout: float = 300.0
+    """Used when a barrier call asks for the default (timeout 0)."""
+    token: str | None = field(default=None, repr=False)
+    """When set, every call must carry it (``auth.py``); kept out of repr so logs never show it."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.cluster:
+            problems.append("cluster name is empty")
+        if not self.tasks:
+            problems.append("the cluster has no tasks")
+        for name in ("heartbeat_timeout", "register_timeout", "barrier_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{name} must be a positive number of seconds, got {value!r}")
+        if problems:
+            raise InputError("coordination service config: " + "; ".join(problems))
+
+
+# --- values ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task of the cluster as the spec names it."""
+
+    task_id: int
+    address: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} ({self.address})"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """Who is calling: a task id and the incarnation (random per process, never 0) it registered with."""
+
+    task_id: int
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Registration:
+    protocol_version: int
+    cluster: str
+    task_id: int
+    incarnation: int
+    hostname: str
+    peer: str
+    """The gRPC peer of the call, e.g. "ipv4:10.0.0.3:51234"."""
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What a task learns when it registers: its ``TaskRef`` for every later call, and the cluster's."""
+
+    task: TaskRef
+    service_incarnation: int
+    """Random per coordinator start: a heartbeat answering another value means it restarted."""
+    tasks: tuple[TaskInfo, ...]
+    """Every task of the cluster; empty unless registration asked for it (``with_tasks``)."""
+    heartbeat_timeout: float
+    barrier_timeout: float
+    """The service's default barrier timeout (a barrier call without one waits this long)."""
+    num_tasks: int = 0
+    """How many tasks the cluster has (always set by the service)."""
+
+    def __post_init__(self) -> None:
+        if not self.num_tasks:
+            object.__setattr__(self, "num_tasks", len(self.tasks))
+
+
+@dataclass(frozen=True)
+class RegistrationProgress:
+    """How far registration is: counts, and the first ``SAMPLE`` missing hosts."""
+
+    registered: int
+    total: int
+    missing: tuple[TaskInfo, ...]
+    """A sample: the first (lowest-id) missing hosts, at most ``SAMPLE``."""
+    seconds_left: float
+    """Until registration closes."""
+    missing_count: int = -1
+    """How many hosts are missing (-1: ``total - registered``)."""
+
+    def __post_init__(self) -> None:
+        if self.missing_count < 0:
+            object.__setattr__(self, "missing_count", self.total - self.registered)
+
+    @property
+    def complete(self) -> bool:
+        return self.missing_count == 0
+
+    def describe(self) -> str:
+        """ "waiting for 2,281 of 2,304 hosts: task 7 (10.0.0.9), ... and 2,271 more; ..."."""
+        if self.complete:
+            return f"all {count(self.total)} hosts registered"
+        return (
+            f"waiting for {count(self.missing_count)} of {count(self.total)} hosts: "
+            f"{sample_text(self.missing, self.missing_count)}"
+        )
+
+
+@dataclass(frozen=True)
+class RendezvousProgress:
+    """Where the caller's latest call to a barrier (or gather) stands: counts and the first missing hosts."""
+
+    kind: str
+    """"barrier" or "gather"."""
+    name: str
+    instance: int
+    arrived: int
+    total: int
+    missing: tuple[TaskInfo, ...]
+    """A sample: the first (lowest-id) hosts that have not arrived, at most ``SAMPLE``."""
+    seconds_left: float
+    done: bool = False
+    """The instance was decided (passed, timed out or failed): the caller's call has its answer."""
+
+    @property
+    def missing_count(self) -> int:
+        return self.total - self.arrived
+
+    def describe(self) -> str:
+        """ "3 of 4 hosts arrived; missing: task 2 (10.0.0.4) (times out in 25 s)"."""
+        if self.done:
+            return f"{self.kind} {shown(self.name)} #{self.instance} is decided"
+        return (
+            f"{count(self.arrived)} of {count(self.total)} hosts arrived; missing: "
+            f"{sample_text(self.missing, self.missing_count)} (times out in {self.seconds_left:.0f} s)"
+        )
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    task: TaskInfo
+    cause: str
+
+
+@dataclass(frozen=True)
+class ClusterFailure:
+    """The cluster is in error: the tasks declared failed first (usually one).
+
+    ``failures`` is a sample (the first ``SAMPLE`` tasks of that batch); ``total`` counts them all."""
+
+    failures: tuple[TaskFailure, ...]
+    total: int = 0
+
+    def __post_init__(self) -> None:
+        if self.total < len(self.failures):
+            object.__setattr__(self, "total", len(self.failures))
+
+    def __str__(self) -> str:
+        if self.total == 1 and len(self.failures) == 1:
+            (failure,) = self.failures
+            return f"{failure.task} failed: {failure.cause}"
+        listed = "; ".join(f"{f.task}: {f.cause}" for f in self.failures)
+        more = self.total - len(self.failures)
+        tail = "" if more <= 0 else f"; and {count(more)} more; {ALL_HOSTS_HINT}"
+        return f"{count(self.total)} tasks failed: {listed}{tail}"
+
+
+class TaskState(enum.Enum):
+    WAITING = "waiting"
+    CONNECTED = "connected"
+    FAILED = "failed"
+    DISCONNECTED = "disconnected"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    task: TaskInfo
+    state: TaskState
+    incarnation: int
+    """0 while waiting."""
+    hostname: str
+    peer: str
+    seconds_since_heartbeat: float | None
+    """By the service's clock; None while waiting."""
+    cause: str
+    """Why the task failed; empty unless FAILED."""
+
+
+@dataclass(frozen=True)
+class OpenBarrier:
+    """A barrier (or gather) instance some tasks reached and others not yet."""
+
+    name: str
+    instance: int
+    arrived: tuple[int, ...]
+    seconds_left: float
+    kind: str = "barrier"
+
+    def missing(self, tasks: Sequence[TaskInfo]) -> tuple[TaskInfo, ...]:
+        arrived = set(self.arrived)
+        return tuple(t for t in tasks if t.task_id not in arrived)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """Everything the service knows, every task listed: the one O(hosts) answer."""
+
+    cluster: str
+    service_incarnation: int
+    tasks: tuple[TaskStatus, ...]
+    failure: ClusterFailure | None
+    protocol_version: int = PROTOCOL_VERSION
+    barriers: tuple[OpenBarrier, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
+        such as JavaScript and jq lose precision above 2**53)."""
+        infos = [s.task for s in self.tasks]
+        return {
+            "cluster": self.cluster,
+            "service_incarnation": str(self.service_incarnation),
+            "protocol_version": self.protocol_version,
+            "tasks": [
+                {
+                    "task": t.task.task_id,
+                    "address": t.task.address,
+                    "state": t.state.value,
+                    "incarnation": str(t.incarnation) if t.incarnation else None,
+                    "hostname": t.hostname or None,
+                    "peer": t.peer or None,
+                    "heartbeat_age": t.seconds_since_heartbeat,
+                    "cause": t.cause or None,
+                }
+                for t in self.tasks
+            ],
+            "error": None if self.failure is None else str(self.failure),
+            "barriers": [
+                {
+                    "name": b.name,
+                    "instance": b.instance,
+                    "arrived": list(b.arrived),
+                    "missing": [t.task_id for t in b.missing(infos)],
+                    "seconds_left": b.seconds_left,
+                    **({"kind": b.kind} if b.kind != "barrier" else {}),
+                }
+                for b in self.barriers
+            ],
+        }
+
+
+RendezvousKind = Literal["barrier", "gather"]
+
+
+@dataclass(frozen=True)
+class BarrierId:
+    """One instance of a barrier (or gather): the k-th call of every task to ``name`` joins instance k."""
+
+    name: str
+    instance: int
+    """1 for every task's first call to ``name``, 2 for the second, ..."""
+    kind: RendezvousKind = "barrier"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {shown(self.name)} #{self.instance}"
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A passed gather: every task's value, by task id. The same object for every caller."""
+
+    instance: int
+    values: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Not decided yet: ask again when the wait key is woken, or at ``deadline`` at the latest."""
+
+    deadline: float
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+
+
+class Reason(enum.Enum):
+    """Why the service refused a call; ``convert`` maps each to one gRPC status code."""
+
+    VERSION_MISMATCH = "version mismatch"
+    WRONG_CLUSTER = "wrong cluster"
+    UNKNOWN_TASK = "unknown task"
+    INVALID = "invalid argument"
+    TASK_TAKEN = "task taken"
+    KEY_EXISTS = "key exists"
+    NOT_CONNECTED = "not connected"
+    STALE_INCARNATION = "stale incarnation"
+    CLUSTER_FAILED = "cluster failed"
+    TIMED_OUT = "timed out"
+
+
+class Refused(Exception):
+    """The service's "no" to one call. Not a user-facing error itself: the servicer sends it as a gRPC
+    status, and the client turns that status into a ``TpuctlError``."""
+
+    def __init__(self, reason: Reason, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decided failure, kept so every later caller gets the same answer (a fresh exception each time:
+    re-raising one instance would grow its traceback)."""
+
+    reason: Reason
+    message: str
+    hint: str | None = None
+
+    def refused(self) -> Refused:
+        return Refused(self.reason, self.message, hint=self.hint)
+
+
+def check_name(what: str, name: str) -> None:
+    """Refuse an empty name or one longer than ``MAX_NAME_CHARS``."""
+    if not name:
+        raise Refused(Reason.INVALID, f"{what} is empty")
+    if len(name) > MAX_NAME_CHARS:
+        raise Refused(
+            Reason.INVALID,
+            f"{what} is {count(len(name))} characters long: {shown(name, 40)}; at most "
+            f"{count(MAX_NAME_CHARS)} characters are allowed",
+            hint=f"use a shorter {what}",
+        )
+
+
+def check_timeout(what: str, timeout: float) -> None:
+    if not (math.isfinite(timeout) and timeout >= 0):
+        raise Refused(Reason.INVALID, f"{what} timeout must be >= 0 seconds, got {timeout!r}")
+
+
+# --- wake-ups ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitKey:
+    """What a parked call waits on."""
+
+    kind: Literal["registration", "errors", "barrier", "gather", "key"]
+    name: str = ""
+    instance: int = 0
+
+
+REGISTRATION = WaitKey("registration")
+"""Woken once: when the last task registers (not on every registration)."""
+ERRORS = WaitKey("errors")
+
+
+def barrier_key(barrier: BarrierId) -> WaitKey:
+    return WaitKey(barrier.kind, barrier.name, barrier.instance)
+
+
+def kv_key(key: str) -> WaitKey:
+    return WaitKey("key", key)
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """Which parked calls must look again: those on ``keys``, or all of them."""
+
+    keys: frozenset[WaitKey] = frozenset()
+    everyone: bool = False
+
+
+# --- work counters -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """Work the service did, counted (not timed) so tests can assert it is linear in the cluster size.
+
+    ``touched``: task records, list entries and parked calls visited (every loop counts its steps);
+    ``built``: protobuf messages built for answers; ``encoded``: answers serialized (a shared answer
+    counts once); ``sent_bytes``: bytes of answers and refusal texts sent (a shared answer counts each
+    time it is sent); ``woken``: parked calls woken; ``calls``: RPCs and stream messages handled.
+    """
+
+    calls: int = 0
+    touched: int = 0
+    built: int = 0
+    encoded: int = 0
+    sent_bytes: int = 0
+    woken: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(vars(self))
+
