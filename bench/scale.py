@@ -119,21 +119,23 @@ def process_cpu() -> float:
 
 
 class HostErrors:
-    """Errors of one driver: counted, the first few kept verbatim."""
+    """Errors of one driver: counted; one example per kind (the message with its numbers blanked)."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.first: list[str] = []
+        self.kinds: dict[str, list[Any]] = {}
 
-    def add(self, task: int, exc: BaseException) -> None:
+    def add(self, task: int, exc: BaseException, step: str) -> None:
         self.count += 1
-        if len(self.first) < MAX_ERRORS_KEPT:
-            text = " ".join(str(exc).split())[:400]
-            self.first.append(f"task {task}: {type(exc).__name__}: {text}")
+        text = f"in {step}: {type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+        kind = re.sub(r"\d+", "N", text)[:160]
+        entry = self.kinds.setdefault(kind, [0, f"task {task} {text}"])
+        entry[0] += 1
 
     def report(self) -> dict[str, Any]:
-        out = {"error_count": self.count, "errors": self.first}
-        self.count, self.first = 0, []
+        errors = [f"{n}x {example}" for n, example in list(self.kinds.values())[:MAX_ERRORS_KEPT]]
+        out = {"error_count": self.count, "errors": errors}
+        self.count, self.kinds = 0, {}
         return out
 
 
@@ -195,6 +197,7 @@ class TpuctlHost:
     membership: Any = None
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     alive: bool = True
+    step: str = ""
 
 
 class TpuctlDriver:
@@ -234,15 +237,18 @@ class TpuctlDriver:
             ends.append(time.monotonic())
         except Exception as exc:
             host.alive = False
-            self.errors.add(host.task, exc)
+            self.errors.add(host.task, exc, host.step)
 
     async def register(self, host: TpuctlHost, barriers: list[float]) -> None:
         c = host.client
+        host.step = "register"
         host.membership = m = await c.register(
             CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
         )
         host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
+        host.step = "wait_for_all"
         await c.wait_for_all(m.task, timeout=self.timeout, progress_every=REGISTER_PROGRESS_EVERY_S)
+        host.step = "heartbeat"
         await c.heartbeat(m.task)
         host.background.append(asyncio.create_task(c.watch_errors(m.task)))
 
@@ -250,10 +256,13 @@ class TpuctlDriver:
         c = host.client
         value = json.dumps(core_ids(host.task)).encode()
         if self.merge_method == "gather":
+            host.step = "gather"
             table = await self.gather(host, value)
         else:
+            host.step = "kv_set"
             await c.kv_set(f"{PREFIX}/cores/{host.task}", value)
             await self.barrier(host, "cores", barriers)
+            host.step = "kv_dir"
             table = await c.kv_dir(f"{PREFIX}/cores/")
         if len(table) != self.total:
             raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
@@ -272,6 +281,7 @@ class TpuctlDriver:
         await self.barrier(host, "last", barriers)
 
     async def barrier(self, host: TpuctlHost, name: str, barriers: list[float]) -> None:
+        host.step = f"barrier {name}"
         start = time.monotonic()
         await host.client.barrier(host.membership.task, name, timeout=self.timeout)
         barriers.append(time.monotonic() - start)
@@ -283,7 +293,7 @@ class TpuctlDriver:
                 if bg.done() and not getattr(bg, "_bench_seen", False):
                     bg._bench_seen = True  # type: ignore[attr-defined]
                     exc = None if bg.cancelled() else bg.exception()
-                    self.errors.add(host.task, exc or RuntimeError(f"background call ended: {bg.result()!r}"))
+                    self.errors.add(host.task, exc or RuntimeError(f"ended: {bg.result()!r}"), "background")
 
 
 async def drive_tpuctl(cfg: dict[str, Any]) -> None:
@@ -326,6 +336,7 @@ class XlaDriver:
         self.pool = ThreadPoolExecutor(max_workers=len(self.tasks))
         self.errors = HostErrors()
         self.lock = threading.Lock()
+        self.steps: dict[int, str] = {}
 
     def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
@@ -336,8 +347,10 @@ class XlaDriver:
             ends.append(time.monotonic())
         else:
             step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
-            futures = [self.pool.submit(self.one, t, step, ends, barriers) for t in sorted(self.alive)]
-            wait(futures, timeout=self.timeout + 30)
+            futures = {self.pool.submit(self.one, t, step, ends, barriers): t for t in sorted(self.alive)}
+            _, stuck = wait(futures, timeout=self.timeout + 30)
+            for future in stuck:
+                self.errors.add(futures[future], TimeoutError("still blocked"), self.steps.get(futures[future], ""))
         return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
 
     def one(self, task: int, step: Callable[..., None], ends: list[float], barriers: list[float]) -> None:
@@ -348,15 +361,18 @@ class XlaDriver:
         except Exception as exc:
             with self.lock:
                 self.alive.discard(task)
-                self.errors.add(task, exc)
+                self.errors.add(task, exc, self.steps.get(task, ""))
 
     def register(self, task: int, barriers: list[float]) -> None:
+        self.steps[task] = "connect"
         self.clients[task].connect()
 
     def merge(self, task: int, barriers: list[float]) -> None:
         c = self.clients[task]
+        self.steps[task] = "key_value_set"
         c.key_value_set(f"{PREFIX}/cores/{task}", json.dumps(core_ids(task)))
         self.barrier(task, "cores", barriers)
+        self.steps[task] = "key_value_dir_get"
         table = c.key_value_dir_get(f"{PREFIX}/cores/")
         if len(table) != self.total:
             raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
@@ -366,6 +382,7 @@ class XlaDriver:
         self.barrier(task, "last", barriers)
 
     def barrier(self, task: int, name: str, barriers: list[float]) -> None:
+        self.steps[task] = f"barrier {name}"
         start = time.monotonic()
         self.clients[task].wait_at_barrier(name, int(self.timeout * 1000))
         with self.lock:
@@ -573,7 +590,7 @@ def summarize(
         errors, count = [problem, *errors], count + 1
     return PhaseResult(
         phase=phase,
-        wall_s=None if problem else max(ends, default=start) - start,
+        wall_s=None if problem or not ends else max(ends) - start,
         service_cpu_s=after.cpu_s - before.cpu_s,
         service_rss_peak_mb=after.rss_peak_mb,
         service_sent_bytes=after.sent_bytes - before.sent_bytes,
@@ -629,8 +646,8 @@ def profiling(
     out = Path(args.profile) / f"tpuctl-{hosts}-{phase}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking", "-o", str(out)]
-    if args.profile_native:
-        cmd.append("--native")  # also C frames: gRPC's Cython and C core under the Python ones
+    if args.profile_native:  # also C frames (gRPC's Cython and C core); pauses the service per sample
+        cmd = [c for c in cmd if c != "--nonblocking"] + ["--native"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         time.sleep(0.5)  # attached before the phase starts
@@ -825,6 +842,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peer-max", type=int, default=0, help="run XLA's service only up to this size (0: all)")
     parser.add_argument("--no-netns", action="store_true", help="stay on 127.0.0.1 (hosts share connections)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--logs", help="keep the service and driver logs in this folder (default: discarded)")
     parser.add_argument("--profile", help="py-spy tpuctl's service per phase; collapsed stacks go to this folder")
     parser.add_argument("--profile-native", action="store_true", help="with --profile: native frames too")
     return parser.parse_args()
@@ -843,7 +861,9 @@ def main() -> int:
     impls = ["tpuctl"] if args.skip_peer else list(IMPLS)
     runs: list[RunResult] = []
     failed_at: dict[str, int] = {}
-    with tempfile.TemporaryDirectory(prefix="tpuctl-bench-scale-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tpuctl-bench-scale-") as scratch:
+        tmp = args.logs or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for hosts in sizes:
             for impl in impls:
                 if impl == "xla" and args.peer_max and hosts > args.peer_max:
