@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import pty
-import re
 import select
 import shlex
 import signal
@@ -23,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from tpuctl.cli.run import ClusterDown, headline, root_cause_table
+from tpuctl.agent.protocol import AgentInfo
 from tpuctl.job.env import job_environment
 from tpuctl.mapping.file import read_mapping
 
 TPUCTL = [sys.executable, "-m", "tpuctl"]
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
+JOBS = Path(__file__).resolve().parents[1] / "job"
 HEAVY = ("grpc", "numpy", "tensorflow", "jax", "jaxlib", "yaml")
 
 
@@ -82,7 +81,7 @@ def test_env_prints_the_agents_environment(cluster: Cluster) -> None:
     assert done.returncode == 0, done.stderr
     printed = parse_sh(done.stdout)
     info = cluster.info(1)
-    expected = job_environment(info, read_mapping(info["mapping"]), state_dir=cluster.state(1))
+    expected = job_environment(AgentInfo.from_json(info), read_mapping(info["mapping"]), state_dir=cluster.state(1))
     assert printed == expected.set
     ports = info["job_ports"]
     assert printed["DTENSOR_JOBS"] == f"127.0.0.2:{ports['dtensor'][0]},127.0.0.3:{ports['dtensor'][1]}"
@@ -151,12 +150,15 @@ print("HEAVY=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in {h
 def test_env_and_run_import_no_grpc_numpy_yaml_or_frameworks(cluster: Cluster, command: list[str]) -> None:
     args = [command[0], "--state-dir", cluster.state(0), *command[1:]]
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        [sys.executable, "-c", PROBE.format(heavy=(*HEAVY, "click", "asyncio") if command[0] == "env" else HEAVY), *args],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     lines = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line and line[:1].isupper())
     assert lines.get("EXIT") == "0", done.stdout + done.stderr
-    assert {"tpuctl.cli.env", "tpuctl.job.env", "tpuctl.mapping.model"} <= set(lines["LOADED"].split(","))
+    loaded = set(lines["LOADED"].split(","))
+    assert {"tpuctl.job.env", "tpuctl.agent.control"} <= loaded
+    if command[0] == "env":  # answered by the agent: no click, no mapping file read, no protobuf
+        assert "tpuctl.cli.light" in loaded and not {"tpuctl.cli.app", "tpuctl.mapping.model"} & loaded, loaded
     assert lines["HEAVY"] == "", f"tpuctl {command[0]} imported {lines['HEAVY']}"
 
 
@@ -302,58 +304,3 @@ def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
-
-
-# --- the root-cause table --------------------------------------------------------------------------
-
-INFO = {"cluster": "pod", "task": 0, "address": "10.0.0.1", "hosts": ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "pid": 77}
-
-
-def test_table_names_the_first_failure_then_every_other_host() -> None:
-    report = {
-        "error": "cluster 'pod' is in error: 2 tasks failed",
-        "error_type": "ClusterError",
-        "failures": [
-            {"task": 2, "address": "10.0.0.3", "cause": "no heartbeat for 5.1 s (timeout 5 s)"},
-            {"task": 1, "address": "10.0.0.2", "cause": "reported: OOM"},
-        ],
-        "detected_at": 1000.25,
-    }
-    status = {
-        "tasks": [
-            {"task": 0, "state": "connected", "heartbeat_age": 0.5},
-            {"task": 1, "state": "failed", "heartbeat_age": 1.0, "cause": "reported: OOM"},
-            {"task": 2, "state": "failed", "heartbeat_age": 6.0, "cause": "no heartbeat for 5.1 s (timeout 5 s)"},
-        ]
-    }
-    table = root_cause_table(ClusterDown(report), INFO, status, status_at=1001.0)
-    lines = table.splitlines()
-    assert re.fullmatch(
-        r"cluster 'pod' failed: task 2 \(10\.0\.0\.3\) failed first \(and 1 more\), detected at \d\d:\d\d:\d\d\.250: "
-        r"no heartbeat for 5\.1 s \(timeout 5 s\)",
-        lines[0],
-    )
-    assert lines[1].split() == ["#", "TASK", "ADDRESS", "STATE", "LAST", "HEARTBEAT", "CAUSE"]
-    assert lines[2].split()[:4] == ["1", "2", "10.0.0.3", "failed"] and lines[2].endswith("(timeout 5 s)")
-    assert lines[2].split()[4].endswith(":16:35.000")  # 1001.0 - 6.0 = 995 s
-    assert lines[3].split()[:4] == ["2", "1", "10.0.0.2", "failed"] and lines[3].endswith("reported: OOM")
-    assert lines[4].split()[:3] == ["0", "10.0.0.1", "connected"] and lines[4].endswith("this host")
-    assert len(lines) == 5
-
-
-def test_table_without_failures_blames_the_coordinator_or_this_agent() -> None:
-    unreachable = {"error": "no heartbeat reached the coordinator at 10.0.0.1:8476 for 10.0 s",
-                   "error_type": "CoordinatorUnreachable", "failures": [], "detected_at": 5.0}  # fmt: skip
-    table = root_cause_table(ClusterDown(unreachable), {**INFO, "task": 1}, None, 6.0)
-    assert table.splitlines()[2].split()[:4] == ["1", "0", "10.0.0.1", "unreachable"]
-    assert "its coordinator stopped answering this host" in table
-    assert "no heartbeat reached the coordinator at 10.0.0.1:8476 for 10.0 s" in table.splitlines()[0]
-    assert all(line.split()[2] == "unknown" for line in table.splitlines()[3:])
-
-    gone = ClusterDown({}, agent_gone="this host's tpuctl agent (pid 77) is gone: closed the connection")
-    table = root_cause_table(gone, INFO, None, 6.0)
-    assert table.startswith("cluster 'pod': task 0: this host's tpuctl agent (pid 77) is gone: closed the connection")
-    assert table.splitlines()[2].split()[:5] == ["1", "0", "10.0.0.1", "agent", "gone"]
-
-    assert "was shut down (tpuctl down --all)" in headline(ClusterDown({"shutdown": True}), INFO)
-    assert "this host's agent is stopping (tpuctl down)" in headline(ClusterDown({"stopping": True}), INFO)

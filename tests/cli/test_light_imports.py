@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 HEAVY = ("grpc", "numpy", "tensorflow", "jax", "yaml")
+# barrier, status and env run on the standard library alone (tpuctl.cli.light): not even click
+LIGHT_PATH_HEAVY = (*HEAVY, "click", "asyncio", "google")
 
 PROBE = """
 import sys
@@ -29,6 +31,9 @@ print("HEAVY=" + ",".join(heavy))
         ["barrier", "step", "--timeout", "5s"],
         ["status"],
         ["status", "--json"],
+        ["env"],
+        ["env", "--format=json"],
+        ["--debug", "barrier", "-q", "--timeout=5s", "step"],
         ["down"],
         ["--help"],
     ],
@@ -38,7 +43,7 @@ def test_agent_commands_import_nothing_heavy(args: list[str], tmp_path: Path) ->
         [
             sys.executable,
             "-c",
-            PROBE.format(heavy=HEAVY),
+            PROBE.format(heavy=HEAVY if args[0] in ("down", "--help") else LIGHT_PATH_HEAVY),
             *args,
             *(["--state-dir", str(tmp_path)] if args != ["--help"] else []),
         ],

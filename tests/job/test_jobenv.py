@@ -6,25 +6,33 @@ import json
 import shlex
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from tpuctl.agent import statedir
+from tpuctl.agent.protocol import AgentInfo
 from tpuctl.errors import StateError
+from tpuctl.job import env as job_env
 from tpuctl.job.env import (
     STATE_DIR_ENV,
     TASK_ENV,
     JobEnv,
     dtensor_job_name,
     host_port,
-    job_environment,
     port_collisions,
 )
+from tpuctl.mapping.model import DeviceMapping
 from tpuctl.spec import detect as identity
 
 from .mappings import agent_info, sim_mapping
 
 V4_32 = sim_mapping()  # 4 hosts 10.0.0.1-4, 4 devices each
+
+
+def job_environment(info: dict[str, Any], mapping: DeviceMapping, **kwargs: Any) -> JobEnv:
+    """The environment for the agent description ``info`` as ``agent.json`` holds it (typed on the way in)."""
+    return job_env.job_environment(AgentInfo.from_json(info), mapping, **kwargs)
 
 
 def test_every_variable_for_task_2_of_a_v4_32() -> None:
@@ -135,7 +143,7 @@ def test_an_agent_without_job_ports_or_of_another_cluster_is_refused() -> None:
     other = {**agent_info(V4_32, 0), "cluster": "pod-b"}
     with pytest.raises(StateError, match=r"is of cluster 'pod-a'.*the agent runs cluster 'pod-b'"):
         job_environment(other, V4_32)
-    with pytest.raises(StateError, match=r"names task 4; the mapping has tasks 0..3"):
+    with pytest.raises(StateError, match=r"task 4 is not one of 0..3"):
         job_environment({**agent_info(V4_32, 0), "task": 4}, V4_32)
 
 

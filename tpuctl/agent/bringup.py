@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tpuctl.agent.control import serve
+from tpuctl.agent.controlserver import serve
+from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport, Failure, JobPorts, Op, ProtocolError
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
 from tpuctl.spec.model import ClusterSpec
@@ -118,10 +119,12 @@ class Agent:
         self.stop = asyncio.Event()
         self.shutdown_all = False
         self.cluster_error: TpuctlError | None = None
-        self.failures: list[dict[str, Any]] = []
+        self.failures: tuple[Failure, ...] = ()
         self.failed_at: float | None = None
         self.changed = asyncio.Event()  # set when the cluster errs or this agent stops
-        self.job_ports: dict[str, Any] = {}
+        self.job_ports: JobPorts | None = None
+        self.info: AgentInfo | None = None
+        self.job_env: dict[str, Any] = {}  # the answer to Op.ENV, computed once the mapping exists
         self._server: Any = None
         self._client: Any = None
         self._membership: Any = None
@@ -201,7 +204,9 @@ class Agent:
         )
         self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
         mapping = await self._merge_and_write()
-        self.options.state.write_info(self._info(mapping))
+        self.info = self._info()
+        self.options.state.write_info(self.info)
+        self.job_env = self._job_env(self.info, mapping)
         control = await serve(self.options.state.socket, self._handle)
         self._tasks.append(asyncio.create_task(_serve_forever(control), name="control"))
         await self._barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
@@ -240,10 +245,7 @@ class Agent:
             for sock in held:
                 sock.close()
         published = {int(k.rsplit("/", 1)[1]): json.loads(v) for k, v in await client.kv_dir(f"{prefix}/ports")}
-        self.job_ports = {
-            "dtensor": [published[t]["dtensor"] for t in sorted(published)],
-            "jax": published[0]["jax"],
-        }
+        self.job_ports = JobPorts(dtensor=tuple(published[t]["dtensor"] for t in sorted(published)), jax=published[0]["jax"])
         entries = await client.kv_dir(f"{prefix}/cores")
         per_task = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in entries}
         created = float(await client.kv_get(f"{prefix}/created", timeout=spec.barrier_timeout))
@@ -324,9 +326,9 @@ class Agent:
             self.stop.set()
             self.changed.set()
             return
-        self.failures = [
-            {"task": f.task.task_id, "address": f.task.address, "cause": f.cause} for f in failure.failures
-        ]
+        self.failures = tuple(
+            Failure(task=f.task.task_id, address=f.task.address, cause=f.cause) for f in failure.failures
+        )
         self._fail(ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"))
 
     def _fail(self, exc: TpuctlError) -> None:
@@ -345,25 +347,19 @@ class Agent:
 
     # --- local commands --------------------------------------------------------------------------
 
-    async def _handle(self, op: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
-        if op == "barrier":
-            name = str(args.get("name", ""))
-            if not name or name.startswith("tpuctl/"):
-                raise InputError(
-                    f"barrier name {name!r} is empty or reserved", hint="names starting tpuctl/ are tpuctl's own"
-                )
-            timeout = float(args.get("timeout") or self.spec.barrier_timeout)
-            waiter = asyncio.create_task(self._barrier(name, timeout))
-            started = time.monotonic()
-            while True:
-                done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
-                if done:
-                    instance = waiter.result()
-                    return {"name": name, "instance": instance, "hosts": len(self.spec.hosts)}
-                await progress(await self._barrier_progress(name, time.monotonic() - started))
-        if op == "status":
+    async def _handle(self, op_name: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
+        try:
+            op = Op(op_name)
+        except ValueError:
+            raise ProtocolError(
+                f"this tpuctl agent does not know the operation {op_name!r}",
+                hint="the command and the agent are of different tpuctl versions; restart the agent with this one",
+            ) from None
+        if op is Op.BARRIER:
+            return (await self._local_barrier(args, progress)).to_json()
+        if op is Op.STATUS:
             return await self._status()
-        if op == "down":
+        if op is Op.DOWN:
             self.shutdown_all = bool(args.get("all"))
             if self.shutdown_all:
                 cause = f"{SHUTDOWN_KEY}: the cluster was shut down from task {self.task} (tpuctl down --all)"
@@ -371,14 +367,33 @@ class Agent:
             self.stop.set()
             self.changed.set()
             return {"stopping": True}
-        if op == "info":
-            return self.options.state.read_info()
-        if op == "wait_error":
-            # Long-poll for `tpuctl run`: returns when the cluster errs, shuts down, or `timeout` passes.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=float(args.get("timeout", 30.0)))
-            return self._error_report()
-        raise InputError(f"unknown agent operation {op!r}")
+        if op is Op.INFO:
+            assert self.info is not None  # the control socket opens after the info is written
+            return self.info.to_json()
+        if op is Op.ENV:
+            report = self._error_report()
+            if report.error:
+                raise ClusterError(report.error, hint="`tpuctl status` shows every host; restart the cluster")
+            if report.shutdown or report.stopping:
+                raise StateError(f"the tpuctl agent for state dir {self.options.state.path} is shutting down")
+            return self.job_env
+        # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster errs, shuts down, or `timeout` passes.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout=_seconds(args.get("timeout"), 30.0))
+        return self._error_report().to_json()
+
+    async def _local_barrier(self, args: dict[str, Any], progress: Callable[[str], Any]) -> BarrierPassed:
+        name = str(args.get("name", ""))
+        if not name or name.startswith("tpuctl/"):
+            raise InputError(f"barrier name {name!r} is empty or reserved", hint="names starting tpuctl/ are tpuctl's own")
+        timeout = _seconds(args.get("timeout") or None, self.spec.barrier_timeout)
+        waiter = asyncio.create_task(self._barrier(name, timeout))
+        started = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
+            if done:
+                return BarrierPassed(name=name, instance=waiter.result(), hosts=len(self.spec.hosts))
+            await progress(await self._barrier_progress(name, time.monotonic() - started))
 
     async def _barrier_progress(self, name: str, waited: float) -> str:
         """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4)"."""
@@ -398,15 +413,15 @@ class Agent:
                 )
         return text
 
-    def _error_report(self) -> dict[str, Any]:
-        return {
-            "error": self.cluster_error.message if self.cluster_error else None,
-            "error_type": type(self.cluster_error).__name__ if self.cluster_error else None,
-            "failures": self.failures,
-            "detected_at": self.failed_at,
-            "shutdown": self.shutdown_all,
-            "stopping": self.stop.is_set(),
-        }
+    def _error_report(self) -> ErrorReport:
+        return ErrorReport(
+            error=self.cluster_error.message if self.cluster_error else None,
+            error_type=type(self.cluster_error).__name__ if self.cluster_error else None,
+            failures=self.failures,
+            detected_at=self.failed_at,
+            shutdown=self.shutdown_all,
+            stopping=self.stop.is_set(),
+        )
 
     async def _status(self) -> dict[str, Any]:
         base = {
@@ -425,26 +440,33 @@ class Agent:
 
     # --- descriptions ----------------------------------------------------------------------------
 
-    def _info(self, mapping: Any) -> dict[str, Any]:
+    def _info(self) -> AgentInfo:
         spec = self.spec
-        return {
-            "pid": os.getpid(),
-            "cluster": spec.cluster,
-            "task": self.task,
-            "address": self.options.address,
-            "num_tasks": len(spec.hosts),
-            "hosts": list(spec.hosts),
-            "coordinator": spec.coordinator_target,
-            "accelerator": spec.slice.accelerator_type,
-            "topology": spec.slice.topology_str,
-            "mapping": str(self.options.output),
-            "config": self.options.config_path,
-            "incarnation": str(self.incarnation),
-            "service_incarnation": str(self.service_incarnation),
-            "barrier_timeout": spec.barrier_timeout,
-            "job_ports": self.job_ports,
-            "started": time.time(),
-        }
+        assert self.job_ports is not None  # reserved during the merge
+        return AgentInfo(
+            pid=os.getpid(),
+            cluster=spec.cluster,
+            task=self.task,
+            address=self.options.address,
+            num_tasks=len(spec.hosts),
+            hosts=tuple(spec.hosts),
+            coordinator=spec.coordinator_target,
+            accelerator=spec.slice.accelerator_type,
+            topology=spec.slice.topology_str,
+            mapping=str(self.options.output),
+            config=self.options.config_path,
+            incarnation=str(self.incarnation),
+            service_incarnation=str(self.service_incarnation),
+            barrier_timeout=spec.barrier_timeout,
+            job_ports=self.job_ports,
+            started=time.time(),
+        )
+
+    def _job_env(self, info: AgentInfo, mapping: Any) -> dict[str, Any]:
+        """The job environment every local ``tpuctl env`` / ``tpuctl run`` asks for, computed once here."""
+        from tpuctl.job.env import job_environment
+
+        return job_environment(info, mapping, state_dir=str(self.options.state.path.absolute())).to_message()
 
     def _summary(self, mapping: Any) -> dict[str, Any]:
         spec = self.spec
@@ -459,6 +481,13 @@ class Agent:
             "mapping": str(self.options.output),
             "pid": os.getpid(),
         }
+
+
+def _seconds(value: object, default: float) -> float:
+    """A timeout from a control request: a finite number of seconds, 0 or more, else ``default``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9:
+        return float(value)
+    return default
 
 
 def _hold_port(port_range: tuple[int, int] | None) -> socket.socket:

@@ -8,28 +8,27 @@ loop costs little more than starting Python (no grpc, no numpy). One request per
     <- {"ok": true, "result": {...}}                                (exactly one)
     <- {"ok": false, "error": {"type": "DeadlineError", "message": "...", "hint": "...", "exit_code": 4}}
 
-The agent's side (``serve``) is asyncio; the caller's side (``call``) is a blocking socket with a deadline.
+This module is the caller's side (``call``): a blocking socket with a deadline, standard library only.
+The agent's side is :mod:`tpuctl.agent.controlserver` (asyncio). The operations and their answers are
+typed in :mod:`tpuctl.agent.protocol`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from tpuctl import errors
+from tpuctl.agent.protocol import Op
 from tpuctl.agent.statedir import StateDir, not_running
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
 
 MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
 
 Progress = Callable[[str], None]
-Handler = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[dict[str, Any]]]
 
 _ERROR_TYPES: dict[str, type[TpuctlError]] = {
     cls.__name__: cls
@@ -52,7 +51,7 @@ def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
 
 def call(
     state: StateDir,
-    op: str,
+    op: Op,
     args: dict[str, Any] | None = None,
     *,
     timeout: float,
@@ -71,13 +70,13 @@ def call(
             sock.connect(str(state.socket))
         except (FileNotFoundError, ConnectionRefusedError):
             raise _not_answering(state) from None
-        sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
+        sock.sendall(json.dumps({"op": op.value, "args": args or {}}).encode() + b"\n")
         reader = _LineReader(sock)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DeadlineError(
-                    f"the tpuctl agent in {state.path} did not answer {op!r} within {timeout:.1f} s",
+                    f"the tpuctl agent in {state.path} did not answer {op.value!r} within {timeout:.1f} s",
                     hint=f"check its log: {state.log_file}",
                 )
             sock.settimeout(min(left, 1.0))
@@ -87,7 +86,7 @@ def call(
                 continue
             if line is None:
                 raise StateError(
-                    f"the tpuctl agent in {state.path} closed the connection during {op!r}",
+                    f"the tpuctl agent in {state.path} closed the connection during {op.value!r}",
                     hint=f"it may have exited; check {state.log_file}",
                 )
             message = json.loads(line)
@@ -128,38 +127,3 @@ class _LineReader:
                 raise StateError("the tpuctl agent sent an oversized reply")
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode()
-
-
-async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
-    """Answer requests on ``path`` with ``handler(op, args, progress)``; owner-only socket."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def send(message: dict[str, Any]) -> None:
-            writer.write(json.dumps(message).encode() + b"\n")
-            await writer.drain()
-
-        async def progress(text: str) -> None:
-            await send({"progress": text})
-
-        try:
-            raw = await reader.readline()
-            request = json.loads(raw) if raw else {}
-            op = str(request.get("op", ""))
-            args = request.get("args") or {}
-            try:
-                result = await handler(op, args, progress)
-                await send({"ok": True, "result": result})
-            except TpuctlError as exc:
-                await send({"ok": False, "error": error_payload(exc)})
-        except (ConnectionError, ValueError):
-            pass  # the caller went away or sent garbage: nothing to answer
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-    server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
-    path.chmod(0o600)
-    return server

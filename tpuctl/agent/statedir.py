@@ -21,12 +21,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tpuctl.agent.protocol import AgentInfo
 from tpuctl.errors import StateError
+from tpuctl.files import atomic_write
+from tpuctl.processes import pid_alive
 
 DEFAULT_ROOT = Path("/run/tpuctl")
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
+_MAX_INFO = 16 << 20  # agent.json of a 20,000-host cluster is about 1 MB
+_REINIT_HINT = "run `tpuctl down`, then `tpuctl init`"
 
 
 @dataclass(frozen=True)
@@ -75,34 +79,29 @@ class StateDir:
             return None
 
     def live_pid(self) -> int | None:
-        """The agent's pid if that process is alive, else None."""
+        """The agent's pid if that process is alive (a zombie counts as gone), else None."""
         pid = self.read_pid()
-        if pid is None:
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return pid
-        return pid
+        return pid if pid is not None and pid_alive(pid) else None
 
-    def read_info(self) -> dict[str, Any]:
-        """The running agent's description; StateError when no agent ever ran here."""
+    def read_info(self) -> AgentInfo:
+        """The running agent's description; StateError when no agent ever ran here or the file is bad."""
         try:
-            data = json.loads(self.info_file.read_text())
+            raw = self.info_file.read_bytes()[: _MAX_INFO + 1]
         except FileNotFoundError:
             raise not_running(self) from None
-        except (OSError, ValueError) as exc:
-            raise StateError(f"cannot read {self.info_file}: {exc}", hint="run tpuctl down, then tpuctl init") from exc
-        if not isinstance(data, dict):
-            raise StateError(f"{self.info_file} is not an agent description", hint="run tpuctl down, then tpuctl init")
-        return data
+        except OSError as exc:
+            raise StateError(f"cannot read {self.info_file}: {exc.strerror or exc}", hint=_REINIT_HINT) from exc
+        if len(raw) > _MAX_INFO:
+            raise StateError(f"{self.info_file} is over {_MAX_INFO:,} bytes: not an agent description", hint=_REINIT_HINT)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise StateError(f"{self.info_file} is not JSON: {exc}", hint=_REINIT_HINT) from exc
+        return AgentInfo.from_json(data, str(self.info_file))
 
-    def write_info(self, info: dict[str, Any]) -> None:
-        tmp = self.info_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.info_file)
+    def write_info(self, info: AgentInfo) -> None:
+        """Write ``agent.json`` atomically (owner-only, like the rest of the state dir)."""
+        atomic_write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n", mode=0o600)
 
 
 def not_running(state: StateDir) -> StateError:

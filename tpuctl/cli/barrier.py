@@ -1,16 +1,11 @@
-"""``tpuctl barrier NAME``: block until every host of the cluster reaches NAME."""
+"""``tpuctl barrier NAME``: block until every host of the cluster reaches NAME (run by :mod:`tpuctl.cli.light`)."""
 
 from __future__ import annotations
 
 import click
 
-from tpuctl.agent.control import call
-from tpuctl.agent.statedir import resolve_state_dir
-from tpuctl.cli.common import parse_duration_option, say, state_dir_option
-
-# Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
-# "who is missing" answer arrives before the local safety timeout fires.
-LOCAL_MARGIN_S = 10.0
+from tpuctl.cli.common import state_dir_option
+from tpuctl.cli.light import run_barrier
 
 
 @click.command("barrier")
@@ -22,7 +17,7 @@ LOCAL_MARGIN_S = 10.0
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @state_dir_option
-def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) -> None:
+def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) -> int:
     """Wait until every host of the cluster calls `tpuctl barrier NAME`.
 
     \b
@@ -31,16 +26,4 @@ def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) 
     On timeout (exit 4) the error lists every host that has not arrived (task id and address);
     if a host has failed (exit 3) the error names it and why.
     """
-    seconds = parse_duration_option(timeout, "--timeout")
-    state = resolve_state_dir(state_dir)
-    info = state.read_info()
-    limit = seconds if seconds is not None else float(info.get("barrier_timeout", 600.0))
-    result = call(
-        state,
-        "barrier",
-        {"name": name, "timeout": limit},
-        timeout=limit + LOCAL_MARGIN_S,
-        progress=None if quiet else say,
-    )
-    if not quiet:
-        say(f"barrier {name!r} #{result.get('instance', '?')} passed ({result.get('hosts', '?')} hosts)")
+    return run_barrier(name, timeout, quiet, state_dir)

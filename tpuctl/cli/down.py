@@ -9,6 +9,7 @@ import time
 import click
 
 from tpuctl.agent.control import call
+from tpuctl.agent.protocol import Op
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.errors import StateError
@@ -32,7 +33,7 @@ def down(everyone: bool, state_dir: str | None) -> None:
     if pid is None:
         raise StateError(f"no tpuctl agent is running for state dir {state.path}", hint="nothing to stop")
     try:
-        call(state, "down", {"all": everyone}, timeout=STOP_TIMEOUT_S)
+        call(state, Op.DOWN, {"all": everyone}, timeout=STOP_TIMEOUT_S)
     except StateError:
         # The agent is alive but not answering: fall back to SIGTERM, which it handles the same way.
         os.kill(pid, signal.SIGTERM)

@@ -26,7 +26,7 @@ Cloud TPU (as the GKE TPU device plugin and webhook set them)
   ``TPU_TOPOLOGY_WRAP``; with several slices also ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` and
   ``MEGASCALE_COORDINATOR_ADDRESS`` (task 0's host).
 
-The job ports come from the agent (``job_ports`` in ``agent.json``): it reserves them before the mapping
+The job ports come from the agent (``AgentInfo.job_ports``, in ``agent.json``): it reserves them before the mapping
 is written, holding every one open at once, so they differ from each other and from tpuctl's own
 coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
 again here: two ports that would be bound on one machine must differ.
@@ -43,7 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuctl.agent.protocol import AgentInfo, ProtocolError
 from tpuctl.errors import StateError
+from tpuctl.messages import sample
 
 if TYPE_CHECKING:
     from tpuctl.mapping.model import DeviceMapping
@@ -81,6 +83,24 @@ class JobEnv:
     def to_json(self) -> str:
         """One JSON object of the variables to set (removed ones are left out)."""
         return json.dumps(self.set, indent=2) + "\n"
+
+    def to_message(self) -> dict[str, Any]:
+        """The agent's answer to ``Op.ENV``: ``set`` as [name, value] pairs (order kept), ``unset``."""
+        return {"set": [[k, v] for k, v in self.set.items()], "unset": list(self.unset)}
+
+    @classmethod
+    def from_message(cls, data: object) -> JobEnv:
+        """Read the agent's answer to ``Op.ENV``; ProtocolError when it is not one."""
+        pairs = data.get("set") if isinstance(data, dict) else None
+        unset = data.get("unset", []) if isinstance(data, dict) else None
+        if (
+            not isinstance(pairs, list)
+            or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in pairs)
+            or not isinstance(unset, list)
+            or not all(isinstance(u, str) for u in unset)
+        ):
+            raise ProtocolError("the agent's job environment is not [name, value] pairs and names to unset")
+        return cls({k: v for k, v in pairs}, tuple(unset))
 
 
 def dtensor_job_name(num_tasks: int) -> str:
@@ -121,33 +141,15 @@ def port_collisions(bindings: Sequence[tuple[str, str, int]]) -> list[str]:
     return problems
 
 
-def _job_ports(info: Mapping[str, Any], num_tasks: int) -> tuple[list[int], int]:
-    ports = info.get("job_ports")
-    dtensor = ports.get("dtensor") if isinstance(ports, dict) else None
-    jax = ports.get("jax") if isinstance(ports, dict) else None
-    if (
-        not isinstance(dtensor, list)
-        or len(dtensor) != num_tasks
-        or not all(isinstance(p, int) and 0 < p < 65536 for p in dtensor)
-        or not isinstance(jax, int)
-        or not 0 < jax < 65536
-    ):
-        raise StateError(
-            f"the agent's description has no usable job ports for {num_tasks} tasks (job_ports: {ports!r})",
-            hint=_RESTART_HINT,
-        )
-    return [int(p) for p in dtensor], int(jax)
-
-
-def _coordinator_binding(info: Mapping[str, Any]) -> tuple[str, int] | None:
-    target = str(info.get("coordinator") or "")
+def _coordinator_binding(info: AgentInfo) -> tuple[str, int] | None:
+    target = info.coordinator
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
 
 
-def job_environment(info: Mapping[str, Any], mapping: DeviceMapping, *, state_dir: str | None = None) -> JobEnv:
+def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str | None = None) -> JobEnv:
     """The environment of a job on the task ``info`` describes (``agent.json``), for ``mapping``.
 
     Raises StateError when the description and the mapping disagree (another cluster's mapping file, or
@@ -156,16 +158,16 @@ def job_environment(info: Mapping[str, Any], mapping: DeviceMapping, *, state_di
     tpu = mapping.slice
     hosts = [task.address for task in mapping.tasks]
     num_tasks = len(hosts)
-    task = info.get("task")
-    if not isinstance(task, int) or not 0 <= task < num_tasks:
+    task = info.task
+    if not 0 <= task < num_tasks:
         raise StateError(f"the agent's description names task {task!r}; the mapping has tasks 0..{num_tasks - 1}")
-    if info.get("cluster") != mapping.cluster or list(info.get("hosts") or hosts) != hosts:
+    if info.cluster != mapping.cluster or info.num_tasks != num_tasks or (info.hosts and list(info.hosts) != hosts):
         raise StateError(
-            f"the mapping {info.get('mapping')} is of cluster {mapping.cluster!r} with hosts {hosts}; "
-            f"the agent runs cluster {info.get('cluster')!r} with hosts {info.get('hosts')}",
+            f"the mapping {info.mapping} is of cluster {mapping.cluster!r} with {num_tasks} hosts ({sample(hosts)}); "
+            f"the agent runs cluster {info.cluster!r} with {info.num_tasks} hosts ({sample(info.hosts)})",
             hint="the mapping file was overwritten by another init; " + _RESTART_HINT,
         )
-    dtensor_ports, jax_port = _job_ports(info, num_tasks)
+    dtensor_ports, jax_port = list(info.job_ports.dtensor), info.job_ports.jax
     bindings = [(f"the DTensor server of task {t}", hosts[t], dtensor_ports[t]) for t in range(num_tasks)]
     bindings.append(("the JAX coordinator", hosts[0], jax_port))
     if (coordinator := _coordinator_binding(info)) is not None:
@@ -176,8 +178,8 @@ def job_environment(info: Mapping[str, Any], mapping: DeviceMapping, *, state_di
 
     env: dict[str, str] = {}
     unset: list[str] = []
-    if info.get("mapping"):
-        env[MAPPING_ENV] = str(info["mapping"])
+    if info.mapping:
+        env[MAPPING_ENV] = info.mapping
     env[TASK_ENV] = str(task)
     env[CLUSTER_ENV] = mapping.cluster
     if state_dir is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from tpuctl.cli.init import _events
+from tpuctl.agent.launch import _events
 
 
 def test_events_stop_at_the_deadline_when_the_agent_goes_silent() -> None:

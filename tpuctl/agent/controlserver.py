@@ -1,0 +1,54 @@
+"""The agent's side of the local control channel: an owner-only unix socket, one JSON line each way.
+
+The caller's side and the message format are in :mod:`tpuctl.agent.control`; the operations in
+:mod:`tpuctl.agent.protocol`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tpuctl.agent.control import MAX_LINE, error_payload
+from tpuctl.errors import TpuctlError
+
+Handler = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[dict[str, Any]]]
+
+
+async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
+    """Answer requests on ``path`` with ``handler(op, args, progress)``; owner-only socket."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def send(message: dict[str, Any]) -> None:
+            writer.write(json.dumps(message).encode() + b"\n")
+            await writer.drain()
+
+        async def progress(text: str) -> None:
+            await send({"progress": text})
+
+        try:
+            raw = await reader.readline()
+            request = json.loads(raw) if raw else {}
+            op = str(request.get("op", ""))
+            args = request.get("args") or {}
+            try:
+                result = await handler(op, args, progress)
+                await send({"ok": True, "result": result})
+            except TpuctlError as exc:
+                await send({"ok": False, "error": error_payload(exc)})
+        except (ConnectionError, ValueError):
+            pass  # the caller went away or sent garbage: nothing to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
+    path.chmod(0o600)
+    return server

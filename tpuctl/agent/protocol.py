@@ -1,0 +1,279 @@
+"""What an agent and the one-shot commands say to each other: typed, versioned, standard library only.
+
+Two contracts cross a process boundary on one host:
+
+* ``agent.json`` in the state dir, written by the agent once the mapping exists: :class:`AgentInfo`;
+* the control socket (:mod:`tpuctl.agent.control`): a request names an :class:`Op`, the answers are
+  :class:`BarrierPassed`, :class:`ErrorReport`, a job environment (``tpuctl.job.env.JobEnv``) or
+  the status document.
+
+Each value converts to and from plain JSON (``to_json`` / ``from_json``); ``from_json`` refuses a
+document of another schema version or with a field of the wrong type (StateError naming the field),
+so a reader never works from a half-understood description. Nothing here imports asyncio, grpc or
+click: ``tpuctl barrier``, ``status`` and ``env`` use it on their light path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tpuctl.errors import StateError
+
+SCHEMA_VERSION = 1
+"""Version of ``agent.json`` and of the control messages; an agent and a command of other versions
+refuse each other with a hint to restart the agent."""
+
+_RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
+
+_T = TypeVar("_T")
+
+
+class Op(str, enum.Enum):
+    """The operations an agent answers on its control socket."""
+
+    BARRIER = "barrier"
+    """Wait at a named barrier: args ``name``, ``timeout``; answers :class:`BarrierPassed`."""
+    STATUS = "status"
+    """The cluster as the coordinator sees it (a status document, as ``tpuctl status --json``)."""
+    DOWN = "down"
+    """Leave the cluster (args ``all``: shut every host down); answers ``{"stopping": true}``."""
+    INFO = "info"
+    """This agent's :class:`AgentInfo`."""
+    WAIT_ERROR = "wait_error"
+    """Long-poll (args ``timeout``) until the cluster errs or shuts down: answers :class:`ErrorReport`."""
+    ENV = "env"
+    """The job environment of this host (``JobEnv.to_message()``), computed by the agent."""
+
+
+class ProtocolError(StateError):
+    """The other side spoke a version or shape of the protocol this tpuctl does not."""
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type[_T] | tuple[type, ...], source: str) -> Any:
+    value = data.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
+        raise ProtocolError(f"{source}: field {name!r} is {value!r}; expected {_kind_name(kind)}", hint=_RESTART_HINT)
+    return value
+
+
+def _optional(data: Mapping[str, Any], name: str, kind: type[_T] | tuple[type, ...], source: str) -> Any:
+    return None if data.get(name) is None else _field(data, name, kind, source)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({"str": "a string", "int": "an integer", "float": "a number", "list": "a list",
+                        "dict": "an object", "bool": "true or false"}.get(k.__name__, k.__name__) for k in kinds)
+
+
+def _check_version(data: Mapping[str, Any], source: str) -> None:
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise ProtocolError(
+            f"{source} is of schema version {version!r}; this tpuctl reads version {SCHEMA_VERSION}",
+            hint=_RESTART_HINT,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPorts:
+    """Ports the agent reserved for the job's own runtimes."""
+
+    dtensor: tuple[int, ...]
+    """DTensor's gRPC server port of every task, in task order."""
+    jax: int
+    """JAX's coordinator port (on task 0's host)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentInfo:
+    """``agent.json``: what a running agent is (cluster, task, coordinator, mapping, job ports)."""
+
+    cluster: str
+    task: int
+    num_tasks: int
+    coordinator: str
+    """The coordination service's ``host:port``."""
+    mapping: str
+    """The device mapping file this agent wrote."""
+    job_ports: JobPorts
+    pid: int | None = None
+    address: str = ""
+    hosts: tuple[str, ...] = ()
+    accelerator: str = ""
+    topology: str = ""
+    config: str | None = None
+    incarnation: str = ""
+    service_incarnation: str = ""
+    barrier_timeout: float = 600.0
+    started: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "pid": self.pid,
+            "cluster": self.cluster,
+            "task": self.task,
+            "address": self.address,
+            "num_tasks": self.num_tasks,
+            "hosts": list(self.hosts),
+            "coordinator": self.coordinator,
+            "accelerator": self.accelerator,
+            "topology": self.topology,
+            "mapping": self.mapping,
+            "config": self.config,
+            "incarnation": self.incarnation,
+            "service_incarnation": self.service_incarnation,
+            "barrier_timeout": self.barrier_timeout,
+            "job_ports": {"dtensor": list(self.job_ports.dtensor), "jax": self.job_ports.jax},
+            "started": self.started,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "the agent's description") -> AgentInfo:
+        """Read ``agent.json``'s document; ProtocolError (a StateError, exit 5) naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{source} is not an agent description (a JSON object)", hint=_RESTART_HINT)
+        _check_version(data, source)
+        num_tasks = _field(data, "num_tasks", int, source)
+        task = _field(data, "task", int, source)
+        if not 0 <= task < num_tasks:
+            raise ProtocolError(f"{source}: task {task} is not one of 0..{num_tasks - 1}", hint=_RESTART_HINT)
+        hosts = tuple(str(h) for h in (_optional(data, "hosts", list, source) or ()))
+        return cls(
+            cluster=_field(data, "cluster", str, source),
+            task=task,
+            num_tasks=num_tasks,
+            coordinator=_field(data, "coordinator", str, source),
+            mapping=_field(data, "mapping", str, source),
+            job_ports=_job_ports(data.get("job_ports"), num_tasks, source),
+            pid=_optional(data, "pid", int, source),
+            address=str(data.get("address") or ""),
+            hosts=hosts,
+            accelerator=str(data.get("accelerator") or ""),
+            topology=str(data.get("topology") or ""),
+            config=_optional(data, "config", str, source),
+            incarnation=str(data.get("incarnation") or ""),
+            service_incarnation=str(data.get("service_incarnation") or ""),
+            barrier_timeout=float(_optional(data, "barrier_timeout", (int, float), source) or 600.0),
+            started=float(_optional(data, "started", (int, float), source) or 0.0),
+        )
+
+
+def _job_ports(ports: object, num_tasks: int, source: str) -> JobPorts:
+    dtensor = ports.get("dtensor") if isinstance(ports, dict) else None
+    jax = ports.get("jax") if isinstance(ports, dict) else None
+    if (
+        not isinstance(dtensor, list)
+        or len(dtensor) != num_tasks
+        or not all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in dtensor)
+        or not isinstance(jax, int)
+        or isinstance(jax, bool)
+        or not 0 < jax < 65536
+    ):
+        raise ProtocolError(
+            f"{source} has no usable job ports for {num_tasks} tasks (job_ports: {_short(ports)})", hint=_RESTART_HINT
+        )
+    return JobPorts(dtensor=tuple(dtensor), jax=jax)
+
+
+def _short(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """One failed host, as the coordinator named it."""
+
+    task: int
+    address: str
+    cause: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorReport:
+    """The cluster's health as this host's agent knows it (answer to :attr:`Op.WAIT_ERROR`)."""
+
+    error: str | None = None
+    """The cluster's error, when it is in error."""
+    error_type: str | None = None
+    """The error's class name (``ClusterError``, ``CoordinatorUnreachable``, ...)."""
+    failures: tuple[Failure, ...] = ()
+    detected_at: float | None = None
+    """Wall-clock time this agent learnt of the error."""
+    shutdown: bool = False
+    """The cluster was shut down on purpose (``tpuctl down --all``)."""
+    stopping: bool = False
+    """This agent is leaving (``tpuctl down``, a signal)."""
+
+    @property
+    def down(self) -> bool:
+        """Whether a job on this host should stop: an error, a shutdown, or this agent leaving."""
+        return bool(self.error) or self.shutdown or self.stopping
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "error_type": self.error_type,
+            "failures": [{"task": f.task, "address": f.address, "cause": f.cause} for f in self.failures],
+            "detected_at": self.detected_at,
+            "shutdown": self.shutdown,
+            "stopping": self.stopping,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "the agent's error report") -> ErrorReport:
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{source} is not a JSON object", hint=_RESTART_HINT)
+        failures = []
+        for item in _optional(data, "failures", list, source) or ():
+            if not isinstance(item, dict):
+                raise ProtocolError(f"{source}: a failure is {_short(item)}; expected an object", hint=_RESTART_HINT)
+            failures.append(
+                Failure(task=_field(item, "task", int, source), address=str(item.get("address") or "?"),
+                        cause=str(item.get("cause") or ""))
+            )
+        detected = _optional(data, "detected_at", (int, float), source)
+        return cls(
+            error=_optional(data, "error", str, source),
+            error_type=_optional(data, "error_type", str, source),
+            failures=tuple(failures),
+            detected_at=None if detected is None else float(detected),
+            shutdown=bool(data.get("shutdown")),
+            stopping=bool(data.get("stopping")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BarrierPassed:
+    """Answer to :attr:`Op.BARRIER`: which instance of the barrier passed, among how many hosts."""
+
+    name: str
+    instance: int
+    hosts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "instance": self.instance, "hosts": self.hosts}
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "the agent's barrier answer") -> BarrierPassed:
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{source} is not a JSON object", hint=_RESTART_HINT)
+        return cls(name=_field(data, "name", str, source), instance=_field(data, "instance", int, source),
+                   hosts=_field(data, "hosts", int, source))
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentInfo",
+    "BarrierPassed",
+    "ErrorReport",
+    "Failure",
+    "JobPorts",
+    "Op",
+    "ProtocolError",
+]

@@ -1,0 +1,190 @@
+"""``barrier``, ``status`` and ``env`` without click: the commands job scripts run once per step.
+
+``tpuctl barrier step`` in a training loop should cost little more than starting Python, so these three
+commands are parsed here, by hand, before click (about 40 ms to import) or asyncio (about 50 ms) could
+load: the standard library, tpuctl's error types and the control socket's client are all they import.
+The agent does the cluster work; a command here sends one request and prints the answer.
+
+Only the plain forms are handled here (the options each command documents, ``--opt value`` or
+``--opt=value``). Anything else — ``--help``, a misspelt option, a missing argument — returns None and
+the caller hands the same arguments to click, which prints its usual help or usage error. So there is
+one set of messages and one ``--help`` per command; the click commands call the functions below too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tpuctl.agent.control import call
+from tpuctl.agent.protocol import BarrierPassed, Op
+from tpuctl.agent.statedir import resolve_state_dir
+from tpuctl.errors import EXIT_CLUSTER
+from tpuctl.messages import sample, table
+
+# Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
+# "who is missing" answer arrives before the local safety timeout fires.
+LOCAL_MARGIN_S = 10.0
+STATUS_TIMEOUT_S = 10.0
+ENV_TIMEOUT_S = 10.0
+MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
+
+
+def say(text: str) -> None:
+    """Chatter for people: stderr, so stdout stays data."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+# --- the commands ------------------------------------------------------------------------------------
+
+
+def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) -> int:
+    """Wait at barrier ``name`` through this host's agent; progress on stderr unless ``quiet``."""
+    seconds = None
+    if timeout is not None:
+        from tpuctl.durations import parse_duration
+
+        seconds = parse_duration(timeout, what="--timeout")
+    state = resolve_state_dir(state_dir)
+    limit = seconds if seconds is not None else state.read_info().barrier_timeout
+    answer = call(state, Op.BARRIER, {"name": name, "timeout": limit}, timeout=limit + LOCAL_MARGIN_S,
+                  progress=None if quiet else say)
+    passed = BarrierPassed.from_json(answer)
+    if not quiet:
+        say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
+    return 0
+
+
+def run_status(as_json: bool, state_dir: str | None) -> int:
+    """Print the cluster as the coordinator sees it; 3 when it is in error."""
+    result = call(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
+    _out((json.dumps(result, indent=2, sort_keys=True) if as_json else render_status(result)) + "\n")
+    return EXIT_CLUSTER if result.get("error") else 0
+
+
+def run_env(fmt: str, state_dir: str | None) -> int:
+    """Print this host's job environment (``sh`` export lines or ``json``), computed by its agent."""
+    from tpuctl.job.env import JobEnv
+
+    env = JobEnv.from_message(call(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S))
+    _out(env.to_sh() if fmt == "sh" else env.to_json())
+    return 0
+
+
+def render_status(result: dict[str, Any]) -> str:
+    """The status document as text: a header, a row per task, open barriers, the cluster's error."""
+    lines = [
+        f"cluster      {result.get('cluster')}  (this host: task {result.get('task')})",
+        f"coordinator  {result.get('coordinator')}  (service incarnation {result.get('service_incarnation')})",
+    ]
+    if result.get("mapping"):
+        lines.append(f"mapping      {result['mapping']}")
+    lines.append("")
+    rows = [("TASK", "STATE", "ADDRESS", "INCARNATION", "HEARTBEAT")]
+    for task in result.get("tasks", []):
+        age = task.get("heartbeat_age")
+        rows.append(
+            (
+                str(task.get("task")),
+                str(task.get("state")),
+                str(task.get("address")),
+                str(task.get("incarnation") or "-"),
+                "-" if age is None else f"{age:.1f}s ago",
+            )
+        )
+    lines += table(rows)
+    if result.get("barriers"):
+        lines.append("")
+    for barrier in result.get("barriers", []):
+        missing = barrier.get("missing", [])
+        lines.append(
+            f"barrier {barrier.get('name')!r} #{barrier.get('instance')}: waiting for task(s) "
+            f"{sample(missing, limit=MAX_LISTED_BARRIER_TASKS)} "
+            f"({len(barrier.get('arrived', [])):,} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
+        )
+    if result.get("error"):
+        lines += ["", f"cluster error: {result['error']}"]
+    return "\n".join(lines)
+
+
+# --- the hand parser ---------------------------------------------------------------------------------
+
+# command -> {option: (destination, takes a value)}
+_OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
+    "barrier": {"--timeout": ("timeout", True), "--quiet": ("quiet", False), "-q": ("quiet", False)},
+    "status": {"--json": ("as_json", False)},
+    "env": {"--format": ("fmt", True), "-f": ("fmt", True)},
+}
+_STATE_DIR = {"--state-dir": ("state_dir", True)}
+
+
+def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+    """``["barrier", "step", "-q"]`` -> ("barrier", {...}); None for anything but the plain forms."""
+    args = list(args)
+    while args and args[0] == "--debug":
+        args.pop(0)
+    if not args or args[0] not in _OPTIONS:
+        return None
+    command, rest = args[0], args[1:]
+    options = {**_OPTIONS[command], **_STATE_DIR}
+    values: dict[str, Any] = {"state_dir": None}
+    positional: list[str] = []
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token == "--":
+            positional += rest[i + 1 :]
+            break
+        name, eq, value = token.partition("=")
+        if (name in options and name.startswith("--")) or token in options:
+            dest, takes_value = options[name if eq else token]
+            if takes_value:
+                if not eq:
+                    if i + 1 >= len(rest):
+                        return None
+                    i += 1
+                    value = rest[i]
+                values[dest] = value
+            elif eq:
+                return None
+            else:
+                values[dest] = True
+        elif token.startswith("-") and token != "-":
+            return None  # --help, or an option click should explain
+        else:
+            positional.append(token)
+        i += 1
+    if command == "barrier":
+        if len(positional) != 1:
+            return None
+        return command, {"name": positional[0], "timeout": values.get("timeout"),
+                         "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"]}
+    if positional:
+        return None
+    if command == "status":
+        return command, {"as_json": bool(values.get("as_json")), "state_dir": values["state_dir"]}
+    fmt = values.get("fmt", "sh")
+    if fmt not in ("sh", "json"):
+        return None
+    return command, {"fmt": fmt, "state_dir": values["state_dir"]}
+
+
+def run_light(args: Sequence[str]) -> int | None:
+    """Run ``args`` here when they are a plain barrier/status/env call; None means "ask click"."""
+    parsed = parse(args)
+    if parsed is None:
+        return None
+    command, values = parsed
+    if command == "barrier":
+        return run_barrier(**values)
+    if command == "status":
+        return run_status(**values)
+    return run_env(**values)

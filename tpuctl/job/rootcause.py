@@ -1,0 +1,106 @@
+"""The root-cause table ``tpuctl run`` prints when the cluster goes down under a job.
+
+One headline naming the host that failed first (when, why), then a row per host: the failed ones in
+the order the service declared them, then every other host with its state and last heartbeat. Pure:
+built from the agent's :class:`~tpuctl.agent.protocol.ErrorReport`, its
+:class:`~tpuctl.agent.protocol.AgentInfo` and a status document.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuctl.agent.protocol import AgentInfo, ErrorReport
+from tpuctl.messages import table
+
+
+@dataclass
+class ClusterDown:
+    """Why the job must stop: the agent's error report, or the agent being gone."""
+
+    report: ErrorReport
+    agent_gone: str | None = None
+    noticed_at: float = field(default_factory=time.time)
+
+
+def _clock(when: float | None) -> str:
+    if when is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(when)) + f".{int(when * 1000) % 1000:03d}"
+
+
+def headline(down: ClusterDown, info: AgentInfo) -> str:
+    """One line: what happened to the cluster, naming the host that failed first."""
+    report = down.report
+    cluster = info.cluster
+    when = _clock(report.detected_at or down.noticed_at)
+    if down.agent_gone:
+        return f"cluster {cluster!r}: task {info.task}: {down.agent_gone}, detected at {when}"
+    failures = report.failures
+    if failures:
+        first = failures[0]
+        more = f" (and {len(failures) - 1:,} more)" if len(failures) > 1 else ""
+        return (
+            f"cluster {cluster!r} failed: task {first.task} ({first.address}) failed first{more}, "
+            f"detected at {when}: {first.cause}"
+        )
+    if report.error:
+        return f"cluster {cluster!r} failed, detected at {when}: {report.error}"
+    if report.shutdown:
+        return f"cluster {cluster!r} was shut down (tpuctl down --all), at {when}"
+    return f"cluster {cluster!r}: this host's agent is stopping (tpuctl down), at {when}"
+
+
+def root_cause_rows(
+    down: ClusterDown, info: AgentInfo, status: dict[str, Any] | None, status_at: float
+) -> list[tuple[str, ...]]:
+    """Rows of the table: the failed hosts in the order the service declared them, then every other host."""
+    report = down.report
+    me = info.task
+    hosts = list(info.hosts)
+    known = {int(t["task"]): t for t in (status or {}).get("tasks", []) if isinstance(t.get("task"), int)}
+    failed: list[tuple[int, str, str, str]] = []  # task, address, state, cause
+    for failure in report.failures:
+        state = str(known.get(failure.task, {}).get("state") or "failed")
+        failed.append((failure.task, failure.address, state, failure.cause))
+    if not failed and down.agent_gone:
+        pid = f" (pid {info.pid})" if info.pid else ""
+        failed.append((me, info.address or "?", "agent gone", f"its tpuctl agent{pid} is gone (this host)"))
+    if not failed and report.error_type == "CoordinatorUnreachable" and hosts:
+        failed.append((0, hosts[0], "unreachable", "its coordinator stopped answering this host"))
+
+    def last_heartbeat(task: int) -> str:
+        age = known.get(task, {}).get("heartbeat_age")
+        return "-" if age is None else _clock(status_at - float(age))
+
+    rows: list[tuple[str, ...]] = [("#", "TASK", "ADDRESS", "STATE", "LAST HEARTBEAT", "CAUSE")]
+    for order, (task, address, state, cause) in enumerate(failed, 1):
+        rows.append((str(order), str(task), address, state, last_heartbeat(task), _short(cause)))
+    listed = {entry[0] for entry in failed}
+    for task, address in enumerate(hosts):
+        if task in listed:
+            continue
+        entry = known.get(task, {})
+        state = str(entry.get("state") or "unknown")
+        cause = str(entry.get("cause") or "")
+        if task == me:
+            cause = (cause + "; " if cause else "") + "this host"
+        rows.append(("", str(task), address, state, last_heartbeat(task), _short(cause)))
+    return rows
+
+
+def format_rows(rows: list[tuple[str, ...]]) -> str:
+    return "\n".join(table(rows, indent="  "))
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def root_cause_table(down: ClusterDown, info: AgentInfo, status: dict[str, Any] | None, status_at: float) -> str:
+    return headline(down, info) + "\n" + format_rows(root_cause_rows(down, info, status, status_at))
+
+

@@ -1,0 +1,338 @@
+"""Running a job under ``tpuctl run``: the cluster's environment, a watcher, and a stop when the cluster fails.
+
+The job runs in its own process group with this host's job environment (``tpuctl env``) on top of ours.
+A thread long-polls this host's agent (``wait_error``); when a host fails, the cluster is shut down, or
+the agent itself disappears, the job's process group gets SIGTERM, then SIGKILL after ``--grace``, and
+``tpuctl run`` exits 3 with a root-cause table (:mod:`tpuctl.job.rootcause`) on stderr. Otherwise it returns the job's exit code
+(128 + N when the job died of signal N). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
+``tpuctl run`` are forwarded to the job's process group; after a forwarded SIGTERM the job also gets
+SIGKILL when it is still running ``--grace`` later (TensorFlow catches SIGTERM and keeps going).
+
+On a terminal, the job's group becomes the terminal's foreground group, so the job reads the terminal
+and Ctrl-C / Ctrl-Z reach it as they would without tpuctl.
+
+Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from tpuctl.agent.control import call
+from tpuctl.agent.protocol import AgentInfo, ErrorReport, Op
+from tpuctl.agent.statedir import StateDir
+from tpuctl.errors import EXIT_CLUSTER, TpuctlError
+from tpuctl.job.env import JobEnv
+from tpuctl.job.rootcause import ClusterDown, root_cause_table
+from tpuctl.processes import pid_alive
+
+POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
+CALL_MARGIN_S = 10.0  # beyond the long-poll, before an unanswered call counts as a failure
+RETRIES = 3  # consecutive failed calls to a live agent before it counts as gone
+RETRY_DELAY_S = 0.5
+INFO_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 5.0
+STRAGGLER_KILL_WAIT_S = 10.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+# --- the watcher -----------------------------------------------------------------------------------
+
+
+class Watcher(threading.Thread):
+    """Long-polls the agent until the cluster errs, shuts down, or the agent goes away."""
+
+    def __init__(self, state: StateDir, agent_pid: int | None, on_down: Callable[[ClusterDown], None]) -> None:
+        super().__init__(name="tpuctl-run-watcher", daemon=True)
+        self.state = state
+        self.agent_pid = agent_pid
+        self.on_down = on_down
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from tpuctl.agent.control import call
+
+        failures = 0
+        while not self.stopped.is_set():
+            try:
+                report = ErrorReport.from_json(
+                    call(self.state, Op.WAIT_ERROR, {"timeout": POLL_S}, timeout=POLL_S + CALL_MARGIN_S)
+                )
+            except TpuctlError as exc:
+                if self.stopped.is_set():
+                    return
+                failures += 1
+                alive = self.agent_pid is not None and pid_alive(self.agent_pid)
+                if alive and failures < RETRIES:
+                    self.stopped.wait(RETRY_DELAY_S)
+                    continue
+                pid = f" (pid {self.agent_pid})" if self.agent_pid else ""
+                what = "is not answering" if alive else "is gone"
+                self.on_down(ClusterDown(ErrorReport(), agent_gone=f"this host's tpuctl agent{pid} {what}: {exc.message}"))
+                return
+            failures = 0
+            if report.down:
+                self.on_down(ClusterDown(report))
+                return
+
+
+# --- running the job -------------------------------------------------------------------------------
+
+
+class JobRunner:
+    """One job under ``tpuctl run``: start, watch, forward signals, stop, report."""
+
+    def __init__(self, command: list[str], state: StateDir, *, grace: float, say: Callable[[str], None]) -> None:
+        self.command = command
+        self.say = say
+        self.state = state
+        self.grace = grace
+        self.wake = threading.Event()
+        self.exited = threading.Event()
+        self.down: ClusterDown | None = None
+        self.status: int | None = None  # the job's wait status
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tty: int | None = None
+        self.pending: list[int] = []
+        self.info: AgentInfo | None = None
+        self.term_deadline: float | None = None
+
+    # --- entry ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from tpuctl.spec import hostenv
+
+        info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
+        self.info = info
+        report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=INFO_TIMEOUT_S))
+        if report.down:
+            self.say("tpuctl: error: " + self._table(ClusterDown(report)))
+            self.say("tpuctl: the job was not started")
+            return EXIT_CLUSTER
+        environ = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S)).apply(hostenv.environ())
+        agent_pid = info.pid if info.pid is not None else self.state.live_pid()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
+        try:
+            try:
+                self.proc = self._spawn(environ)
+            except OSError as exc:
+                code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+                self.say(f"tpuctl: error: cannot run {self.command[0]!r}: {exc.strerror or exc}")
+                return code
+            for sig in self.pending:
+                self._forward(sig)
+            waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
+            waiter.start()
+            watcher = Watcher(self.state, agent_pid, self._on_down)
+            watcher.start()
+            try:
+                return self._supervise()
+            finally:
+                watcher.stopped.set()
+        finally:
+            self._take_terminal_back()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _supervise(self) -> int:
+        while True:
+            self.wake.wait(timeout=1.0)
+            self.wake.clear()
+            if self.exited.is_set():
+                return self._finished()
+            if self.down is not None:
+                return self._stop_for(self.down)
+            if self.term_deadline is not None and time.monotonic() >= self.term_deadline:
+                self.term_deadline = None
+                self._kill_group(signal.SIGKILL)
+
+    # --- the job process ------------------------------------------------------------------------
+
+    def _spawn(self, environ: dict[str, str]) -> subprocess.Popen[bytes]:
+        self.tty = _foreground_tty()
+        tty = self.tty
+
+        def child_setup() -> None:  # runs in the child between fork and exec
+            os.setpgid(0, 0)
+            if tty is not None:
+                old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+                try:
+                    os.tcsetpgrp(tty, os.getpgrp())
+                finally:
+                    signal.signal(signal.SIGTTOU, old)
+
+        return subprocess.Popen(self.command, env=environ, preexec_fn=child_setup)
+
+    def _reap(self) -> None:
+        """Wait for the job (and follow it through Ctrl-Z on a terminal); runs in its own thread."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        while True:
+            try:
+                _, status = os.waitpid(pid, os.WUNTRACED)
+            except ChildProcessError:
+                status = 0
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            if os.WIFSTOPPED(status):
+                self._job_stopped(os.WSTOPSIG(status))
+                continue
+            self.status = status
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            self.exited.set()
+            self.wake.set()
+            return
+
+    def _job_stopped(self, stopsig: int) -> None:
+        """The job stopped for its terminal (Ctrl-Z, or reading it from the background): stop too, so the
+        shell sees this job stopped and gets its terminal back. When continued (``fg`` or ``bg``), give
+        the job the terminal if this process is in the foreground again, and continue it."""
+        job_control = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+        if self.proc is None or stopsig not in job_control or not _stdin_is_tty():
+            return  # stopped by someone else (SIGSTOP): theirs to continue
+        self._take_terminal_back()
+        # SIGSTOP stops the whole process; sent to this thread, it also stops this thread before it goes on
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        self.tty = _foreground_tty()
+        if self.tty is not None:
+            with contextlib.suppress(OSError):
+                _set_foreground(self.tty, self.proc.pid)
+        self._kill_group(signal.SIGCONT)
+
+    def _take_terminal_back(self) -> None:
+        if self.tty is not None:
+            with contextlib.suppress(OSError):
+                _set_foreground(self.tty, os.getpgrp())
+
+    def _kill_group(self, sig: int) -> bool:
+        """Signal the job's process group; False when it has no process left."""
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # pragma: no cover - a member changed its credentials
+            return True
+        return True
+
+    def _group_alive(self) -> bool:
+        return self._kill_group(0)
+
+    # --- signals --------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.proc is None:
+            self.pending.append(signum)
+            return
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        self._kill_group(signum)
+        if signum == signal.SIGTERM and self.term_deadline is None:
+            self.term_deadline = time.monotonic() + self.grace
+            self.wake.set()
+
+    # --- outcomes -------------------------------------------------------------------------------
+
+    def _on_down(self, down: ClusterDown) -> None:
+        self.down = down
+        self.wake.set()
+
+    def _exit_code(self) -> int:
+        assert self.proc is not None and self.proc.returncode is not None
+        code = self.proc.returncode
+        return 128 - code if code < 0 else code
+
+    def _finished(self) -> int:
+        code = self._exit_code()
+        if code == 0 or self.down is not None:
+            return code if self.down is None else self._report(self.down, f"the job exited with code {code}")
+        # The job failed on its own: was it because the cluster did? Say so if the agent knows.
+        try:
+            report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=STATUS_TIMEOUT_S))
+        except TpuctlError:
+            return code
+        if report.error:
+            return self._report(ClusterDown(report), f"the job exited with code {code}")
+        return code
+
+    def _stop_for(self, down: ClusterDown) -> int:
+        assert self.proc is not None
+        started = time.monotonic()
+        self._kill_group(signal.SIGTERM)
+        how = "SIGTERM"
+        if not self.exited.wait(self.grace):
+            self._kill_group(signal.SIGKILL)
+            how = f"SIGTERM, then SIGKILL after {self.grace:g} s"
+            self.exited.wait(STRAGGLER_KILL_WAIT_S)
+        # what is left of the job's process group (children the job started) goes too
+        deadline = started + self.grace
+        while self._group_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._kill_group(signal.SIGKILL) and how == "SIGTERM":
+            how = "SIGTERM (leftover processes of its group: SIGKILL)"
+        took = time.monotonic() - started
+        if self.exited.is_set():
+            stopped = (
+                f"stopped the job (pid {self.proc.pid}) with {how}: exited in {took:.1f} s, code {self._exit_code()}"
+            )
+        else:  # pragma: no cover - SIGKILL did not end it (uninterruptible sleep)
+            stopped = f"could not stop the job (pid {self.proc.pid}) with {how} within {took:.1f} s"
+        return self._report(down, stopped)
+
+    def _report(self, down: ClusterDown, stopped: str) -> int:
+        self.say("tpuctl: error: " + self._table(down))
+        self.say(f"tpuctl: task {self.info.task if self.info else '?'}: {stopped}")
+        return EXIT_CLUSTER
+
+    def _table(self, down: ClusterDown) -> str:
+        status: dict[str, Any] | None = None
+        if not down.agent_gone:
+            with contextlib.suppress(TpuctlError):
+                status = call(self.state, Op.STATUS, timeout=STATUS_TIMEOUT_S)
+        assert self.info is not None
+        return root_cause_table(down, self.info, status, time.time())
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return os.isatty(0)
+    except OSError:  # pragma: no cover - stdin closed
+        return False
+
+
+def _foreground_tty() -> int | None:
+    """stdin's terminal when this process group is its foreground group (an interactive shell), else None."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _set_foreground(fd: int, pgid: int) -> None:
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(fd, pgid)
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+    else:
+        # signal.signal works only in the main thread; block SIGTTOU in this thread instead
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+        try:
+            os.tcsetpgrp(fd, pgid)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTTOU})
