@@ -35,9 +35,11 @@ test: install bytecode check-protos
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
+## ruff, mypy (strict) and the import contract between the layers (tests/test_layers.py, read with ast).
 lint: install
 	$(VENV)/bin/ruff check tpuctl tests tools bench
 	$(VENV)/bin/mypy tpuctl
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py
 
 demo: install bytecode
 	$(VENV)/bin/tpuctl sim up v4-32 --root $(DEMO_ROOT)
