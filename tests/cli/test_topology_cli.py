@@ -74,7 +74,7 @@ def test_unknown_type_suggests_and_exits_2(capsys: pytest.CaptureFixture[str]) -
     assert code == 2
     assert out == ""
     assert "tpuctl: error: 'v5litepod-15' is not a v5e slice: N counts chips and must be one of 1, 4, 8" in err
-    assert "hint: did you mean v5litepod-16?" in err
+    assert "hint: did you mean 'v5litepod-16'?" in err
 
 
 def test_process_errors_have_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +87,7 @@ def test_process_errors_have_no_traceback(capsys: pytest.CaptureFixture[str]) ->
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "tpuctl: error: unknown accelerator type 'v5litepd-16'" in proc.stderr
-    assert "hint: did you mean v5litepod-16?" in proc.stderr
+    assert "hint: did you mean 'v5litepod-16'?" in proc.stderr
 
 
 def test_process_rejects_two_slice_sources(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,3 +106,19 @@ def test_output_file_written_atomically(tmp_path, capsys: pytest.CaptureFixture[
     assert json.loads(target.read_text())["accelerator"] == "v6e-16"
     assert f"wrote {target}" in err
     assert [p.name for p in target.parent.iterdir()] == ["slice.json"]
+
+
+def test_output_file_gets_the_mode_of_a_normal_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import stat
+
+    target = tmp_path / "slice.json"
+    old = os.umask(0o022)
+    try:
+        assert run("topology", "show", "-a", "v4-8", "-f", "json", "-o", str(target), capsys=capsys)[0] == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644  # not the 0600 of a temp file
+        target.chmod(0o640)
+        assert run("topology", "show", "-a", "v4-8", "-f", "json", "-o", str(target), capsys=capsys)[0] == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o640  # a replaced file keeps its mode
+    finally:
+        os.umask(old)

@@ -143,7 +143,7 @@ V4_32 = resolve_slice(accelerator="v4-32")
         (MeshSpec("m", (("match", 4), ("model", 4))), "mesh 'm': axis name 'match' is reserved"),
         (
             MeshSpec("m", (("data", 4), ("model", 4)), "rings"),
-            "mesh 'm': mode 'rings' is not a mesh mode; did you mean ring?",
+            "mesh 'm': mode 'rings' is not a mesh mode; did you mean 'ring'?",
         ),
         (
             MeshSpec("m", (("data", 4), ("model", 4)), "ring", (("ring_dim", 1),)),

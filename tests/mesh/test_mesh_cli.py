@@ -140,7 +140,7 @@ def test_topology_show_mesh_from_spec_and_mapping(
 
 def test_topology_show_mesh_errors(capsys: pytest.CaptureFixture[str], spec_file: Path, mapping_file: Path) -> None:
     code, _, err = run("topology", "show", "--config", str(spec_file), "--mesh", "dp_pm", capsys=capsys)
-    assert code == 2 and "declares no mesh 'dp_pm' (meshes: dp_mp, j)" in err and "did you mean dp_mp?" in err
+    assert code == 2 and "declares no mesh 'dp_pm' (meshes: dp_mp, j)" in err and "did you mean 'dp_mp'?" in err
     code, _, err = run("topology", "show", "--mapping", str(mapping_file), "--mesh", "dp_pm", capsys=capsys)
     assert code == 7 and "has no mesh 'dp_pm'" in err
     code, _, err = run("topology", "show", "-a", "v4-32", "--mesh", "dp_mp", capsys=capsys)

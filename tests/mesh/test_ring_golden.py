@@ -319,7 +319,7 @@ def test_ring_options_errors() -> None:
         mesh_of("v4-32", {"data": 4, "model": 4}, (("ring_dims", 3),))
     with pytest.raises(InputError, match=r"ring_axes \['x', 'y', 'z'\] is not an ordering of core, x, y, z"):
         mesh_of("v4-32", {"data": 4, "model": 4}, (("ring_axes", ("x", "y", "z")),))
-    with pytest.raises(InputError, match=r"option compat is 'dtensr'; did you mean dtensor\?"):
+    with pytest.raises(InputError, match=r"option compat is 'dtensr'; did you mean 'dtensor'\?"):
         mesh_of("v4-32", {"data": 4, "model": 4}, (("compat", "dtensr"),))
     with pytest.raises(
         InputError, match=r"option ring_bounds \[1, 2, 4\] has 3 entries; expected 4: ring extent along x, y, z, core"

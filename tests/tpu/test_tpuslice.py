@@ -174,37 +174,37 @@ ERRORS = [
     (
         {"accelerator": "v5litepod-15"},
         f"'v5litepod-15' is not a v5e slice: N counts chips and must be one of {V5E_COUNTS}",
-        "did you mean v5litepod-16?",
+        "did you mean 'v5litepod-16'?",
     ),
     (
         {"accelerator": "v5e-17"},
         f"'v5e-17' is not a v5e slice: N counts chips and must be one of {V5E_COUNTS}",
-        "did you mean v5litepod-16?",
+        "did you mean 'v5litepod-16'?",
     ),
-    ({"accelerator": "v5lite-pod-16"}, "unknown accelerator type 'v5lite-pod-16'", "did you mean v5litepod-16?"),
-    ({"accelerator": "v5litepod16"}, "unknown accelerator type 'v5litepod16'", "did you mean v5litepod-16?"),
-    ({"accelerator": "tpu-v4-8"}, "unknown accelerator type 'tpu-v4-8'", "did you mean v4-8?"),
+    ({"accelerator": "v5lite-pod-16"}, "unknown accelerator type 'v5lite-pod-16'", "did you mean 'v5litepod-16'?"),
+    ({"accelerator": "v5litepod16"}, "unknown accelerator type 'v5litepod16'", "did you mean 'v5litepod-16'?"),
+    ({"accelerator": "tpu-v4-8"}, "unknown accelerator type 'tpu-v4-8'", "did you mean 'v4-8'?"),
     (
         {"accelerator": "v4-7"},
         f"'v4-7' is not a v4 slice: N counts TensorCores (2 per chip) and must be one of {V4_COUNTS}",
-        "did you mean v4-8?",
+        "did you mean 'v4-8'?",
     ),
     # Above the pod.
     (
         {"accelerator": "v4-16384"},
         f"'v4-16384' is not a v4 slice: N counts TensorCores (2 per chip) and must be one of {V4_COUNTS}",
-        "did you mean v4-8192?",
+        "did you mean 'v4-8192'?",
     ),
     (
         {"accelerator": "v6e-512"},
         f"'v6e-512' is not a v6e slice: N counts chips and must be one of {V5E_COUNTS}",
-        "did you mean v6e-256?",
+        "did you mean 'v6e-256'?",
     ),
     (
         {"accelerator": "v3-4096"},
         "'v3-4096' is not a v3 slice: N counts TensorCores (2 per chip) and must be one of "
         "8, 32, 64, 128, 256, 512, 1024, 2048",
-        "did you mean v3-2048?",
+        "did you mean 'v3-2048'?",
     ),
     (
         {"generation": "v4", "topology": "16x16x32"},
@@ -230,12 +230,12 @@ ERRORS = [
     (
         {"generation": "v4", "topology": "4x2x2"},
         "v4 topology 4x2x2 is not in AxBxC order with A <= B <= C",
-        "did you mean 2x2x4?",
+        "did you mean '2x2x4'?",
     ),
     (
         {"generation": "v5p", "topology": "8x8x4"},
         "v5p topology 8x8x4 is not in AxBxC order with A <= B <= C",
-        "did you mean 4x8x8?",
+        "did you mean '4x8x8'?",
     ),
     (
         {"generation": "v4", "topology": "2x8x8"},
@@ -276,7 +276,7 @@ ERRORS = [
         "v3 shows each TensorCore as its own device; remove the megacore option",
     ),
     # Malformed requests.
-    ({"generation": "v44", "topology": "2x2x1"}, "unknown TPU generation 'v44'", "did you mean v4?"),
+    ({"generation": "v44", "topology": "2x2x1"}, "unknown TPU generation 'v44'", "did you mean 'v4'?"),
     (
         {"generation": "v4", "topology": "4x4"},
         "topology '4x4' has 2 axes; this generation's slices have 3",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ import click
 from tpuctl.cli.output import emit
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
+from tpuctl.messages import did_you_mean
 from tpuctl.tpu.slice import TpuSlice
 
 if TYPE_CHECKING:  # imported lazily at run time
@@ -123,11 +123,9 @@ def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:
 
     declared = {m.name: m for m in source.meshes}
     if name not in declared:
-        guess = difflib.get_close_matches(name, list(declared), n=1)
-        listed = ", ".join(declared) or "none"
         raise InputError(
-            f"{source.source} declares no mesh {name!r} (meshes: {listed})",
-            hint=f"did you mean {guess[0]}?" if guess else "declare it under meshes: in the spec",
+            f"{source.source} declares no mesh {name!r} (meshes: {', '.join(declared) or 'none'})",
+            hint=did_you_mean(name, declared, otherwise="declare it under meshes: in the spec"),
         )
     tpu = source.slice
     return build_mesh(declared[name], tpu), [[d.id for d in tpu.devices_of_task(t)] for t in range(tpu.num_hosts)]

@@ -9,10 +9,8 @@ the file) anything that is not a consistent mapping of a schema version this tpu
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +18,10 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 
 from tpuctl.errors import MappingError, StateError
-from tpuctl.mapping.model import KNOWN_SCHEMA_VERSIONS, DeviceMapping, _listed, mapping_problems
+from tpuctl.files import atomic_write
+from tpuctl.mapping.model import KNOWN_SCHEMA_VERSIONS, MAX_LISTED, DeviceMapping, mapping_problems
 from tpuctl.mapping.protobuf import _mesh_record_problems, _pb, from_proto, to_proto
+from tpuctl.messages import closest, listed, suggestion
 
 _REINIT_HINT = "re-run `tpuctl init` on every host to write a fresh mapping"
 _INLINE_WIDTH = 100
@@ -119,8 +119,8 @@ def _unknown_keys(descriptor: Descriptor, obj: Any, path: str) -> list[str]:
         field = fields.get(key)
         where = f"{path}.{key}" if path else key
         if field is None:
-            guess = difflib.get_close_matches(key, [f.name for f in descriptor.fields], n=1)
-            problems.append(f"unknown field {where!r}" + (f" (did you mean {guess[0]!r}?)" if guess else ""))
+            guess = closest(key, [f.name for f in descriptor.fields])
+            problems.append(f"unknown field {where!r}" + (f" ({suggestion(guess)})" if guess else ""))
             continue
         sub = field.message_type
         if sub is None or sub.full_name.startswith("google.protobuf."):
@@ -167,7 +167,8 @@ def _from_json(text: str, source: str) -> DeviceMapping:
     problems = mapping_problems(mapping) or _mesh_record_problems(msg, mapping)
     if problems:
         raise MappingError(
-            f"{source}: inconsistent device mapping ({len(problems)} problem(s))\n" + _listed(problems),
+            f"{source}: inconsistent device mapping ({len(problems)} problem(s))\n"
+            + listed(problems, limit=MAX_LISTED),
             hint="the file was edited or is from a different init; " + _REINIT_HINT,
         )
     return mapping
@@ -179,44 +180,16 @@ def _from_json(text: str, source: str) -> DeviceMapping:
 def write_mapping(path: str | os.PathLike[str], mapping: DeviceMapping) -> Path:
     """Write the mapping atomically: a reader sees the old file or the new one, never a partial one.
 
-    Temp file in the same folder, write, flush, fsync, ``os.replace``, fsync the folder (so the rename
-    survives a crash). Parent folders are created. The file is mode 0644 (jobs of other users read it).
+    :func:`tpuctl.files.atomic_write`: temp file in the same folder, fsync, ``os.replace``, fsync the
+    folder. Parent folders are created. The file is mode 0644 whatever the umask (jobs of other users
+    read it).
     """
     target = Path(path)
     text = to_json(mapping)  # fail before touching the disk
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        return atomic_write(target, text, mode=0o644)
     except OSError as exc:
         raise StateError(f"cannot write device mapping {target}: {exc.strerror or exc}") from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise StateError(f"cannot write device mapping {target}: {exc.strerror or exc}") from exc
-        raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some filesystems cannot open folders; the rename itself is already atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:

@@ -23,7 +23,6 @@ tensorflow (a test checks it), so loading stays cheap; none reads ``os.environ``
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from tpuctl.mesh.model import AxisQuality as AxisQuality
 from tpuctl.mesh.model import MeshAxis as MeshAxis
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
+from tpuctl.messages import did_you_mean, listed
 from tpuctl.tpu.hardware import Triple
 from tpuctl.tpu.slice import Device, TpuSlice
 from tpuctl.tpu.topology import (
@@ -53,7 +53,7 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 
 """Environment variable naming the mapping file a job loads by default."""
 
-_MAX_LISTED = 8
+MAX_LISTED = 8
 
 MappedMesh = Mesh
 """A named logical mesh as the mapping stores it: :class:`tpuctl.mesh.model.Mesh`."""
@@ -165,13 +165,10 @@ class DeviceMapping:
             if mesh.name == name:
                 return mesh
         names = [m.name for m in self.meshes]
-        guess = difflib.get_close_matches(name, names, n=1)
-        listed = ", ".join(repr(n) for n in names) or "none"
+        declared = ", ".join(repr(n) for n in names) or "none"
         raise MappingError(
-            f"the device mapping of cluster {self.cluster!r} has no mesh {name!r} (meshes: {listed})",
-            hint=f"did you mean {guess[0]!r}?"
-            if guess
-            else "declare it under meshes: in the spec and re-run tpuctl init",
+            f"the device mapping of cluster {self.cluster!r} has no mesh {name!r} (meshes: {declared})",
+            hint=did_you_mean(name, names, otherwise="declare it under meshes: in the spec and re-run tpuctl init"),
         )
 
     def mesh_local_device_ids(self, name: str, task: int) -> tuple[int, ...]:
@@ -280,14 +277,7 @@ def build_mapping(
 
 
 def _cluster_error(problems: Sequence[str]) -> ClusterError:
-    return ClusterError("cannot build the device mapping:\n" + _listed(problems))
-
-
-def _listed(problems: Sequence[str]) -> str:
-    shown = ["  " + p.replace("\n", "\n  ") for p in problems[:_MAX_LISTED]]
-    if len(problems) > _MAX_LISTED:
-        shown.append(f"  ... and {len(problems) - _MAX_LISTED} more")
-    return "\n".join(shown)
+    return ClusterError("cannot build the device mapping:\n" + listed(problems, limit=MAX_LISTED))
 
 
 def mapping_problems(mapping: DeviceMapping) -> list[str]:

@@ -11,7 +11,6 @@ Pure: no I/O, no clock. Errors are InputError (exit 2) naming the mesh, the valu
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Sequence
 
@@ -20,6 +19,7 @@ from tpuctl.mesh import jaxmode
 from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh, MeshAxis, MeshSpec
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.ring import RingOptions, ring_order
+from tpuctl.messages import did_you_mean
 from tpuctl.tpu.hardware import MULTISLICE_ID_STRIDE
 from tpuctl.tpu.slice import Device, TpuSlice
 
@@ -33,11 +33,6 @@ COMMON_OPTIONS = ("dcn_shape",)  # multislice: slices per axis, in either mode
 RING_OPTIONS = RING_ONLY_OPTIONS + COMMON_OPTIONS
 JAX_OPTIONS = JAX_ONLY_OPTIONS + COMMON_OPTIONS
 COMPAT_VALUES = ("dtensor",)
-
-
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    guess = difflib.get_close_matches(word, choices, n=1)
-    return f"did you mean {guess[0]}?" if guess else "expected one of " + ", ".join(choices)
 
 
 def _problem(spec_name: str, message: str, hint: str | None = None) -> InputError:
@@ -91,13 +86,13 @@ def check_axes(spec: MeshSpec, tpu: TpuSlice) -> None:
 
 def _options(spec: MeshSpec) -> dict[str, object]:
     if spec.mode not in MODES:
-        raise _problem(spec.name, f"mode {spec.mode!r} is not a mesh mode; {_did_you_mean(spec.mode, MODES)}")
+        raise _problem(spec.name, f"mode {spec.mode!r} is not a mesh mode; {did_you_mean(spec.mode, MODES)}")
     allowed = RING_OPTIONS if spec.mode == "ring" else JAX_OPTIONS
     options = dict(spec.options)
     for name in options:
         if name not in allowed:
             other = [m for m, opts in (("ring", RING_OPTIONS), ("jax", JAX_OPTIONS)) if name in opts]
-            hint = f"{name} is an option of mode {other[0]}" if other else _did_you_mean(name, allowed)
+            hint = f"{name} is an option of mode {other[0]}" if other else did_you_mean(name, allowed)
             raise _problem(spec.name, f"mode {spec.mode} has no option {name!r}", hint=hint)
     return options
 
@@ -114,7 +109,7 @@ def ring_options(spec: MeshSpec) -> RingOptions:
     bounds = o.get("ring_bounds")
     compat = o.get("compat")
     if compat is not None and compat not in COMPAT_VALUES:
-        raise _problem(spec.name, f"option compat is {compat!r}; {_did_you_mean(str(compat), COMPAT_VALUES)}")
+        raise _problem(spec.name, f"option compat is {compat!r}; {did_you_mean(str(compat), COMPAT_VALUES)}")
     return RingOptions(
         ring_dims=ring_dims,
         ring_axes=tuple(axes) if axes is not None else None,

@@ -4,13 +4,12 @@ A :class:`Node` is one value of a spec document and where it was written (:mod:`
 the tree from YAML, :func:`node_from` from plain Python values); a :class:`Problem` is one thing wrong
 with it. ``Checker`` walks a tree collecting problems: each of its methods reads one kind of value (a
 mapping's keys, a string, an integer, a boolean, a duration, a list, a host) and returns it, or None
-after a problem. The single-value checks it shares with the sections (:func:`host_problem`,
-:func:`did_you_mean`, :func:`plural`) live here too. No YAML, no environment, no I/O.
+after a problem. The single-value checks it shares with the sections (:func:`host_problem`)
+live here too; the wording of suggestions and counts is :mod:`tpuctl.messages`. No YAML, no environment, no I/O.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import re
@@ -20,6 +19,7 @@ from typing import Literal
 
 from tpuctl.durations import parse_duration
 from tpuctl.errors import InputError
+from tpuctl.messages import did_you_mean
 
 # --- the node tree: values with positions ----------------------------------------------------------
 
@@ -82,21 +82,6 @@ class Problem:
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _HOST_PORT_RE = re.compile(r"^([^:\[\]]+):(\d+)$")
 MAX_NAME = 63
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 host``, ``4 hosts``, ``2 entries``."""
-    if count == 1:
-        return f"1 {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
-
-
-def did_you_mean(word: str, choices: Sequence[str], what: str = "one of") -> str:
-    """``did you mean 'port'?`` or, with no close match, the list of choices."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {close[0]!r}?"
-    return f"expected {what} {', '.join(choices)}"
 
 
 def host_problem(text: str) -> str | None:

@@ -18,7 +18,8 @@ from tpuctl.mesh.build import JAX_ONLY_OPTIONS as JAX_OPTIONS
 from tpuctl.mesh.build import MODES as MESH_MODES
 from tpuctl.mesh.build import RING_ONLY_OPTIONS as RING_OPTIONS
 from tpuctl.mesh.model import RESERVED_AXIS_NAMES, MeshSpec
-from tpuctl.spec.checker import MAX_NAME, Checker, Node, did_you_mean, join_path, plural, shown
+from tpuctl.messages import did_you_mean, plural
+from tpuctl.spec.checker import MAX_NAME, Checker, Node, join_path, shown
 from tpuctl.tpu.slice import TpuSlice
 
 # Option names, modes and reserved axes come from the mesh builder, so the spec accepts exactly what it builds.

@@ -28,18 +28,19 @@ import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
+from tpuctl.backends.names import BACKEND_NAMES, BackendName
+from tpuctl.backends.names import backend_problem as backend_problem
 from tpuctl.durations import format_duration
 from tpuctl.errors import SpecError, TopologyError
 from tpuctl.mesh.model import MeshSpec as MeshSpec
+from tpuctl.messages import plural, suggestion
 from tpuctl.spec.checker import MAX_NAME, Checker, shown
 from tpuctl.spec.checker import Node as Node
 from tpuctl.spec.checker import Problem as Problem
-from tpuctl.spec.checker import did_you_mean as did_you_mean
 from tpuctl.spec.checker import host_problem as host_problem
 from tpuctl.spec.checker import node_from as node_from
-from tpuctl.spec.checker import plural as plural
 from tpuctl.spec.meshes import check_meshes
 from tpuctl.tpu.hardware import find_generation
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
@@ -71,8 +72,8 @@ class SpecCheck:
 
 # --- spec values -----------------------------------------------------------------------------------
 
-Backend = Literal["sim", "tensorflow", "jax"]
-BACKENDS: tuple[Backend, ...] = ("sim", "tensorflow", "jax")
+Backend = BackendName
+BACKENDS: tuple[Backend, ...] = BACKEND_NAMES
 DEFAULT_PORT = 8476
 DEFAULT_OUTPUT = "/run/tpuctl/mapping.json"
 
@@ -139,17 +140,6 @@ class ClusterSpec:
 _CLUSTER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
-_BACKEND_ALIASES = {"tf": "tensorflow", "simulated": "sim", "simulator": "sim", "fake": "sim"}
-
-
-def backend_problem(name: str) -> str | None:
-    if name in BACKENDS:
-        return None
-    guess = _BACKEND_ALIASES.get(name.lower())
-    hint = f"did you mean {guess!r}?" if guess else did_you_mean(name, BACKENDS)
-    return f"{name!r} is not a backend; {hint}"
-
-
 def cluster_name_problem(name: str) -> str | None:
     if not name:
         return "is empty; expected a cluster name like pod-a"
@@ -157,7 +147,7 @@ def cluster_name_problem(name: str) -> str | None:
         return f"{name!r} is {len(name)} characters long; expected at most {MAX_NAME}"
     if not _CLUSTER_RE.match(name):
         fixed = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("._-")
-        hint = f"; did you mean {fixed!r}?" if fixed and _CLUSTER_RE.match(fixed) else ""
+        hint = f"; {suggestion(fixed)}" if fixed and _CLUSTER_RE.match(fixed) else ""
         return f"{name!r} is not a cluster name; expected lowercase letters, digits, '.', '_', '-'{hint}"
     return None
 
@@ -207,7 +197,7 @@ _SLICE_EXPECTED = "accelerator: v4-32, or generation: v4 with topology: 2x2x4"
 _UNKNOWN_HINTS = {
     "slice": f"the slice keys ({', '.join(SLICE_KEYS)}) sit at the top level",
     "task_id": "a host's task id is its position in hosts (or --task-id on the command line)",
-    "name": "did you mean 'cluster'?",
+    "name": suggestion("cluster"),
     "token_file": "it belongs under auth: (auth: {token_file: ...})",
     **{k: f"it belongs under coordinator: (coordinator: {{{k}: ...}})" for k in COORDINATOR_KEYS},
 }

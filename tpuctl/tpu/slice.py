@@ -23,12 +23,12 @@ Example, ``v5litepod-16`` (4x4 chips, four 2x2 hosts)::
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from functools import cached_property
 
 from tpuctl.errors import TopologyError
+from tpuctl.messages import did_you_mean, suggestion
 from tpuctl.tpu.hardware import (
     CUBE_SIDE,
     GENERATIONS,
@@ -325,9 +325,10 @@ def parse_accelerator_type(name: str) -> tuple[Generation, Triple]:
     match = _TYPE_RE.match(name)
     gen = find_generation(match.group(1)) if match else None
     if match is None or gen is None:
-        guess = difflib.get_close_matches(name.strip().lower(), known_type_names(), n=1, cutoff=0.5)
         prefixes = ", ".join(f"{g.type_prefix}-N" for g in GENERATIONS)
-        hint = f"did you mean {guess[0]}?" if guess else f"accelerator types look like {prefixes}"
+        hint = did_you_mean(
+            name.strip().lower(), known_type_names(), cutoff=0.5, otherwise=f"accelerator types look like {prefixes}"
+        )
         raise TopologyError(f"unknown accelerator type {name!r}", hint=hint)
     n = int(match.group(2))
     topology = topology_for_type(gen, n)
@@ -337,7 +338,7 @@ def parse_accelerator_type(name: str) -> tuple[Generation, Triple]:
         shown = ", ".join(str(c) for c in counts[:10]) + (", ..." if len(counts) > 10 else "")
         raise TopologyError(
             f"{name!r} is not a {gen.name} slice: N counts {what} and must be one of {shown}",
-            hint=f"did you mean {gen.type_prefix}-{_closest(n, counts)}?",
+            hint=suggestion(f"{gen.type_prefix}-{_closest(n, counts)}"),
         )
     return gen, topology
 
@@ -370,7 +371,7 @@ def check_topology(gen: Generation, topology: Triple) -> None:
     if list(topology) != sorted(topology):
         raise TopologyError(
             f"{gen.name} topology {text} is not in AxBxC order with A <= B <= C",
-            hint=f"did you mean {format_dims(tuple(sorted(topology)))}?",
+            hint=suggestion(format_dims(tuple(sorted(topology)))),
         )
     if chips > gen.pod_chips:
         raise TopologyError(
@@ -445,10 +446,11 @@ def resolve_slice(
         found = find_generation(generation)
         if found is None:
             names = ", ".join(g.name for g in GENERATIONS)
-            guess = difflib.get_close_matches(generation.lower(), [g.name for g in GENERATIONS], n=1)
             raise TopologyError(
                 f"unknown TPU generation {generation!r}",
-                hint=f"did you mean {guess[0]}?" if guess else f"generations are {names}",
+                hint=did_you_mean(
+                    generation.lower(), [g.name for g in GENERATIONS], otherwise=f"generations are {names}"
+                ),
             )
         gen = found
         dims = parse_dims(topology, gen.ndims)

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tpuctl.errors import ClusterError, InputError
+from tpuctl.messages import listed
 from tpuctl.tpu.hardware import Triple
 from tpuctl.tpu.slice import TpuSlice
 
@@ -185,13 +186,6 @@ def expected_core_ids(slice: TpuSlice) -> range:
 # --- the merge -------------------------------------------------------------------------------------
 
 
-def _listed(problems: Sequence[str]) -> str:
-    shown = list(problems[:_MAX_LISTED])
-    if len(problems) > _MAX_LISTED:
-        shown.append(f"... and {len(problems) - _MAX_LISTED} more")
-    return "\n".join(f"  {p}" for p in shown)
-
-
 def _join(values: Iterable[int]) -> str:
     return ", ".join(str(v) for v in values)
 
@@ -229,7 +223,8 @@ def merge_core_ids(per_task: Mapping[int, Sequence[int]], slice: TpuSlice) -> Me
         lines = [f"task {t} reported {counts[t]} device(s)" for t in wrong]
         lines += _missing_ids_lines(per_task, slice)
         raise ClusterError(
-            f"core-ID merge for {slice.describe()}: every host has {per_host} TPU devices, but\n" + _listed(lines),
+            f"core-ID merge for {slice.describe()}: every host has {per_host} TPU devices, but\n"
+            + listed(lines, limit=_MAX_LISTED),
             hint="a host with fewer devices has a failed chip, a TPU held by another process, or the wrong "
             "accelerator type/megacore setting; per-host counts: " + _join(counts),
         )
@@ -253,7 +248,8 @@ def merge_core_ids(per_task: Mapping[int, Sequence[int]], slice: TpuSlice) -> Me
                 )
     if problems:
         raise ClusterError(
-            f"core-ID merge for {slice.describe()}: {len(problems)} bad core id(s)\n" + _listed(problems),
+            f"core-ID merge for {slice.describe()}: {len(problems)} bad core id(s)\n"
+            + listed(problems, limit=_MAX_LISTED),
             hint="two hosts reporting the same cores are attached to the same TPU, or have the wrong task ids; "
             "ids outside the slice mean the cluster spec names the wrong accelerator type",
         )
@@ -515,7 +511,7 @@ def parse_topology_proto(data: bytes) -> DTensorTopology:
     topology = DTensorTopology.from_flat(mesh_shape, flat, num_tasks, devices)
     problems = topology_problems(topology)
     if problems:
-        raise _bad(f"{len(problems)} bad device coordinate(s)\n" + _listed(problems))
+        raise _bad(f"{len(problems)} bad device coordinate(s)\n" + listed(problems, limit=_MAX_LISTED))
     return topology
 
 
