@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mapping_cases import sim_mapping
 
+import tpuctl.files as files
 import tpuctl.mapping.file as mappingfile
 from tpuctl.errors import StateError
 from tpuctl.mapping.file import read_mapping, to_json, write_mapping
@@ -36,6 +37,16 @@ def test_write_creates_parents_and_replaces(target: Path) -> None:
     write_mapping(target, NEW)
     assert read_mapping(target) == NEW
     assert sorted(p.name for p in target.parent.iterdir()) == ["mapping.json"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_the_mapping_is_0644_whatever_the_umask_or_the_old_mode(target: Path) -> None:
+    target.chmod(0o600)
+    old = os.umask(0o077)
+    try:
+        write_mapping(target, NEW)
+    finally:
+        os.umask(old)
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
 
 
@@ -84,7 +95,7 @@ def test_interrupt_mid_write_cleans_up_and_propagates(target: Path, monkeypatch:
 
 def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    real_replace, real_fsync_dir = os.replace, mappingfile._fsync_dir
+    real_replace, real_fsync_dir = os.replace, files._fsync_dir
 
     def replace(src: Any, dst: Any) -> None:
         events.append("replace")
@@ -95,7 +106,7 @@ def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pyt
         real_fsync_dir(folder)
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(mappingfile, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(files, "_fsync_dir", fsync_dir)
     write_mapping(tmp_path / "out" / "m.json", NEW)
     assert events == ["replace", "fsync out"]
 

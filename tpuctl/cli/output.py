@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
 
 from tpuctl.errors import InputError
+from tpuctl.files import atomic_write
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
-    folder = path.parent if str(path.parent) else Path(".")
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part.
+
+    :func:`tpuctl.files.atomic_write` with its default permissions: a replaced file keeps its mode, a new
+    one gets the umask's (as the shell's ``>`` would), not the 0600 of a temp file.
+    """
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        atomic_write(path, text)
     except OSError as exc:
         raise InputError(
-            f"cannot write {path}: {exc.strerror}", hint="check the folder exists and is writable"
+            f"cannot write {path}: {exc.strerror or exc}", hint="check the folder exists and is writable"
         ) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def emit(text: str, output: str | None) -> None:

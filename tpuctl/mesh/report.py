@@ -27,6 +27,7 @@ from typing import Any
 from tpuctl.mesh.model import Mesh, strides
 from tpuctl.mesh.quality import Torus, show_location
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
+from tpuctl.messages import table
 from tpuctl.tpu.slice import TpuSlice
 
 MESH_SCHEMA = "tpuctl.mesh/v1"
@@ -97,8 +98,7 @@ def quality_lines(mesh: Mesh) -> list[str]:
         )
     if not multislice:
         rows = [r[:6] + r[7:] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join(f"{c:<{w}}" for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+    return table(rows)
 
 
 def _cell_text(mesh: Mesh, tpu: TpuSlice, cells: str, task_of: dict[int, int]) -> list[str]:

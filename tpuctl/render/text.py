@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tpuctl.messages import table
 from tpuctl.tpu.slice import Device, TpuSlice
 
 MAX_GRID_CHIPS = 512  # beyond this a chip-level grid stops fitting a terminal; draw hosts instead
@@ -63,8 +64,7 @@ def host_table_lines(tpu: TpuSlice, hosts: Sequence[str | None] | None) -> list[
             continue
         own = devices[task * per : (task + 1) * per]
         rows.append((str(task), addresses[task] or "-", str(own[0].slice), _id_list([d.id for d in own])))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
+    return table(rows)
 
 
 def _grid(title: str, cells: dict[tuple[int, int], str], nx: int, ny: int, col: str) -> list[str]:

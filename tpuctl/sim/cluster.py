@@ -26,6 +26,8 @@ from pathlib import Path
 
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, InputError, StateError
+from tpuctl.messages import table
+from tpuctl.processes import pid_alive
 
 FIRST_HOST = 2  # 127.0.0.1 is left alone: real services on this machine often bind it
 STOP_GRACE_S = 10.0
@@ -152,8 +154,7 @@ def failure_table(runs: list[HostRun], hosts: list[str]) -> str:
                 last = line
                 break
         rows.append((str(run.task), hosts[run.task] if run.task < len(hosts) else "?", str(run.code), last[:160]))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
+    return "\n".join(table(rows))
 
 
 def stop_hosts(root: Path, *, grace: float = STOP_GRACE_S) -> list[int]:
@@ -168,25 +169,12 @@ def stop_hosts(root: Path, *, grace: float = STOP_GRACE_S) -> list[int]:
     deadline = time.monotonic() + grace
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if pid_alive(p)]
         time.sleep(0.05)
     for pid in alive:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie of ours counts as gone
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return True
 
 
 def check_root(root: Path) -> None:
