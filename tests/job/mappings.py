@@ -19,7 +19,15 @@ def sim_mapping(hosts: list[str] | None = None, *, cluster: str = "pod-a", **sli
     sim = SimBackend(tpu)
     merged = merge_core_ids({t: sim.local_core_ids(t) for t in range(tpu.num_hosts)}, tpu)
     addresses = hosts or [f"10.0.0.{t + 1}" for t in range(tpu.num_hosts)]
-    return build_mapping(tpu, cluster, 7, addresses, merged, build_topologies(merged, tpu), CREATED)
+    return build_mapping(
+        slice=tpu,
+        cluster=cluster,
+        incarnation=7,
+        hosts=addresses,
+        merged=merged,
+        topology=build_topologies(merged, tpu),
+        created=CREATED,
+    )
 
 
 def with_mesh(mapping: DeviceMapping, name: str, axes: dict[str, int], device_ids: list[int]) -> DeviceMapping:

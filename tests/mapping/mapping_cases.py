@@ -19,4 +19,12 @@ def sim_mapping(cluster: str = "pod-a", incarnation: int = INCARNATION, **slice_
     sim = SimBackend(tpu)
     merged = merge_core_ids({t: sim.local_core_ids(t) for t in range(tpu.num_hosts)}, tpu)
     hosts = [f"10.0.{t // 256}.{t % 256}" for t in range(tpu.num_hosts)]
-    return build_mapping(tpu, cluster, incarnation, hosts, merged, build_topologies(merged, tpu), CREATED)
+    return build_mapping(
+        slice=tpu,
+        cluster=cluster,
+        incarnation=incarnation,
+        hosts=hosts,
+        merged=merged,
+        topology=build_topologies(merged, tpu),
+        created=CREATED,
+    )

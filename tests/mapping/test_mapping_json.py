@@ -116,7 +116,15 @@ def test_every_host_writes_the_same_bytes(kw: dict[str, Any], tmp_path: Any) -> 
         # Some hosts pass the addresses as a mapping, some as a list; some time in another zone.
         addresses: Any = hosts if host % 2 else [hosts[t] for t in range(tpu.num_hosts)]
         created = CREATED.astimezone(timezone(timedelta(hours=host % 3)))
-        mapping = build_mapping(tpu, "pod-b", 7, addresses, merged, build_topologies(merged, tpu), created)
+        mapping = build_mapping(
+            slice=tpu,
+            cluster="pod-b",
+            incarnation=7,
+            hosts=addresses,
+            merged=merged,
+            topology=build_topologies(merged, tpu),
+            created=created,
+        )
         files.append(write_mapping(tmp_path / f"host{host}" / "mapping.json", mapping).read_bytes())
     assert all(f == files[0] for f in files)
 
@@ -124,12 +132,36 @@ def test_every_host_writes_the_same_bytes(kw: dict[str, Any], tmp_path: Any) -> 
 def test_created_may_be_posix_seconds() -> None:
     tpu = resolve_slice(accelerator="v4-8")
     merged = merge_core_ids({0: [0, 2, 4, 6]}, tpu)
-    mapping = build_mapping(tpu, "c", 1, ["h"], merged, build_topology(merged, tpu), 1735787045.5)
+    mapping = build_mapping(
+        slice=tpu,
+        cluster="c",
+        incarnation=1,
+        hosts=["h"],
+        merged=merged,
+        topology=build_topology(merged, tpu),
+        created=1735787045.5,
+    )
     assert mapping.created == datetime(2025, 1, 2, 3, 4, 5, 500000, tzinfo=timezone.utc)
     with pytest.raises(ValueError, match="timezone-aware"):
-        build_mapping(tpu, "c", 1, ["h"], merged, build_topology(merged, tpu), datetime(2025, 1, 1))
+        build_mapping(
+            slice=tpu,
+            cluster="c",
+            incarnation=1,
+            hosts=["h"],
+            merged=merged,
+            topology=build_topology(merged, tpu),
+            created=datetime(2025, 1, 1),
+        )
     with pytest.raises(ValueError, match="unsigned 64-bit"):
-        build_mapping(tpu, "c", -1, ["h"], merged, build_topology(merged, tpu), CREATED)
+        build_mapping(
+            slice=tpu,
+            cluster="c",
+            incarnation=-1,
+            hosts=["h"],
+            merged=merged,
+            topology=build_topology(merged, tpu),
+            created=CREATED,
+        )
 
 
 def test_properties_single_slice() -> None:
@@ -163,7 +195,15 @@ def test_devices_follow_the_reported_core_ids() -> None:
     """A host whose task id does not match its position still gets the devices it reported."""
     tpu = resolve_slice(accelerator="v4-16")
     merged = merge_core_ids({0: [8, 10, 12, 14], 1: [0, 2, 4, 6]}, tpu)
-    mapping = build_mapping(tpu, "c", 1, ["a", "b"], merged, build_topology(merged, tpu), CREATED)
+    mapping = build_mapping(
+        slice=tpu,
+        cluster="c",
+        incarnation=1,
+        hosts=["a", "b"],
+        merged=merged,
+        topology=build_topology(merged, tpu),
+        created=CREATED,
+    )
     assert [d.id for d in mapping.devices_of_task(0)] == [4, 5, 6, 7]
     assert mapping.device_coordinates[0][0] == (0, 0, 1, 0)
     assert from_json(to_json(mapping)) == mapping
@@ -175,16 +215,42 @@ def test_build_mapping_refuses_mismatched_pieces() -> None:
     merged = merge_core_ids({t: sim.local_core_ids(t) for t in range(4)}, tpu)
     hosts = ["a", "b", "c", "d"]
     with pytest.raises(ClusterError, match=r"1 topology\(ies\) for 2 slice\(s\): pass build_topologies"):
-        build_mapping(tpu, "c", 1, hosts, merged, build_topology(merged, tpu), CREATED)
+        build_mapping(
+            slice=tpu,
+            cluster="c",
+            incarnation=1,
+            hosts=hosts,
+            merged=merged,
+            topology=build_topology(merged, tpu),
+            created=CREATED,
+        )
     with pytest.raises(ClusterError, match=r"host addresses for tasks \[0, 1, 3\]; expected tasks 0\.\.2"):
-        build_mapping(tpu, "c", 1, {0: "a", 1: "b", 3: "d"}, merged, build_topologies(merged, tpu), CREATED)
+        build_mapping(
+            slice=tpu,
+            cluster="c",
+            incarnation=1,
+            hosts={0: "a", 1: "b", 3: "d"},
+            merged=merged,
+            topology=build_topologies(merged, tpu),
+            created=CREATED,
+        )
     with pytest.raises(ClusterError, match=r"3 host address\(es\) and 4 merged task\(s\) for 4 hosts"):
-        build_mapping(tpu, "c", 1, hosts[:3], merged, build_topologies(merged, tpu), CREATED)
+        build_mapping(
+            slice=tpu,
+            cluster="c",
+            incarnation=1,
+            hosts=hosts[:3],
+            merged=merged,
+            topology=build_topologies(merged, tpu),
+            created=CREATED,
+        )
     swapped = {t: sim.local_core_ids(t) for t in range(4)}
     swapped[0] = [0, 2, 6, 4]
     other = build_topologies(merge_core_ids(swapped, tpu), tpu)
     with pytest.raises(ClusterError, match="device_coordinates of slice 0 do not match"):
-        build_mapping(tpu, "c", 1, hosts, merged, other, CREATED)
+        build_mapping(
+            slice=tpu, cluster="c", incarnation=1, hosts=hosts, merged=merged, topology=other, created=CREATED
+        )
 
 
 def test_meshes_round_trip() -> None:

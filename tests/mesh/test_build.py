@@ -39,7 +39,16 @@ def mapping_with_meshes(
     merged = merge_core_ids(per_task, tpu)
     meshes = build_declared_meshes(specs, tpu, merged_devices(tpu, merged))
     hosts = [f"10.0.0.{t + 1}" for t in range(tpu.num_hosts)]
-    return build_mapping(tpu, "pod-a", 7, hosts, merged, build_topologies(merged, tpu), 0.0, meshes=meshes)
+    return build_mapping(
+        slice=tpu,
+        cluster="pod-a",
+        incarnation=7,
+        hosts=hosts,
+        merged=merged,
+        topology=build_topologies(merged, tpu),
+        created=0.0,
+        meshes=meshes,
+    )
 
 
 def test_spec_to_mapping_and_back() -> None:

@@ -47,7 +47,14 @@ def mapping_file(spec_file: Path, tmp_path: Path) -> Path:
     merged = merge_core_ids({t: sim.local_core_ids(t) for t in range(spec.slice.num_hosts)}, spec.slice)
     meshes = build_declared_meshes(spec.meshes, spec.slice, merged_devices(spec.slice, merged))
     mapping = build_mapping(
-        spec.slice, spec.cluster, 1, list(spec.hosts), merged, build_topologies(merged, spec.slice), 0.0, meshes
+        slice=spec.slice,
+        cluster=spec.cluster,
+        incarnation=1,
+        hosts=list(spec.hosts),
+        merged=merged,
+        topology=build_topologies(merged, spec.slice),
+        created=0.0,
+        meshes=meshes,
     )
     return write_mapping(tmp_path / "mapping.json", mapping)
 

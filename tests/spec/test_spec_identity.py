@@ -10,16 +10,17 @@ from tpuctl.spec.model import ClusterSpec, CoordinatorSpec
 from tpuctl.tpu.slice import resolve_slice
 
 POD = ClusterSpec(
-    "pod-a", resolve_slice(accelerator="v4-32"), "jax",
-    ("w-0.example.com", "w-1.example.com", "10.0.0.3", "2001:db8::4"), CoordinatorSpec(), source="pod.yaml",
+    cluster="pod-a", slice=resolve_slice(accelerator="v4-32"), backend="jax",
+    hosts=("w-0.example.com", "w-1.example.com", "10.0.0.3", "2001:db8::4"), coordinator=CoordinatorSpec(),
+    source="pod.yaml",
 )  # fmt: skip
 LOCAL = ClusterSpec(
-    "local", resolve_slice(accelerator="v4-32"), "sim", ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"),
-    source="local.yaml",
+    cluster="local", slice=resolve_slice(accelerator="v4-32"), backend="sim",
+    hosts=("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"), source="local.yaml",
 )  # fmt: skip
 MULTI = ClusterSpec(
-    "multi", resolve_slice(accelerator="v5litepod-16", num_slices=2), "jax", tuple(f"10.0.{s}.{w}" for s in (3, 4)
-    for w in range(4)), source="multi.yaml",
+    cluster="multi", slice=resolve_slice(accelerator="v5litepod-16", num_slices=2), backend="jax",
+    hosts=tuple(f"10.0.{s}.{w}" for s in (3, 4) for w in range(4)), source="multi.yaml",
 )  # fmt: skip
 NOWHERE: frozenset[str] = frozenset({"build-box", "192.0.2.77"})
 
@@ -86,7 +87,7 @@ def test_multislice_without_slice_id_is_refused_not_guessed() -> None:
 
 
 def test_single_host_spec_is_task_0() -> None:
-    one = ClusterSpec("one", resolve_slice(accelerator="v5litepod-8"), "sim", ("10.0.0.1",))
+    one = ClusterSpec(cluster="one", slice=resolve_slice(accelerator="v5litepod-8"), backend="sim", hosts=("10.0.0.1",))
     assert identify(one, task_id=None, environ={}, local_names=NOWHERE).reason == "the only host"
     assert task(one) == 0
 

@@ -132,9 +132,21 @@ def test_defaults_and_derived_values() -> None:
 
 def test_coordinator_target_brackets_ipv6_and_honours_the_address_override() -> None:
     tpu = resolve_slice(accelerator="v4-16")
-    spec = ClusterSpec("c", tpu, "jax", ("2001:db8::a", "2001:db8::b"), CoordinatorSpec(port=9000))
+    spec = ClusterSpec(
+        cluster="c",
+        slice=tpu,
+        backend="jax",
+        hosts=("2001:db8::a", "2001:db8::b"),
+        coordinator=CoordinatorSpec(port=9000),
+    )
     assert spec.coordinator_target == "[2001:db8::a]:9000"
-    moved = ClusterSpec("c", tpu, "jax", ("a", "b"), CoordinatorSpec(address="coord.example", port=9000))
+    moved = ClusterSpec(
+        cluster="c",
+        slice=tpu,
+        backend="jax",
+        hosts=("a", "b"),
+        coordinator=CoordinatorSpec(address="coord.example", port=9000),
+    )
     assert moved.coordinator_address == "coord.example"
     assert moved.coordinator_target == "coord.example:9000"
 

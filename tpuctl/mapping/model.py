@@ -211,6 +211,7 @@ def merged_devices(slice: TpuSlice, merged: MergedCores) -> tuple[Device, ...]:
 
 
 def build_mapping(
+    *,
     slice: TpuSlice,
     cluster: str,
     incarnation: int,

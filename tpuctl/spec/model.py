@@ -99,7 +99,7 @@ class AuthSpec:
     """File holding the shared token every host presents (read by the agent, not here)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     """A validated cluster: the slice, its hosts in task order, and how they coordinate."""
 
@@ -407,7 +407,18 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or output is None
     ):
         return None
-    return ClusterSpec(cluster, tpu, cast(Backend, backend), hosts, coordinator, barrier, meshes, output, auth, source)
+    return ClusterSpec(
+        cluster=cluster,
+        slice=tpu,
+        backend=cast(Backend, backend),
+        hosts=hosts,
+        coordinator=coordinator,
+        barrier_timeout=barrier,
+        meshes=meshes,
+        output=output,
+        auth=auth,
+        source=source,
+    )
 
 
 def check_spec(root: Node, source: str = "<spec>") -> SpecCheck:

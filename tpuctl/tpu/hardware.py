@@ -15,7 +15,7 @@ Triple = tuple[int, int, int]
 WrapRule = Literal["cube", "full_axis"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Generation:
     """One TPU generation and the hardware facts tpuctl derives slices from."""
 
@@ -56,73 +56,115 @@ class Generation:
 # v2/v3: 4-chip hosts (2x2), 2 cores per chip; 2D torus pods of 16x16 (v2-512) and 32x32 (v3-2048).
 # Per-slice wraparound is not documented for v2/v3; a slice spanning the full pod axis is taken to close
 # the torus along it (inference, same rule as v5e/v6e).
-V2 = Generation("v2", "v2", (), 2, 2, "cores", ("TPU v2",), False, False, "v2", (16, 16, 1), 256, "full_axis")
-V3 = Generation("v3", "v3", (), 2, 2, "cores", ("TPU v3",), False, False, "v3", (32, 32, 1), 1024, "full_axis")
+V2 = Generation(
+    name="v2",
+    type_prefix="v2",
+    aliases=(),
+    ndims=2,
+    cores_per_chip=2,
+    type_counts="cores",
+    device_kinds=("TPU v2",),
+    megacore=False,
+    megacore_optional=False,
+    libtpu_name="v2",
+    pod=(16, 16, 1),
+    pod_chips=256,
+    wrap_rule="full_axis",
+)
+V3 = Generation(
+    name="v3",
+    type_prefix="v3",
+    aliases=(),
+    ndims=2,
+    cores_per_chip=2,
+    type_counts="cores",
+    device_kinds=("TPU v3",),
+    megacore=False,
+    megacore_optional=False,
+    libtpu_name="v3",
+    pod=(32, 32, 1),
+    pod_chips=1024,
+    wrap_rule="full_axis",
+)
 # v4: 2 TensorCores per chip joined as one megacore device by default; 4096-chip pod of 4x4x4 cubes.
-V4 = Generation("v4", "v4", (), 3, 2, "cores", ("TPU v4",), True, True, "v4", (16, 16, 16), 4096, "cube")
+V4 = Generation(
+    name="v4",
+    type_prefix="v4",
+    aliases=(),
+    ndims=3,
+    cores_per_chip=2,
+    type_counts="cores",
+    device_kinds=("TPU v4",),
+    megacore=True,
+    megacore_optional=True,
+    libtpu_name="v4",
+    pod=(16, 16, 16),
+    pod_chips=4096,
+    wrap_rule="cube",
+)
 # v5e ("v5litepod"): 1 core per chip, 256-chip 2D pod; wraps only along a full 16-chip axis.
 V5E = Generation(
-    "v5e",
-    "v5litepod",
-    ("v5lite", "v5e"),
-    2,
-    1,
-    "chips",
-    ("TPU v5 lite", "TPU v5e"),
-    False,
-    False,
-    "v5e",
-    (16, 16, 1),
-    256,
-    "full_axis",
+    name="v5e",
+    type_prefix="v5litepod",
+    aliases=("v5lite", "v5e"),
+    ndims=2,
+    cores_per_chip=1,
+    type_counts="chips",
+    device_kinds=("TPU v5 lite", "TPU v5e"),
+    megacore=False,
+    megacore_optional=False,
+    libtpu_name="v5e",
+    pod=(16, 16, 1),
+    pod_chips=256,
+    wrap_rule="full_axis",
 )
 # v5p: TPU VMs report "TPU v5", Pathways reports "TPU v5p"; 8960-chip pod (16x20x28).
 V5P = Generation(
-    "v5p",
-    "v5p",
-    (),
-    3,
-    2,
-    "cores",
-    ("TPU v5", "TPU v5p"),
-    True,
-    False,
-    "v5",
-    (16, 20, 28),
-    8960,
-    "cube",
+    name="v5p",
+    type_prefix="v5p",
+    aliases=(),
+    ndims=3,
+    cores_per_chip=2,
+    type_counts="cores",
+    device_kinds=("TPU v5", "TPU v5p"),
+    megacore=True,
+    megacore_optional=False,
+    libtpu_name="v5",
+    pod=(16, 20, 28),
+    pod_chips=8960,
+    wrap_rule="cube",
 )
 # v6e (Trillium): like v5e.
 V6E = Generation(
-    "v6e",
-    "v6e",
-    (),
-    2,
-    1,
-    "chips",
-    ("TPU v6 lite",),
-    False,
-    False,
-    "v6e",
-    (16, 16, 1),
-    256,
-    "full_axis",
+    name="v6e",
+    type_prefix="v6e",
+    aliases=(),
+    ndims=2,
+    cores_per_chip=1,
+    type_counts="chips",
+    device_kinds=("TPU v6 lite",),
+    megacore=False,
+    megacore_optional=False,
+    libtpu_name="v6e",
+    pod=(16, 16, 1),
+    pod_chips=256,
+    wrap_rule="full_axis",
 )
 # 7x (Ironwood): 2 devices per chip (no megacore); 9216-chip pod, e.g. 16x24x24.
 V7X = Generation(
-    "7x",
-    "tpu7x",
-    ("v7x", "v7", "ironwood"),
-    3,
-    2,
-    "cores",
-    ("TPU7x", "TPU7"),
-    False,
-    False,
-    "tpu7x",
-    (16, 24, 24),
-    9216,
-    "cube",
+    name="7x",
+    type_prefix="tpu7x",
+    aliases=("v7x", "v7", "ironwood"),
+    ndims=3,
+    cores_per_chip=2,
+    type_counts="cores",
+    device_kinds=("TPU7x", "TPU7"),
+    megacore=False,
+    megacore_optional=False,
+    libtpu_name="tpu7x",
+    pod=(16, 24, 24),
+    pod_chips=9216,
+    wrap_rule="cube",
 )
 
 GENERATIONS: tuple[Generation, ...] = (V2, V3, V4, V5E, V5P, V6E, V7X)
