@@ -8,7 +8,6 @@ standard library, no I/O: the core packages (``tpu``, ``mesh``, ``spec``, ``mapp
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 
 __all__ = ["closest", "did_you_mean", "listed", "plural", "sample", "suggestion", "table"]
@@ -16,6 +15,8 @@ __all__ = ["closest", "did_you_mean", "listed", "plural", "sample", "suggestion"
 
 def closest(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
     """The choice most like ``word`` (difflib's ratio at least ``cutoff``), or None when none is close."""
+    import difflib  # not at the top: barrier/status/env import this module and rarely suggest
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
     return close[0] if close else None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, JobPorts
 from tpuctl.job.rootcause import ClusterDown, headline, root_cause_table
@@ -48,7 +47,7 @@ def test_table_names_the_first_failure_then_every_other_host() -> None:
 def test_table_without_failures_blames_the_coordinator_or_this_agent() -> None:
     unreachable = {"error": "no heartbeat reached the coordinator at 10.0.0.1:8476 for 10.0 s",
                    "error_type": "CoordinatorUnreachable", "failures": [], "detected_at": 5.0}  # fmt: skip
-    table = root_cause_table(ClusterDown(ErrorReport.from_json(unreachable)), replace(INFO, task=1), None, 6.0)
+    table = root_cause_table(ClusterDown(ErrorReport.from_json(unreachable)), INFO._replace(task=1), None, 6.0)
     assert table.splitlines()[2].split()[:4] == ["1", "0", "10.0.0.1", "unreachable"]
     assert "its coordinator stopped answering this host" in table
     assert "no heartbeat reached the coordinator at 10.0.0.1:8476 for 10.0 s" in table.splitlines()[0]

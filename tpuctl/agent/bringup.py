@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tpuctl.agent.control import Op
 from tpuctl.agent.controlserver import serve
-from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport, Failure, JobPorts, Op, ProtocolError
+from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport, Failure, JobPorts, ProtocolError
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
 from tpuctl.spec.model import ClusterSpec

@@ -15,6 +15,7 @@ typed in :mod:`tpuctl.agent.protocol`.
 
 from __future__ import annotations
 
+import enum
 import json
 import socket
 import time
@@ -22,9 +23,26 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuctl import errors
-from tpuctl.agent.protocol import Op
 from tpuctl.agent.statedir import StateDir, not_running
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
+
+
+class Op(str, enum.Enum):
+    """The operations an agent answers on its control socket."""
+
+    BARRIER = "barrier"
+    """Wait at a named barrier: args ``name``, ``timeout``; answers :class:`~tpuctl.agent.protocol.BarrierPassed`."""
+    STATUS = "status"
+    """The cluster as the coordinator sees it (a status document, as ``tpuctl status --json``)."""
+    DOWN = "down"
+    """Leave the cluster (args ``all``: shut every host down); answers ``{"stopping": true}``."""
+    INFO = "info"
+    """This agent's :class:`~tpuctl.agent.protocol.AgentInfo`."""
+    WAIT_ERROR = "wait_error"
+    """Long-poll (args ``timeout``) until the cluster errs or shuts down: answers :class:`~tpuctl.agent.protocol.ErrorReport`."""
+    ENV = "env"
+    """The job environment of this host (``JobEnv.to_message()``), computed by the agent."""
+
 
 MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
 

@@ -3,11 +3,13 @@
 Two contracts cross a process boundary on one host:
 
 * ``agent.json`` in the state dir, written by the agent once the mapping exists: :class:`AgentInfo`;
-* the control socket (:mod:`tpuctl.agent.control`): a request names an :class:`Op`, the answers are
+* the control socket (:mod:`tpuctl.agent.control`): a request names a ``control.Op``, the answers are
   :class:`BarrierPassed`, :class:`ErrorReport`, a job environment (``tpuctl.job.env.JobEnv``) or
   the status document.
 
-Each value converts to and from plain JSON (``to_json`` / ``from_json``); ``from_json`` refuses a
+Each value is an immutable ``NamedTuple`` (cheaper to import than dataclasses: these are on the path of
+``tpuctl barrier``; build them with keywords) and converts to and from plain JSON (``to_json`` /
+``from_json``); ``from_json`` refuses a
 document of another schema version or with a field of the wrong type (StateError naming the field),
 so a reader never works from a half-understood description. Nothing here imports asyncio, grpc or
 click: ``tpuctl barrier``, ``status`` and ``env`` use it on their light path.
@@ -15,10 +17,8 @@ click: ``tpuctl barrier``, ``status`` and ``env`` use it on their light path.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tpuctl.errors import StateError
 
@@ -29,23 +29,6 @@ refuse each other with a hint to restart the agent."""
 _RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
 
 _T = TypeVar("_T")
-
-
-class Op(str, enum.Enum):
-    """The operations an agent answers on its control socket."""
-
-    BARRIER = "barrier"
-    """Wait at a named barrier: args ``name``, ``timeout``; answers :class:`BarrierPassed`."""
-    STATUS = "status"
-    """The cluster as the coordinator sees it (a status document, as ``tpuctl status --json``)."""
-    DOWN = "down"
-    """Leave the cluster (args ``all``: shut every host down); answers ``{"stopping": true}``."""
-    INFO = "info"
-    """This agent's :class:`AgentInfo`."""
-    WAIT_ERROR = "wait_error"
-    """Long-poll (args ``timeout``) until the cluster errs or shuts down: answers :class:`ErrorReport`."""
-    ENV = "env"
-    """The job environment of this host (``JobEnv.to_message()``), computed by the agent."""
 
 
 class ProtocolError(StateError):
@@ -78,8 +61,7 @@ def _check_version(data: Mapping[str, Any], source: str) -> None:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobPorts:
+class JobPorts(NamedTuple):
     """Ports the agent reserved for the job's own runtimes."""
 
     dtensor: tuple[int, ...]
@@ -88,8 +70,7 @@ class JobPorts:
     """JAX's coordinator port (on task 0's host)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentInfo:
+class AgentInfo(NamedTuple):
     """``agent.json``: what a running agent is (cluster, task, coordinator, mapping, job ports)."""
 
     cluster: str
@@ -185,8 +166,7 @@ def _short(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Failure:
+class Failure(NamedTuple):
     """One failed host, as the coordinator named it."""
 
     task: int
@@ -194,8 +174,7 @@ class Failure:
     cause: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class ErrorReport:
+class ErrorReport(NamedTuple):
     """The cluster's health as this host's agent knows it (answer to :attr:`Op.WAIT_ERROR`)."""
 
     error: str | None = None
@@ -248,8 +227,7 @@ class ErrorReport:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class BarrierPassed:
+class BarrierPassed(NamedTuple):
     """Answer to :attr:`Op.BARRIER`: which instance of the barrier passed, among how many hosts."""
 
     name: str
@@ -274,6 +252,5 @@ __all__ = [
     "ErrorReport",
     "Failure",
     "JobPorts",
-    "Op",
     "ProtocolError",
 ]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-from tpuctl.agent.protocol import AgentInfo
 from tpuctl.errors import StateError
-from tpuctl.files import atomic_write
 from tpuctl.processes import pid_alive
+
+if TYPE_CHECKING:
+    from tpuctl.agent.protocol import AgentInfo
 
 DEFAULT_ROOT = Path("/run/tpuctl")
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
@@ -33,8 +34,9 @@ _MAX_INFO = 16 << 20  # agent.json of a 20,000-host cluster is about 1 MB
 _REINIT_HINT = "run `tpuctl down`, then `tpuctl init`"
 
 
-@dataclass(frozen=True)
-class StateDir:
+class StateDir(NamedTuple):
+    """One host's state directory and the files in it."""
+
     path: Path
 
     @property
@@ -97,10 +99,14 @@ class StateDir:
             data = json.loads(raw)
         except ValueError as exc:
             raise StateError(f"{self.info_file} is not JSON: {exc}", hint=_REINIT_HINT) from exc
+        from tpuctl.agent.protocol import AgentInfo
+
         return AgentInfo.from_json(data, str(self.info_file))
 
     def write_info(self, info: AgentInfo) -> None:
         """Write ``agent.json`` atomically (owner-only, like the rest of the state dir)."""
+        from tpuctl.files import atomic_write
+
         atomic_write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n", mode=0o600)
 
 

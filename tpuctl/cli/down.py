@@ -8,8 +8,7 @@ import time
 
 import click
 
-from tpuctl.agent.control import call
-from tpuctl.agent.protocol import Op
+from tpuctl.agent.control import Op, call
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.errors import StateError

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tpuctl.agent.control import call
-from tpuctl.agent.protocol import BarrierPassed, Op
+from tpuctl.agent.control import Op, call
+from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.errors import EXIT_CLUSTER
 from tpuctl.messages import sample, table

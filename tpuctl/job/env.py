@@ -40,8 +40,7 @@ import ipaddress
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tpuctl.agent.protocol import AgentInfo, ProtocolError
 from tpuctl.errors import StateError
@@ -61,8 +60,7 @@ DTENSOR_LOCAL_JOB = "localhost"
 _RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
 
 
-@dataclass(frozen=True)
-class JobEnv:
+class JobEnv(NamedTuple):
     """Variables to set (in a fixed order) and variables to remove from the job's environment."""
 
     set: dict[str, str]

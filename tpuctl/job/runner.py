@@ -26,8 +26,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from tpuctl.agent.control import call
-from tpuctl.agent.protocol import AgentInfo, ErrorReport, Op
+from tpuctl.agent.control import Op, call
+from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_CLUSTER, TpuctlError
 from tpuctl.job.env import JobEnv
