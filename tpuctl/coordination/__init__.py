@@ -1,17 +1,38 @@
 """Cluster coordination: task 0 hosts the service, every host registers, heartbeats, meets at barriers.
 
-Layers, bottom to top: ``state`` (the pure state machine and its values; no grpc, asyncio or clock),
+The public client API::
+
+    from tpuctl.coordination import CoordinationClient
+
+    async with CoordinationClient("10.0.0.2:8476", token=token) as client:
+        member = await client.register("pod-a", task_id, connect_timeout=300)
+        beating = asyncio.create_task(client.heartbeat_loop(member, interval=5))
+        await client.wait_for_all(member.task, timeout=300, progress=lambda p: print(p.describe()))
+        values = await client.gather(member.task, "cores", b"[0, 1, 2, 3]", timeout=60)  # by task id
+        await client.barrier(member.task, "ready", timeout=60)
+
+Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv`` and
+``rendezvous`` (parts of the state), ``state`` (the pure state machine; no grpc, asyncio or clock),
 ``convert`` (protobuf and gRPC status <-> core values and errors), ``service`` (the gRPC servicer that
 parks waiting calls), ``server`` (start/stop), ``client``, ``auth`` (token file and server check).
-Importing this package imports no grpc: the names below are the pure core's.
+
+Importing this package imports no grpc: ``CoordinationClient``, ``start_server`` and
+``CoordinationServer`` load it on first use.
 """
 
-from tpuctl.coordination.state import (
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tpuctl.coordination.values import (
     PROTOCOL_VERSION,
+    SAMPLE,
     ClusterFailure,
     ClusterStatus,
     Membership,
+    OpenBarrier,
     RegistrationProgress,
+    RendezvousProgress,
     ServiceConfig,
     TaskFailure,
     TaskInfo,
@@ -20,13 +41,45 @@ from tpuctl.coordination.state import (
     TaskState,
     TaskStatus,
 )
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
+
+if TYPE_CHECKING:
+    from tpuctl.coordination.auth import load_token
+    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.server import CoordinationServer, start_server
+
+_LAZY = {
+    "CoordinationClient": "tpuctl.coordination.client",
+    "CoordinationServer": "tpuctl.coordination.server",
+    "start_server": "tpuctl.coordination.server",
+    "load_token": "tpuctl.coordination.auth",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tpuctl.coordination' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "SAMPLE",
+    "ClusterError",
     "ClusterFailure",
     "ClusterStatus",
+    "CoordinationClient",
+    "CoordinationServer",
+    "CoordinatorUnreachable",
+    "DeadlineError",
+    "InputError",
     "Membership",
+    "OpenBarrier",
     "RegistrationProgress",
+    "RendezvousProgress",
     "ServiceConfig",
     "TaskFailure",
     "TaskInfo",
@@ -34,4 +87,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TaskStatus",
+    "TpuctlError",
+    "load_token",
+    "start_server",
 ]

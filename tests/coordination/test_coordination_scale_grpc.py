@@ -1,0 +1,207 @@
+"""Gather, streamed heartbeats, progress and message bounds over real gRPC (in process, 127.0.0.1 port 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from coordination_harness import make_config, run, serving
+
+from tpuctl.coordination import CoordinationClient, RendezvousProgress
+from tpuctl.coordination.server import start_server
+from tpuctl.errors import ClusterError, DeadlineError, InputError
+
+pytestmark = pytest.mark.timeout(120)
+
+MESSAGE_BOUND = 2_000
+
+
+def test_gather_returns_every_value_by_task_and_encodes_the_table_once() -> None:
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            members = await cluster.join_all(heartbeat_interval=None)
+            counters = cluster.server.service.counters
+            before = counters.encoded
+            tables = await asyncio.gather(
+                *(c.gather(m.task, "cores", f"[{m.task.task_id}]".encode(), timeout=5.0) for c, m in members)
+            )
+            assert tables == [[b"[0]", b"[1]", b"[2]", b"[3]"]] * 4
+            assert counters.encoded - before == 1  # one encoding, sent four times
+            again = await asyncio.gather(*(c.gather(m.task, "cores", b"2", timeout=5.0) for c, m in members))
+            assert again == [[b"2"] * 4] * 4
+
+    run(body())
+
+
+def test_barrier_and_gather_progress_name_the_missing_hosts() -> None:
+    async def body() -> None:
+        async with serving(make_config(3, heartbeat_timeout=30.0)) as cluster:
+            members = await cluster.join_all(heartbeat_interval=None)
+            seen: list[RendezvousProgress] = []
+            (c0, m0), (c1, m1), (c2, m2) = members
+            waiting = asyncio.create_task(
+                c0.barrier(m0.task, "step", timeout=10.0, progress=seen.append, progress_every=0.1)
+            )
+            await asyncio.sleep(0.5)
+            assert seen and seen[-1].describe().startswith(
+                "1 of 3 hosts arrived; missing: task 1 (127.0.0.2), task 2 (127.0.0.3) (times out in "
+            )
+            await asyncio.gather(c1.barrier(m1.task, "step", timeout=10.0), c2.barrier(m2.task, "step", timeout=10.0))
+            assert await waiting == 1
+            gathered: list[RendezvousProgress] = []
+            publishing = asyncio.create_task(
+                c0.gather(m0.task, "g", b"a", timeout=10.0, progress=gathered.append, progress_every=0.1)
+            )
+            await asyncio.sleep(0.5)
+            assert gathered and gathered[-1].kind == "gather" and gathered[-1].arrived == 1
+            await asyncio.gather(c1.gather(m1.task, "g", b"b", timeout=10.0), c2.gather(m2.task, "g", b"c", timeout=10.0))
+            assert await publishing == [b"a", b"b", b"c"]
+
+    run(body())
+
+
+def test_registration_timeout_with_9999_of_10000_missing_is_a_clean_bounded_deadline() -> None:
+    async def body() -> None:
+        async with serving(make_config(10_000, register_timeout=1.0, heartbeat_timeout=60.0)) as cluster:
+            client, member = await cluster.join(0, heartbeat_interval=None)
+            assert member.num_tasks == 10_000 and member.tasks == ()  # no O(hosts) answer by default
+            lines: list[str] = []
+            with pytest.raises(DeadlineError) as excinfo:
+                await client.wait_for_all(
+                    member.task, timeout=10.0, progress=lambda p: lines.append(p.describe()), progress_every=0.2
+                )
+            message = excinfo.value.message
+            assert message.startswith("registration timed out after 1.0 s: 1 of 10,000 hosts registered; missing: ")
+            assert message.endswith(" and 9,989 more; `tpuctl status --json` lists all")
+            assert len(message) < MESSAGE_BOUND
+            assert lines and all(len(line) < MESSAGE_BOUND for line in lines)
+            assert lines[0].startswith("waiting for 9,999 of 10,000 hosts: task 1 (127.0.0.2), ")
+            status = await client.status()  # the one answer listing every host
+            assert len(status.tasks) == 10_000
+
+    run(body(), timeout=60.0)
+
+
+def test_barrier_timeout_with_9999_of_10000_missing_is_a_clean_bounded_deadline() -> None:
+    async def body() -> None:
+        async with serving(make_config(10_000, heartbeat_timeout=60.0)) as cluster:
+            client, member = await cluster.join(0, heartbeat_interval=None)
+            started = time.monotonic()
+            with pytest.raises(DeadlineError) as excinfo:
+                await client.barrier(member.task, "step", timeout=0.5)
+            assert time.monotonic() - started < 3.0
+            message = excinfo.value.message
+            assert message.startswith("barrier 'step' #1 timed out after 0.5 s: 1 of 10,000 hosts arrived; missing: ")
+            assert message.endswith(" and 9,989 more; `tpuctl status --json` lists all")
+            assert len(message) < MESSAGE_BOUND
+            with pytest.raises(DeadlineError, match="1 of 10,000 hosts published"):
+                await client.gather(member.task, "cores", b"[0]", timeout=0.5)
+
+    run(body(), timeout=60.0)
+
+
+def test_a_60000_character_name_is_refused_as_bad_input_not_resource_exhausted() -> None:
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            client, member = await cluster.join(0, heartbeat_interval=None)
+            for call in (
+                client.barrier(member.task, "b" * 60_000, timeout=1.0),
+                client.gather(member.task, "g" * 60_000, b"", timeout=1.0),
+                client.kv_set("k" * 60_000, b""),
+            ):
+                with pytest.raises(InputError) as excinfo:
+                    await call
+                assert "is 60,000 characters long" in excinfo.value.message
+                assert "at most 1,024 characters are allowed" in excinfo.value.message
+                assert len(str(excinfo.value)) < 400
+            with pytest.raises(ClusterError) as wrong:
+                await cluster.client().register("c" * 60_000, 1)
+            assert "(60,000 characters)" in wrong.value.message and len(wrong.value.message) < 400
+
+    run(body())
+
+
+def test_a_huge_reported_cause_reaches_every_host_bounded() -> None:
+    async def body() -> None:
+        async with serving(make_config(3)) as cluster:
+            members = await cluster.join_all(heartbeat_interval=None)
+            watches = [asyncio.create_task(c.watch_errors(m.task, timeout=10.0)) for c, m in members[1:]]
+            waiting = asyncio.create_task(members[1][0].barrier(members[1][1].task, "b", timeout=10.0))
+            await asyncio.sleep(0.2)
+            await members[0][0].report_error(members[0][1].task, "\N{SNOWMAN}" * 60_000)
+            for failure in await asyncio.gather(*watches):
+                assert failure is not None and str(failure).startswith("task 0 (127.0.0.1) failed: reported an error: ")
+                assert len(str(failure)) < 1_200
+            with pytest.raises(ClusterError, match=r"barrier 'b' #1 failed: task 0 \(127.0.0.1\) failed"):
+                await waiting
+
+    run(body())
+
+
+def test_streamed_heartbeats_keep_a_host_alive_and_a_refusal_ends_the_loop() -> None:
+    async def body() -> None:
+        async with serving(make_config(2, heartbeat_timeout=0.6)) as cluster:
+            (c0, _), (c1, m1) = await cluster.join_all(heartbeat_interval=0.1)
+            await asyncio.sleep(1.5)  # well past the timeout: the streams kept both alive
+            assert (await c0.status()).failure is None
+            calls = cluster.server.service.counters.calls
+            await asyncio.sleep(0.5)
+            assert cluster.server.service.counters.calls - calls >= 6  # heartbeats are arriving on the streams
+            await cluster.stop_heartbeats(1)
+            await asyncio.sleep(1.0)  # task 1 is declared failed
+            with pytest.raises(ClusterError, match=r"task 1 \(127.0.0.2\) was declared failed: no heartbeat"):
+                await asyncio.wait_for(c1.heartbeat_loop(m1, interval=0.1), 5.0)
+
+    run(body())
+
+
+def test_a_restarted_coordinator_is_noticed_by_the_heartbeat_stream() -> None:
+    async def body() -> None:
+        config = make_config(1, heartbeat_timeout=2.0)
+        first = await start_server(config, host="127.0.0.1", port=0)
+        port = first.port
+        client = CoordinationClient(first.target)
+        try:
+            member = await client.register("test", 0)
+            beating = asyncio.create_task(client.heartbeat_loop(member, interval=0.1))
+            await asyncio.sleep(0.3)
+            await first.stop(grace=None)
+            second = await start_server(config, host="127.0.0.1", port=port)
+            try:
+                with pytest.raises(ClusterError) as excinfo:
+                    await asyncio.wait_for(beating, 5.0)
+                assert excinfo.value.message.startswith("the coordinator restarted (service incarnation ")
+                assert excinfo.value.hint == "restart `tpuctl init` on every host"
+            finally:
+                await second.stop(grace=None)
+        finally:
+            await client.close()
+
+    run(body())
+
+
+def test_a_heartbeat_stream_with_a_wrong_token_is_refused() -> None:
+    async def body() -> None:
+        async with serving(make_config(1, token="right")) as cluster:
+            _, member = await cluster.join(0, heartbeat_interval=None)
+            intruder = cluster.client(token="wrong")
+            with pytest.raises(ClusterError, match="does not match"):
+                await asyncio.wait_for(intruder.heartbeat_loop(member, interval=0.1), 5.0)
+
+    run(body())
+
+
+def test_an_unreachable_coordinator_ends_the_heartbeat_loop_after_give_up_after() -> None:
+    async def body() -> None:
+        async with serving(make_config(1, heartbeat_timeout=5.0)) as cluster:
+            client, member = await cluster.join(0, heartbeat_interval=None)
+            beating = asyncio.create_task(client.heartbeat_loop(member, interval=0.1, give_up_after=0.6))
+            await asyncio.sleep(0.3)
+            stopped = time.monotonic()
+            await cluster.server.stop(grace=None)
+            with pytest.raises(ClusterError, match="no heartbeat reached the coordinator"):
+                await asyncio.wait_for(beating, 5.0)
+            assert time.monotonic() - stopped < 3.0
+
+    run(body())
