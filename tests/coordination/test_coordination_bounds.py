@@ -81,7 +81,7 @@ def test_registration_progress_at_10000_hosts_is_counts_and_a_sample() -> None:
     assert progress.describe() == (
         "waiting for 9,995 of 10,000 hosts: task 3 (127.0.0.4), task 4 (127.0.0.5), task 6 (127.0.0.7), "
         "task 7 (127.0.0.8), task 8 (127.0.0.9), task 9 (127.0.0.10), task 10 (127.0.0.11), "
-        "task 11 (127.0.0.12), task 12 (127.0.0.13), task 13 (127.0.0.14) and 9,985 more; "
+        "task 11 (127.0.0.12), task 12 (127.0.0.13), task 13 (127.0.0.14), ... and 9,985 more; "
         "`tpuctl status --json` lists all"
     )
 
@@ -104,7 +104,7 @@ def test_registration_timeout_with_9999_missing_is_one_bounded_message() -> None
     assert message.startswith(
         "registration timed out after 5.0 s: 1 of 10,000 hosts registered; missing: task 1 (127.0.0.2), "
     )
-    assert message.endswith("task 10 (127.0.0.11) and 9,989 more; `tpuctl status --json` lists all")
+    assert message.endswith("task 10 (127.0.0.11), ... and 9,989 more; `tpuctl status --json` lists all")
     assert len(message) < MESSAGE_BOUND
     touched = state.counters.touched
     for _ in range(100):  # every later waiter and registrant hears the same, built once
@@ -128,7 +128,7 @@ def test_barrier_timeout_with_9999_missing_is_bounded_and_costs_a_sample() -> No
     assert excinfo.value.message.startswith(
         "barrier 'step' #1 timed out after 2.0 s: 1 of 10,000 hosts arrived; missing: task 1 (127.0.0.2), "
     )
-    assert excinfo.value.message.endswith(" and 9,989 more; `tpuctl status --json` lists all")
+    assert excinfo.value.message.endswith(", ... and 9,989 more; `tpuctl status --json` lists all")
     assert len(excinfo.value.message) < MESSAGE_BOUND
 
 
@@ -248,7 +248,7 @@ def test_rendezvous_progress_is_a_sample_and_says_when_decided() -> None:
     assert (progress.instance, progress.arrived, progress.total, progress.missing_count) == (1, 20, BIG, BIG - 20)
     assert [t.task_id for t in progress.missing] == list(range(20, 30))
     assert progress.describe().startswith("20 of 10,000 hosts arrived; missing: task 20 (127.0.0.21), ")
-    assert progress.describe().endswith(" and 9,970 more; `tpuctl status --json` lists all (times out in 29 s)")
+    assert progress.describe().endswith(", ... and 9,970 more; `tpuctl status --json` lists all (times out in 29 s)")
     small = new_state(2)
     a, b = join(small, range(2))
     small.barrier_arrive(a, "s", 5.0, now=0.0)
@@ -283,7 +283,7 @@ def test_thousands_failing_at_once_make_one_bounded_error() -> None:
     assert failure is not None and failure.total == BIG and len(failure.failures) == SAMPLE
     text = str(failure)
     assert text.startswith("10,000 tasks failed: task 0 (127.0.0.1): no heartbeat for 2.0 s (timeout 1 s); ")
-    assert text.endswith("; and 9,990 more; `tpuctl status --json` lists all")
+    assert text.endswith("; ... and 9,990 more; `tpuctl status --json` lists all")
     assert len(text) < MESSAGE_BOUND
 
 

@@ -63,12 +63,13 @@ def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def sample_text(sample: Sequence[object], total: int) -> str:
-    """ "task 7 (10.0.0.9), task 8 (10.0.0.10) and 2,271 more; `tpuctl status --json` lists all"."""
+    """ "task 7 (10.0.0.9), task 8 (10.0.0.10), ... and 2,271 more; `tpuctl status --json` lists all"
+    (the wording of ``tpuctl.messages.sample``, from a sample and a count rather than every item)."""
     listed = ", ".join(str(item) for item in sample)
     more = total - len(sample)
     if more <= 0:
         return listed
-    return f"{listed} and {count(more)} more; {ALL_HOSTS_HINT}"
+    return f"{listed}, ... and {count(more)} more; {ALL_HOSTS_HINT}"
 
 
 # --- configuration -----------------------------------------------------------------------------------
@@ -250,7 +251,7 @@ class ClusterFailure:
             return f"{failure.task} failed: {failure.cause}"
         listed = "; ".join(f"{f.task}: {f.cause}" for f in self.failures)
         more = self.total - len(self.failures)
-        tail = "" if more <= 0 else f"; and {count(more)} more; {ALL_HOSTS_HINT}"
+        tail = "" if more <= 0 else f"; ... and {count(more)} more; {ALL_HOSTS_HINT}"
         return f"{count(self.total)} tasks failed: {listed}{tail}"
 
 
