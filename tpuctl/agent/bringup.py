@@ -42,7 +42,7 @@ from tpuctl.spec.model import ClusterSpec
 
 log = logging.getLogger("tpuctl.agent.bringup")
 
-INIT_CORES_BARRIER = "tpuctl/init/cores"
+INIT_GATHER = "tpuctl/init/cores"  # the core-ID merge: core IDs, job ports, creation time
 INIT_DONE_BARRIER = "tpuctl/init/done"
 SHUTDOWN_KEY = "tpuctl/shutdown"
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
@@ -226,11 +226,7 @@ class Agent:
         from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
         spec, task, client = self.spec, self.task, self._client
-        prefix = f"tpuctl/init/{self.service_incarnation}"
-        if task == 0:
-            await client.kv_set(f"{prefix}/created", repr(time.time()).encode())
         core_ids = await self._local_core_ids()
-        await client.kv_set(f"{prefix}/cores/{task}", json.dumps(list(core_ids)).encode())
         # Ports for the jobs' own runtimes (DTensor's gRPC server on every host, JAX's coordinator on
         # task 0). Each is held open until every host has published, so hosts sharing a machine
         # (a simulated cluster) cannot pick the same one.
@@ -238,18 +234,33 @@ class Agent:
         held = [_hold_port(port_range)]
         if task == 0:
             held.append(_hold_port(port_range))
-        ports = {"dtensor": held[0].getsockname()[1], "jax": held[1].getsockname()[1] if task == 0 else None}
-        await client.kv_set(f"{prefix}/ports/{task}", json.dumps(ports).encode())
+        mine: dict[str, Any] = {
+            "cores": list(core_ids),
+            "dtensor_port": held[0].getsockname()[1],
+        }
+        if task == 0:  # the mapping's creation time and JAX's port come from task 0, so every host agrees
+            mine["created"] = time.time()
+            mine["jax_port"] = held[1].getsockname()[1]
+        # One gather: every host publishes once; the service assembles the table once and sends every
+        # host the same bytes (the core-ID merge, as DTensor's all-reduce of core IDs).
         try:
-            await self._barrier(INIT_CORES_BARRIER, spec.barrier_timeout)
+            values = await client.gather(
+                self._membership.task,
+                INIT_GATHER,
+                json.dumps(mine, separators=(",", ":")).encode(),
+                timeout=spec.barrier_timeout,
+                progress=lambda p: self.reporter.progress(f"task {task}: core-ID merge: {p.describe()}"),
+                progress_every=REGISTER_PROGRESS_EVERY_S,
+            )
         finally:
             for sock in held:
                 sock.close()
-        published = {int(k.rsplit("/", 1)[1]): json.loads(v) for k, v in await client.kv_dir(f"{prefix}/ports")}
-        self.job_ports = JobPorts(dtensor=tuple(published[t]["dtensor"] for t in sorted(published)), jax=published[0]["jax"])
-        entries = await client.kv_dir(f"{prefix}/cores")
-        per_task = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in entries}
-        created = float(await client.kv_get(f"{prefix}/created", timeout=spec.barrier_timeout))
+        published = [_published(raw, t) for t, raw in enumerate(values)]
+        self.job_ports = JobPorts(
+            dtensor=tuple(int(p["dtensor_port"]) for p in published), jax=int(published[0]["jax_port"])
+        )
+        per_task = {t: p["cores"] for t, p in enumerate(published)}
+        created = float(published[0]["created"])
         merged = merge_core_ids(per_task, spec.slice)
         meshes = build_declared_meshes(spec.meshes, spec.slice, merged_devices(spec.slice, merged))
         mapping = build_mapping(
@@ -397,22 +408,16 @@ class Agent:
             await progress(await self._barrier_progress(name, time.monotonic() - started))
 
     async def _barrier_progress(self, name: str, waited: float) -> str:
-        """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4)"."""
+        """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4) ..."
+        (the service's progress: counts and the first ten missing hosts, O(10) whatever the cluster size)."""
         text = f"waiting at barrier {name!r} for {waited:.0f} s"
         try:
-            status = await self._client.status()
+            progress = await self._client.rendezvous_progress(self._membership.task, name)
         except TpuctlError:
             return text
-        tasks = [t.task for t in status.tasks]
-        for barrier in status.barriers:
-            if barrier.name == name and self.task in barrier.arrived:
-                missing = ", ".join(str(t) for t in barrier.missing(tasks))
-                return (
-                    f"waiting at barrier {name!r} #{barrier.instance} for {waited:.0f} s: "
-                    f"{len(barrier.arrived)} of {len(tasks)} hosts arrived; missing: {missing} "
-                    f"(times out in {barrier.seconds_left:.0f} s)"
-                )
-        return text
+        if progress is None or progress.done:
+            return text
+        return f"waiting at barrier {name!r} #{progress.instance} for {waited:.0f} s: {progress.describe()}"
 
     def _error_report(self) -> ErrorReport:
         return ErrorReport(
@@ -482,6 +487,21 @@ class Agent:
             "mapping": str(self.options.output),
             "pid": os.getpid(),
         }
+
+
+def _published(raw: bytes, task: int) -> dict[str, Any]:
+    """One host's part of the init gather; ClusterError naming the host when it is not one."""
+    try:
+        value = json.loads(raw)
+        common = isinstance(value, dict) and isinstance(value.get("cores"), list) and isinstance(value.get("dtensor_port"), int)
+        if common and (task != 0 or (isinstance(value.get("created"), float) and isinstance(value.get("jax_port"), int))):
+            return dict(value)
+    except ValueError:
+        pass
+    raise ClusterError(
+        f"task {task} published {len(raw):,} bytes that are not tpuctl's init record (core ids, job ports)",
+        hint="every host must run the same tpuctl version; restart the cluster with one",
+    )
 
 
 def _seconds(value: object, default: float) -> float:
