@@ -1,0 +1,97 @@
+"""Regression guard: the coordination service's work per host does not grow with the cluster.
+
+One real ``grpc.aio`` server on 127.0.0.1 port 0 and N hosts' clients in this process run what
+``tpuctl init`` runs on the wire (register, wait for all, a heartbeat, the heartbeat stream and the error
+watch left running, a gather of 4 core IDs, two barriers) at two sizes. The service's own counters
+(``Counters``: RPCs, records visited, messages built and encoded, parked calls woken, bytes sent) divided
+by the host count may grow by at most 1.5x from the small size to the large one. Counting, not timing:
+the result does not depend on how loaded the machine is.
+
+The gather's table is the one answer that is O(hosts) per host by nature (every host needs every host's
+core IDs); its bytes are checked to be exactly the table, and the rest of the bytes per host is held
+to the same 1.5x.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from coordination_harness import make_config, run
+
+from tpuctl.coordination import CoordinationClient
+from tpuctl.coordination.server import start_server
+from tpuctl.proto import coordination_pb2 as pb
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+SIZES = (250, 1_000)
+GROWTH = 1.5
+CLUSTER = "guard"
+
+
+def core_ids(task: int) -> bytes:
+    return json.dumps([4 * task + i for i in range(4)]).encode()
+
+
+async def init_sequence(hosts: int) -> dict[str, Any]:
+    """Every host's init on the wire; the service's counters for it, and the gather table's size."""
+    config = make_config(hosts, cluster=CLUSTER, heartbeat_timeout=600.0, register_timeout=600.0)
+    server = await start_server(config, host="127.0.0.1", port=0)
+    clients = [CoordinationClient(server.target, rpc_timeout=120.0) for _ in range(hosts)]
+    background: list[asyncio.Task[Any]] = []
+    counters = server.service.counters
+    try:
+        start = counters.snapshot()
+
+        async def host(task: int) -> list[bytes]:
+            client = clients[task]
+            member = await client.register(CLUSTER, task, hostname=f"guard-{task}", connect_timeout=60.0)
+            # One streamed heartbeat (confirmed at once), then none for the rest of the run.
+            background.append(asyncio.create_task(client.heartbeat_loop(member, interval=3600.0)))
+            await client.wait_for_all(member.task, timeout=300.0, progress_every=60.0)
+            await client.heartbeat(member.task)
+            background.append(asyncio.create_task(client.watch_errors(member.task, timeout=3600.0)))
+            table = await client.gather(member.task, "cores", core_ids(task), timeout=300.0)
+            await client.barrier(member.task, "cores-done", timeout=300.0)
+            await client.barrier(member.task, "init-done", timeout=300.0)
+            return table
+
+        tables = await asyncio.gather(*(host(t) for t in range(hosts)))
+        await asyncio.sleep(0.2)  # let the last heartbeat confirmations land
+        end = counters.snapshot()
+        assert all(table == [core_ids(t) for t in range(hosts)] for table in tables)
+        work = {name: end[name] - start[name] for name in end}
+        work["gather_bytes"] = hosts * len(pb.GatherResponse(instance=1, values=tables[0]).SerializeToString())
+        return work
+    finally:
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(BaseException):
+                await task
+        for client in clients:
+            await client.close()
+        await server.stop(grace=None)
+
+
+def test_service_work_and_bytes_per_host_stay_flat_from_250_to_1000_hosts() -> None:
+    per_host = []
+    for hosts in SIZES:
+        work = run(init_sequence(hosts), timeout=300.0)
+        assert work["sent_bytes"] >= work["gather_bytes"]  # the table was sent to every host
+        work["other_bytes"] = work["sent_bytes"] - work["gather_bytes"]
+        per_host.append({name: value / hosts for name, value in work.items()})
+    small, large = per_host
+    report = {name: (round(small[name], 2), round(large[name], 2)) for name in small}
+    print("per host (small, large):", report)
+    for name in ("calls", "touched", "built", "encoded", "woken", "other_bytes"):
+        assert large[name] <= small[name] * GROWTH, f"{name} per host grew: {report[name]}"
+    # Shared answers are encoded once, not once per host: far fewer encodings than hosts.
+    assert large["encoded"] < 1.0
+    # The gather table per host is the table and nothing more: linear in hosts by nature (a little more
+    # per entry here, as the core IDs of later hosts take more digits).
+    assert large["gather_bytes"] <= small["gather_bytes"] * (SIZES[1] / SIZES[0]) * GROWTH
