@@ -1,0 +1,148 @@
+"""Agents in one process: the bring-up use case over a real gRPC service on loopback, without forking.
+
+Each ``Agent`` is what ``tpuctl init`` runs on one host; here four of them share one event loop, each
+with its own state dir and mapping file, so the whole bring-up (registration, the core-ID gather,
+the mapping, the final barrier, the control socket) is tested in-process, where a failure points at
+one line of the agent rather than at a child process's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuctl.agent.bringup import Agent, AgentOptions, Reporter
+from tpuctl.agent.control import Op, call
+from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport
+from tpuctl.agent.statedir import StateDir
+from tpuctl.errors import ClusterError, TpuctlError
+from tpuctl.job.env import JobEnv
+from tpuctl.sim.cluster import free_port, loopback_hosts, sim_spec_text
+from tpuctl.spec.yamlfile import load_spec_text
+
+HOSTS = 4
+DEADLINE_S = 60.0
+
+
+class Recorder(Reporter):
+    """Collects what an agent reports, and lets a test await its outcome."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.outcome: asyncio.Future[dict[str, Any] | TpuctlError] = asyncio.get_running_loop().create_future()
+
+    def progress(self, text: str) -> None:
+        self.lines.append(text)
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        self.outcome.set_result(summary)
+
+    def failed(self, exc: TpuctlError) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result(exc)
+
+
+async def start_cluster(tmp_path: Path) -> tuple[list[Agent], list[Recorder], list[asyncio.Task[int]]]:
+    hosts = loopback_hosts(HOSTS)
+    spec = load_spec_text(sim_spec_text("v4-32", hosts, free_port(hosts[0]), tmp_path))
+    agents, recorders, runs = [], [], []
+    for task in range(HOSTS):
+        recorder = Recorder()
+        options = AgentOptions(
+            spec=spec,
+            task=task,
+            state=StateDir(tmp_path / f"host-{task}"),
+            output=tmp_path / f"host-{task}" / "mapping.json",
+            address=hosts[task],
+        )
+        agent = Agent(options, recorder)
+        agents.append(agent)
+        recorders.append(recorder)
+        runs.append(asyncio.create_task(agent.run()))
+    return agents, recorders, runs
+
+
+async def stop_cluster(agents: list[Agent], runs: list[asyncio.Task[int]]) -> list[int]:
+    for agent in reversed(agents):  # task 0 (the service) last
+        agent.stop.set()
+        agent.changed.set()
+    return list(await asyncio.wait_for(asyncio.gather(*runs), DEADLINE_S))
+
+
+def test_four_agents_bring_the_cluster_up_and_answer_local_commands(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        agents, recorders, runs = await start_cluster(tmp_path)
+        try:
+            outcomes = await asyncio.wait_for(asyncio.gather(*(r.outcome for r in recorders)), DEADLINE_S)
+            assert all(isinstance(o, dict) for o in outcomes), outcomes
+            assert [o["task"] for o in outcomes] == list(range(HOSTS))  # type: ignore[index]
+            files = {(tmp_path / f"host-{t}" / "mapping.json").read_bytes() for t in range(HOSTS)}
+            assert len(files) == 1  # byte-identical on every host
+
+            state = StateDir(tmp_path / "host-2")
+            info = AgentInfo.from_json(await asyncio.to_thread(call, state, Op.INFO, timeout=10))
+            assert (info.task, info.num_tasks, len(set(info.job_ports.dtensor))) == (2, HOSTS, HOSTS)
+            assert state.read_info() == info
+
+            env = JobEnv.from_message(await asyncio.to_thread(call, state, Op.ENV, timeout=10))
+            assert env.set["TPUCTL_TASK_ID"] == "2" and env.set["DTENSOR_JOBS"].count(",") == HOSTS - 1
+
+            # every host at a user barrier, through the control socket as `tpuctl barrier` does it
+            passed = await asyncio.wait_for(
+                asyncio.gather(*(
+                    asyncio.to_thread(call, StateDir(tmp_path / f"host-{t}"), Op.BARRIER, {"name": "step"}, timeout=30)
+                    for t in range(HOSTS)
+                )),
+                DEADLINE_S,
+            )  # fmt: skip
+            assert {BarrierPassed.from_json(p) for p in passed} == {BarrierPassed(name="step", instance=1, hosts=HOSTS)}
+
+            report = ErrorReport.from_json(await asyncio.to_thread(call, state, Op.WAIT_ERROR, {"timeout": 0}, timeout=10))
+            assert not report.down
+            with pytest.raises(TpuctlError, match="does not know the operation 'reboot'"):
+                await asyncio.to_thread(_raw_call, state, "reboot")
+        finally:
+            codes = await stop_cluster(agents, runs)
+        assert codes == [0] * HOSTS
+        assert "wrote" in " ".join(recorders[1].lines)
+
+    asyncio.run(scenario())
+
+
+def test_a_host_that_leaves_fails_the_next_barrier_of_every_other_host_naming_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        agents, recorders, runs = await start_cluster(tmp_path)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.outcome for r in recorders)), DEADLINE_S)
+            agents[3].stop.set()  # task 3 leaves (as `tpuctl down` on its host)
+            agents[3].changed.set()
+            assert await asyncio.wait_for(runs[3], DEADLINE_S) == 0
+            waits = [
+                asyncio.to_thread(call, StateDir(tmp_path / f"host-{t}"), Op.BARRIER, {"name": "after"}, timeout=30)
+                for t in range(3)
+            ]
+            results = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), DEADLINE_S)
+            for result in results:
+                assert isinstance(result, ClusterError) and "task 3" in result.message, result
+        finally:
+            await stop_cluster(agents[:3], runs[:3])
+
+    asyncio.run(scenario())
+
+
+def _raw_call(state: StateDir, op: str) -> dict[str, Any]:
+    """A request naming an operation no agent knows (as a newer tpuctl might send)."""
+    import socket
+
+    from tpuctl.agent.control import error_from_payload
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(state.socket))
+        sock.sendall(json.dumps({"op": op, "args": {}}).encode() + b"\n")
+        answer = json.loads(sock.makefile().readline())
+    raise error_from_payload(answer["error"])
