@@ -327,7 +327,7 @@ class XlaDriver:
                 f"{host_address(t, netns)}:{port}",
                 t,
                 init_timeout=int(self.timeout),
-                heartbeat_timeout=int(2 * HEARTBEAT_INTERVAL_S),  # XLA heartbeats every timeout / 2
+                heartbeat_timeout=cfg["xla_heartbeat_timeout"],  # XLA heartbeats every timeout / 2
                 shutdown_on_destruction=False,
             )
             for t in self.tasks
@@ -546,6 +546,8 @@ def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tm
             "port": port,
             "netns": args.netns,
             "timeout": args.phase_timeout,
+            "xla_heartbeat_timeout": args.xla_heartbeat_timeout,
+            "nice": args.driver_nice,
         }
         argv = [PY, str(HERE), "_drive", impl, json.dumps(cfg)]
         drivers.append(Child(argv, tmp / f"driver-{impl}-{hosts}-{w}.stderr"))
@@ -838,6 +840,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=3, help="client processes driving the hosts")
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of the heartbeat-only phase")
     parser.add_argument("--phase-timeout", type=float, default=300.0, help="deadline of each phase, seconds")
+    parser.add_argument(
+        "--xla-heartbeat-timeout",
+        type=int,
+        default=int(2 * HEARTBEAT_INTERVAL_S),
+        help="XLA clients' heartbeat timeout, s: they heartbeat every half of it (default: tpuctl's 5 s interval)",
+    )
+    parser.add_argument("--driver-nice", type=int, default=10, help="niceness of the client processes")
     parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
     parser.add_argument("--peer-max", type=int, default=0, help="run XLA's service only up to this size (0: all)")
     parser.add_argument("--no-netns", action="store_true", help="stay on 127.0.0.1 (hosts share connections)")
@@ -899,6 +908,8 @@ def report(runs: list[RunResult], args: argparse.Namespace) -> dict[str, Any]:
 
 def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
     raise_nofile()
+    if role == "_drive":  # the simulated hosts yield the CPU to the service (task 0 has a machine of its own)
+        os.nice(cfg["nice"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops its children itself
     if role == "_serve" and impl == "tpuctl":
         serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"])
