@@ -1,7 +1,8 @@
 """``tpuctl env`` and ``tpuctl run`` against a real simulated cluster (one per module), as real processes.
 
 The cluster's root folder has a space, a quote and a dollar sign in its name, so every path tpuctl hands
-to a shell exercises the quoting.
+to a shell exercises the quoting. Every process goes through the harness (``tests/harness``): log files
+shown on failure, deadlines, SIGTERM then SIGKILL. The tests that use the cluster are marked slow.
 """
 
 from __future__ import annotations
@@ -13,54 +14,45 @@ import pty
 import select
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from harness import TPUCTL, Finished, Proc, Processes, state, stop_pids, wait_until
+from harness.clusters import SimCluster
 
 from tpuctl.agent.protocol import AgentInfo
 from tpuctl.job.env import job_environment
 from tpuctl.mapping.file import read_mapping
 
-TPUCTL = [sys.executable, "-m", "tpuctl"]
 JOBS = Path(__file__).resolve().parents[1] / "job"
 HEAVY = ("grpc", "numpy", "tensorflow", "jax", "jaxlib", "yaml")
 
 
-class Cluster:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def state(self, task: int) -> str:
-        return str(self.root / f"host-{task}")
-
-    def info(self, task: int) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.root / f"host-{task}" / "agent.json").read_text())
-        return data
-
-
-def tpuctl(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TPUCTL, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env
-    )
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("envrun") / "odd dir's $x"
-    up = tpuctl("sim", "up", "v4-16", "--root", str(root), timeout=120)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    base = tmp_path_factory.mktemp("envrun")
+    processes = Processes(base / "logs", name="the env/run cluster")
+    cluster = SimCluster(base / "odd dir's $x", "v4-16", processes)
     try:
-        assert up.returncode == 0, up.stderr
-        yield Cluster(root)
+        cluster.up()
+        yield cluster
     finally:
-        tpuctl("sim", "down", "--root", str(root), timeout=60)
-        for pid_file in root.glob("host-*/agent.pid"):  # anything sim down could not stop
-            with contextlib.suppress(ValueError, OSError):
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        try:
+            cluster.close()
+        finally:
+            processes.close()
+
+
+def host(cluster: SimCluster, task: int) -> str:
+    """Host ``task``'s state dir, as the text tpuctl is given and prints."""
+    return str(cluster.state(task))
+
+
+def tpuctl(cluster: SimCluster, *args: str, env: dict[str, str] | None = None) -> Finished:
+    return cluster.tpuctl(*args, env=env)
 
 
 def parse_sh(text: str) -> dict[str, str]:
@@ -76,12 +68,13 @@ def parse_sh(text: str) -> dict[str, str]:
 # --- tpuctl env ------------------------------------------------------------------------------------
 
 
-def test_env_prints_the_agents_environment(cluster: Cluster) -> None:
-    done = tpuctl("env", "--state-dir", cluster.state(1))
-    assert done.returncode == 0, done.stderr
-    printed = parse_sh(done.stdout)
+@pytest.mark.slow
+def test_env_prints_the_agents_environment(cluster: SimCluster) -> None:
+    done = tpuctl(cluster, "env", "--state-dir", host(cluster, 1))
+    assert done.code == 0, done.err
+    printed = parse_sh(done.out)
     info = cluster.info(1)
-    expected = job_environment(AgentInfo.from_json(info), read_mapping(info["mapping"]), state_dir=cluster.state(1))
+    expected = job_environment(AgentInfo.from_json(info), read_mapping(info["mapping"]), state_dir=host(cluster, 1))
     assert printed == expected.set
     ports = info["job_ports"]
     assert printed["DTENSOR_JOBS"] == f"127.0.0.2:{ports['dtensor'][0]},127.0.0.3:{ports['dtensor'][1]}"
@@ -90,25 +83,27 @@ def test_env_prints_the_agents_environment(cluster: Cluster) -> None:
     assert printed["TPUCTL_MAPPING"] == str(cluster.root / "host-1" / "mapping.json")
     assert printed["TPU_ACCELERATOR_TYPE"] == "v4-16"
 
-    as_json = tpuctl("env", "--format", "json", "--state-dir", cluster.state(1))
-    assert as_json.returncode == 0
-    assert json.loads(as_json.stdout) == printed
+    as_json = tpuctl(cluster, "env", "--format", "json", "--state-dir", host(cluster, 1))
+    assert as_json.code == 0
+    assert json.loads(as_json.out) == printed
 
 
-def test_eval_in_bash_sets_every_value_exactly(cluster: Cluster) -> None:
+@pytest.mark.slow
+def test_eval_in_bash_sets_every_value_exactly(cluster: SimCluster) -> None:
     script = (
         'eval "$(tpuctl env --state-dir "$D")" || exit 9\n'
         'printf "%s\\n" "$JAX_PROCESS_ID" "$DTENSOR_JOB_NAME" "$TPUCTL_STATE_DIR" "$TPUCTL_MAPPING"\n'
     )
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "D": cluster.state(0), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["0", "worker", cluster.state(0), str(cluster.root / "host-0" / "mapping.json")]
+    env = {**os.environ, "D": host(cluster, 0), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    done = cluster.processes.run("bash-eval", ["bash", "-c", script], env=env)
+    assert done.code == 0, done.err
+    assert done.out.splitlines() == ["0", "worker", host(cluster, 0), str(cluster.root / "host-0" / "mapping.json")]
 
 
-def test_ports_never_collide_between_hosts_sharing_the_machine(cluster: Cluster) -> None:
-    envs = [parse_sh(tpuctl("env", "--state-dir", cluster.state(t)).stdout) for t in range(2)]
+@pytest.mark.slow
+def test_ports_never_collide_between_hosts_sharing_the_machine(cluster: SimCluster) -> None:
+    envs = [parse_sh(tpuctl(cluster, "env", "--state-dir", host(cluster, t)).out) for t in range(2)]
     assert envs[0]["DTENSOR_JOBS"] == envs[1]["DTENSOR_JOBS"]
     assert envs[0]["JAX_COORDINATOR_ADDRESS"] == envs[1]["JAX_COORDINATOR_ADDRESS"]
     ports = [int(job.rsplit(":", 1)[1]) for job in envs[0]["DTENSOR_JOBS"].split(",")]
@@ -117,21 +112,22 @@ def test_ports_never_collide_between_hosts_sharing_the_machine(cluster: Cluster)
     assert len(set(ports)) == len(ports) == 4, ports
 
 
-def test_env_finds_the_state_dir_in_the_environment(cluster: Cluster) -> None:
-    done = tpuctl("env", "-f", "json", env={**os.environ, "TPUCTL_STATE_DIR": cluster.state(1)})
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["TPUCTL_TASK_ID"] == "1"
+@pytest.mark.slow
+def test_env_finds_the_state_dir_in_the_environment(cluster: SimCluster) -> None:
+    done = tpuctl(cluster, "env", "-f", "json", env={**os.environ, "TPUCTL_STATE_DIR": host(cluster, 1)})
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["TPUCTL_TASK_ID"] == "1"
 
 
-def test_env_and_run_without_an_agent_exit_5(tmp_path: Path) -> None:
+def test_env_and_run_without_an_agent_exit_5(tmp_path: Path, processes: Processes) -> None:
     for args in (["env"], ["run", "--", "true"]):
         done = (
-            tpuctl(*args, "--state-dir", str(tmp_path))
+            processes.run("env", [*TPUCTL, *args, "--state-dir", str(tmp_path)])
             if args == ["env"]
-            else tpuctl("run", "--state-dir", str(tmp_path), "--", "true")
+            else processes.run("run", [*TPUCTL, "run", "--state-dir", str(tmp_path), "--", "true"])
         )
-        assert done.returncode == 5, done.stderr
-        assert f"no tpuctl agent is running for state dir {tmp_path}" in done.stderr
+        assert done.code == 5, done.err
+        assert f"no tpuctl agent is running for state dir {tmp_path}" in done.err
 
 
 PROBE = """
@@ -146,15 +142,16 @@ print("HEAVY=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in {h
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["env"], ["env", "-f", "json"], ["run", "--", "true"]])
-def test_env_and_run_import_no_grpc_numpy_yaml_or_frameworks(cluster: Cluster, command: list[str]) -> None:
-    args = [command[0], "--state-dir", cluster.state(0), *command[1:]]
-    done = subprocess.run(
+def test_env_and_run_import_no_grpc_numpy_yaml_or_frameworks(cluster: SimCluster, command: list[str]) -> None:
+    args = [command[0], "--state-dir", host(cluster, 0), *command[1:]]
+    done = cluster.processes.run(
+        f"probe-{command[0]}",
         [sys.executable, "-c", PROBE.format(heavy=(*HEAVY, "click", "asyncio") if command[0] == "env" else HEAVY), *args],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    lines = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line and line[:1].isupper())
-    assert lines.get("EXIT") == "0", done.stdout + done.stderr
+    lines = dict(line.split("=", 1) for line in done.out.splitlines() if "=" in line and line[:1].isupper())
+    assert lines.get("EXIT") == "0", done.out + done.err
     loaded = set(lines["LOADED"].split(","))
     assert {"tpuctl.job.env", "tpuctl.agent.control"} <= loaded
     if command[0] == "env":  # answered by the agent: no click, no mapping file read, no protobuf
@@ -165,86 +162,102 @@ def test_env_and_run_import_no_grpc_numpy_yaml_or_frameworks(cluster: Cluster, c
 # --- tpuctl run ------------------------------------------------------------------------------------
 
 
-def test_run_returns_the_jobs_exit_code(cluster: Cluster) -> None:
-    state = cluster.state(0)
-    assert tpuctl("run", "--state-dir", state, "--", "true").returncode == 0
-    assert tpuctl("run", "--state-dir", state, "--", sys.executable, "-c", "import sys; sys.exit(7)").returncode == 7
-    assert tpuctl("run", "--state-dir", state, "--", "sh", "-c", "kill -9 $$").returncode == 128 + 9
-    missing = tpuctl("run", "--state-dir", state, "--", "no-such-command-tpuctl")
-    assert missing.returncode == 127
-    assert "cannot run 'no-such-command-tpuctl'" in missing.stderr
+@pytest.mark.slow
+def test_run_returns_the_jobs_exit_code(cluster: SimCluster) -> None:
+    state = host(cluster, 0)
+    assert tpuctl(cluster, "run", "--state-dir", state, "--", "true").code == 0
+    assert tpuctl(cluster, "run", "--state-dir", state, "--", sys.executable, "-c", "import sys; sys.exit(7)").code == 7
+    assert tpuctl(cluster, "run", "--state-dir", state, "--", "sh", "-c", "kill -9 $$").code == 128 + 9
+    missing = tpuctl(cluster, "run", "--state-dir", state, "--", "no-such-command-tpuctl")
+    assert missing.code == 127
+    assert "cannot run 'no-such-command-tpuctl'" in missing.err
 
 
-def test_run_gives_the_job_its_environment_and_its_arguments(cluster: Cluster) -> None:
-    state = cluster.state(1)
-    expected = json.loads(tpuctl("env", "-f", "json", "--state-dir", state).stdout)
+@pytest.mark.slow
+def test_run_gives_the_job_its_environment_and_its_arguments(cluster: SimCluster) -> None:
+    state = host(cluster, 1)
+    expected = json.loads(tpuctl(cluster, "env", "-f", "json", "--state-dir", state).out)
     code = "import json, os, sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
     # without `--`, options after the command are the job's, not tpuctl's
-    done = tpuctl("run", "--state-dir", state, sys.executable, "-c", code, "--grace", "1s", "--state-dir", "x")
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    done = tpuctl(cluster, "run", "--state-dir", state, sys.executable, "-c", code, "--grace", "1s", "--state-dir", "x")
+    assert done.code == 0, done.err
+    seen = json.loads(done.out)
     assert seen["argv"] == ["--grace", "1s", "--state-dir", "x"]
     assert {k: seen["env"].get(k) for k in expected} == expected
     # tpuctl inside the job talks to this host's agent without being told where it is
-    status = tpuctl("run", "--state-dir", state, "--", *TPUCTL, "status", "--json")
-    assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["task"] == 1
+    status = tpuctl(cluster, "run", "--state-dir", state, "--", *TPUCTL, "status", "--json")
+    assert status.code == 0, status.err
+    assert json.loads(status.out)["task"] == 1
 
 
-def start_signal_job(cluster: Cluster, tmp_path: Path, *job_args: str, grace: str = "10s") -> tuple[Any, Path]:
+def start_signal_job(
+    cluster: SimCluster, processes: Processes, tmp_path: Path, *job_args: str, grace: str = "10s"
+) -> tuple[Proc, Path]:
     pid_file = tmp_path / "job.pid"
-    proc = subprocess.Popen(
-        [*TPUCTL, "run", "--grace", grace, "--state-dir", cluster.state(0), "--",
+    proc = processes.start(
+        "run-signals",
+        [*TPUCTL, "run", "--grace", grace, "--state-dir", host(cluster, 0), "--",
          sys.executable, str(JOBS / "job_signals.py"), str(pid_file), *job_args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    if not pid_file.exists():
-        proc.kill()
-        raise AssertionError(f"the job never started: {proc.communicate(timeout=10)}")
+    wait_until(lambda: pid_file.exists() or proc.poll() is not None, 30, "the job to start", logs=processes.logs)
+    assert pid_file.exists(), f"the job never started:\n{processes.logs()}"
     return proc, pid_file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_run_forwards_signals_to_the_jobs_process_group(cluster: Cluster, tmp_path: Path, sig: int) -> None:
-    proc, pid_file = start_signal_job(cluster, tmp_path)
+def test_run_forwards_signals_to_the_jobs_process_group(
+    cluster: SimCluster, processes: Processes, tmp_path: Path, sig: int
+) -> None:
+    proc, pid_file = start_signal_job(cluster, processes, tmp_path)
     try:
         job_pid, job_group = (int(v) for v in pid_file.read_text().split())
         assert job_group == job_pid != os.getpgid(proc.pid)  # its own process group
         proc.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 10
         signals = Path(str(pid_file) + ".signals")
-        while time.monotonic() < deadline and not (signals.exists() and "SIGUSR1\n" in signals.read_text()):
-            time.sleep(0.02)
+        wait_until(lambda: signals.exists() and "SIGUSR1\n" in signals.read_text(), 10, "the job to get SIGUSR1")
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
+        done = processes.wait(proc, timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert proc.returncode == 40 + sig, err
+        processes.stop(proc)
+        processes.stop_recorded([pid_file])  # the job, in its own process group
+    assert done.code == 40 + sig, done.err
     assert signals.read_text().split() == ["SIGUSR1", signal.Signals(sig).name]
 
 
-def test_run_kills_a_job_that_ignores_a_forwarded_sigterm_after_the_grace(cluster: Cluster, tmp_path: Path) -> None:
-    proc, pid_file = start_signal_job(cluster, tmp_path, "ignore-term", grace="1s")
+@pytest.mark.slow
+def test_run_kills_a_job_that_ignores_a_forwarded_sigterm_after_the_grace(
+    cluster: SimCluster, processes: Processes, tmp_path: Path
+) -> None:
+    proc, pid_file = start_signal_job(cluster, processes, tmp_path, "ignore-term", grace="1s")
     try:
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        done = processes.wait(proc, timeout=30)
         took = time.monotonic() - started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert proc.returncode == 128 + 9, err
+        processes.stop(proc)
+        processes.stop_recorded([pid_file])
+    assert done.code == 128 + 9, done.err
     assert 0.9 < took < 6, took
     assert Path(str(pid_file) + ".signals").read_text().split() == ["SIGTERM"]
 
 
-def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
+# the read(2) system call's number, to see a process blocked reading its terminal in /proc/PID/syscall
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}
+
+
+def blocked_reading(pid: int) -> bool:
+    """The process sleeps in read(2) (just its state where /proc/PID/syscall is not readable)."""
+    try:
+        number = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return state(pid) == "S"
+    return state(pid) == "S" and number == READ_SYSCALL.get(os.uname().machine, number)
+
+
+@pytest.mark.slow
+def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: SimCluster) -> None:
     """Under an interactive shell the job becomes the terminal's foreground group: it reads the terminal,
     Ctrl-Z stops it and then tpuctl run (so the shell gets the terminal back), SIGCONT (``fg``) resumes
     both, and Ctrl-C reaches the job once."""
@@ -253,7 +266,7 @@ def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
     if pid == 0:  # the child: a session leader with the pty as its controlling terminal, like a shell's job
         try:
             os.execv(
-                sys.executable, [*TPUCTL, "run", "--state-dir", cluster.state(0), "--", sys.executable, "-c", code]
+                sys.executable, [*TPUCTL, "run", "--state-dir", host(cluster, 0), "--", sys.executable, "-c", code]
             )
         finally:
             os._exit(111)
@@ -269,16 +282,20 @@ def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
                     output += os.read(fd, 4096)
 
     def wait_status(options: int, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def changed() -> tuple[int] | None:
             done, status = os.waitpid(pid, options | os.WNOHANG)
-            if done:
-                return status
-            time.sleep(0.05)
-        return None
+            return (status,) if done else None
 
+        return wait_until(changed, timeout, "tpuctl run to change state", logs=lambda: repr(output))[0]
+
+    def foreground() -> int | None:
+        """The terminal's foreground process group once it is the job's (not tpuctl run's own)."""
+        group = os.tcgetpgrp(fd)
+        return group if group != pid else None
+
+    job = 0
     try:
-        time.sleep(0.5)
+        job = wait_until(foreground, 30, "the job to get the terminal", logs=lambda: repr(output))  # its leader
         os.write(fd, b"hello\n")
         read_until(b"got hello", 30)
         assert b"got hello" in output, output
@@ -286,13 +303,17 @@ def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
         status = wait_status(os.WUNTRACED, 15)
         assert status is not None and os.WIFSTOPPED(status), output
         os.kill(pid, signal.SIGCONT)  # what the shell's `fg` does
-        time.sleep(0.3)
+        wait_until(
+            lambda: state(pid) not in ("T", "t") and state(job) not in ("T", "t") and foreground() == job,
+            15,
+            "tpuctl run and the job to run again, the job in the foreground",
+        )
         os.write(fd, b"again\n")
         read_until(b"got again", 15)
         assert b"got again" in output, output
         # Ctrl-C once the job is blocked reading again (a SIGINT just before Python's read() starts is only
         # acted on when the read returns: CPython's race, not tpuctl's)
-        time.sleep(0.5)
+        wait_until(lambda: blocked_reading(job), 15, "the job to read its terminal again")
         os.write(fd, b"\x03")
         read_until(b"KeyboardInterrupt", 15)
         status = wait_status(0, 15)
@@ -300,7 +321,7 @@ def test_run_on_a_terminal_gives_the_job_the_terminal(cluster: Cluster) -> None:
         assert os.WEXITSTATUS(status) == 128 + signal.SIGINT, output  # Python re-raises SIGINT at exit
         assert output.count(b"KeyboardInterrupt") == 1, output
     finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
+        stop_pids([p for p in (pid, job) if p], grace=2.0)
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
         os.close(fd)

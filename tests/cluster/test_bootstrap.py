@@ -9,6 +9,7 @@ import socket
 import time
 
 import pytest
+from harness import TPUCTL, alive, wait_until
 
 from tpuctl.mapping.file import read_mapping
 
@@ -30,9 +31,9 @@ def test_four_hosts_write_identical_mappings_and_pass_repeated_barriers(make_clu
 
     for round_ in range(1, 6):  # a shell loop calling `tpuctl barrier step` on every host
         procs = [c.spawn("barrier", "step", task=t) for t in range(4)]
-        outs = [p.communicate(timeout=60) for p in procs]
-        assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
-        assert all(f"barrier 'step' #{round_} passed (4 hosts)" in err for _, err in outs)
+        outs = c.processes.wait_all(procs, timeout=60)
+        assert [p.code for p in outs] == [0, 0, 0, 0], outs
+        assert all(f"barrier 'step' #{round_} passed (4 hosts)" in p.err for p in outs)
 
     status = c.tpuctl("status", "--json", task=3)
     assert status.code == 0
@@ -128,8 +129,9 @@ def test_worker_killed_in_steady_state_fails_barriers_at_once(make_cluster) -> N
     waiting = c.spawn("barrier", "step", task=0)  # parked, waiting for the others
     os.kill(c.agent_pid(2), signal.SIGKILL)
     killed = time.monotonic()
-    _, err = waiting.communicate(timeout=30)
-    assert waiting.returncode == 3
+    done = c.processes.wait(waiting, timeout=30)
+    err = done.err
+    assert done.code == 3
     assert "task 2 (127.0.0.4) failed: no heartbeat" in err
     assert time.monotonic() - killed < 2.0 + 3.0
     later = c.tpuctl("barrier", "after", task=1)
@@ -154,18 +156,8 @@ def test_down_all_stops_every_agent(make_cluster) -> None:
     pids = [c.agent_pid(t) for t in range(4)]
     r = c.tpuctl("down", "--all", task=2)
     assert r.code == 0 and "cluster shut down" in r.err
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in pids)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    wait_until(lambda: not any(alive(p) for p in pids), 15, "every agent to stop", logs=c.logs)
+    assert not any(alive(p) for p in pids)
 
 
 def test_sixteen_hosts_come_up_with_identical_mappings(make_cluster) -> None:
@@ -174,7 +166,7 @@ def test_sixteen_hosts_come_up_with_identical_mappings(make_cluster) -> None:
     digest = c.mapping(0).read_bytes()
     assert all(c.mapping(t).read_bytes() == digest for t in range(16))
     procs = [c.spawn("barrier", "all16", task=t) for t in range(16)]
-    assert [p.wait(timeout=60) for p in procs] == [0] * 16
+    assert [p.code for p in c.processes.wait_all(procs, timeout=60)] == [0] * 16
 
 
 def test_shared_token_cluster_comes_up_and_refuses_strangers(make_cluster, tmp_path) -> None:
@@ -204,29 +196,22 @@ def test_shared_token_cluster_comes_up_and_refuses_strangers(make_cluster, tmp_p
     assert r.code == 2 and "chmod 600" in r.err
 
 
-def test_foreground_init_stays_attached_until_down(make_cluster) -> None:
-    import subprocess
-    import sys
-
-    c = make_cluster("v4-8")
+def start_foreground_init(c, *options: str):
     state = c.state(0)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tpuctl", "init", "--config", str(c.spec), "--task-id", "0", "--foreground",
-         "--state-dir", str(state), "--output", str(state / "mapping.json")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the summary, printed once the cluster is up
-        assert "tpuctl: cluster 'test-pod' up: task 0 of 1" in line
-        assert proc.poll() is None  # still attached
-        assert c.tpuctl("barrier", "solo", task=0).code == 0
-        assert c.tpuctl("down", task=0).code == 0
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    return c.start("init-foreground", [*TPUCTL, "init", "--config", str(c.spec), "--task-id", "0", "--foreground",
+                                       *options, "--state-dir", str(state), "--output", str(state / "mapping.json")])  # fmt: skip
+
+
+def test_foreground_init_stays_attached_until_down(make_cluster) -> None:
+    c = make_cluster("v4-8")
+    proc = start_foreground_init(c)
+    out = c.processes.wait_for_output(proc, "\n", stream="out", timeout=60)  # the summary, once the cluster is up
+    line = out.splitlines(keepends=True)[0]
+    assert "tpuctl: cluster 'test-pod' up: task 0 of 1" in line
+    assert proc.poll() is None  # still attached
+    assert c.tpuctl("barrier", "solo", task=0).code == 0
+    assert c.tpuctl("down", task=0).code == 0
+    assert c.processes.wait(proc, timeout=15).code == 0
 
 
 def test_a_host_arriving_later_than_the_heartbeat_timeout_still_joins(make_cluster) -> None:
@@ -235,7 +220,9 @@ def test_a_host_arriving_later_than_the_heartbeat_timeout_still_joins(make_clust
     for task in range(3):
         c.start_init(task)
     c.wait_for_log(2, "registered with")
-    time.sleep(3.5)
+    # the others go on waiting (and heartbeating) for longer than the heartbeat timeout: registration reports
+    # the missing host every 2 s, so its third report comes at least 4 s (2.7 timeouts) after everyone else is in
+    c.processes.wait_for_output("init-0", "waiting for 1 of 4 hosts: task 3 (127.0.0.5)", count=3, timeout=30)
     c.start_init(3)
     results = [c.wait_init(f"init-{t}", timeout=60) for t in range(4)]
     assert [r.code for r in results] == [0, 0, 0, 0], c.logs()
@@ -246,13 +233,12 @@ def test_a_waiting_barrier_names_the_missing_hosts_in_status_and_progress(make_c
     c = make_cluster("v4-32")
     c.up()
     waiting = [c.spawn("barrier", "step", "--timeout", "60s", task=t) for t in range(3)]
-    deadline = time.monotonic() + 20
-    doc: dict[str, object] = {}
-    while time.monotonic() < deadline:
-        doc = json.loads(c.tpuctl("status", "--json", task=1).out)
-        if doc["barriers"] and doc["barriers"][0]["arrived"] == [0, 1, 2]:  # type: ignore[index]
-            break
-        time.sleep(0.1)
+
+    def three_arrived() -> dict[str, object]:
+        doc: dict[str, object] = json.loads(c.tpuctl("status", "--json", task=1).out)
+        return doc if doc["barriers"] and doc["barriers"][0]["arrived"] == [0, 1, 2] else {}  # type: ignore[index]
+
+    doc = wait_until(three_arrived, 20, "tasks 0, 1 and 2 at barrier 'step'", interval=0.1, logs=c.logs)
     assert doc["barriers"] == [
         {
             "name": "step",
@@ -264,10 +250,12 @@ def test_a_waiting_barrier_names_the_missing_hosts_in_status_and_progress(make_c
     ]
     text = c.tpuctl("status", task=0).out
     assert "barrier 'step' #1: waiting for task(s) 3 (3 arrived" in text
-    time.sleep(5.5)  # the barrier command says who it waits for every 5 s
+    for proc in waiting:  # the barrier command says who it waits for every 5 s
+        c.processes.wait_for_output(proc, "waiting at barrier 'step' #1 for 5 s", timeout=20)
     assert c.tpuctl("barrier", "step", task=3).code == 0
-    errs = [p.communicate(timeout=30)[1] for p in waiting]
-    assert all(p.returncode == 0 for p in waiting), errs
+    finished = c.processes.wait_all(waiting, timeout=30)
+    errs = [f.err for f in finished]
+    assert all(f.code == 0 for f in finished), errs
     assert all(
         "waiting at barrier 'step' #1 for 5 s: 3 of 4 hosts arrived; missing: task 3 (127.0.0.5)" in err for err in errs
     ), errs
@@ -290,28 +278,10 @@ def test_job_ports_come_from_the_configured_range_and_never_collide(make_cluster
 
 
 def test_foreground_init_honours_json(make_cluster) -> None:
-    import subprocess
-    import sys
-
     c = make_cluster("v4-8")
-    state = c.state(0)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tpuctl", "init", "--config", str(c.spec), "--task-id", "0", "--foreground", "--json",
-         "--state-dir", str(state), "--output", str(state / "mapping.json")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        lines = []
-        for _ in range(40):  # the summary document, printed once the cluster is up
-            lines.append(proc.stdout.readline())
-            if lines[-1] == "}\n":
-                break
-        summary = json.loads("".join(lines))
-        assert (summary["cluster"], summary["task"], summary["tasks"]) == ("test-pod", 0, 1)
-        assert c.tpuctl("down", task=0).code == 0
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    proc = start_foreground_init(c, "--json")
+    out = c.processes.wait_for_output(proc, "\n}\n", stream="out", timeout=60)  # the summary, once the cluster is up
+    summary = json.loads(out[: out.index("\n}\n") + 3])
+    assert (summary["cluster"], summary["task"], summary["tasks"]) == ("test-pod", 0, 1)
+    assert c.tpuctl("down", task=0).code == 0
+    assert c.processes.wait(proc, timeout=15).code == 0

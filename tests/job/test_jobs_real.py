@@ -9,16 +9,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from harness import alive, wait_until
+from harness.clusters import SimCluster
 
-from .simjobs import JOBS_DIR, SimCluster, alive, result_line
+from .simjobs import JOBS_DIR, result_line
 
 pytestmark = pytest.mark.slow
 
@@ -76,10 +78,7 @@ def start_sleep_jobs(c: SimCluster, grace: str = "2s") -> tuple[list[str], list[
         c.run(t, PYTHON, str(JOBS_DIR / "job_sleep.py"), str(pids_files[t]), label=f"sleep-{t}", grace=grace)
         for t in range(c.num_hosts)
     ]
-    deadline = time.monotonic() + 60
-    while not all(p.exists() for p in pids_files) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(p.exists() for p in pids_files), c.logs()
+    wait_until(lambda: all(p.exists() for p in pids_files), 60, "every job to write its pids", logs=c.logs)
     job_pids = [int(pid) for p in pids_files for pid in p.read_text().split()]
     assert all(alive(pid) for pid in job_pids)
     return labels, job_pids
@@ -87,9 +86,8 @@ def start_sleep_jobs(c: SimCluster, grace: str = "2s") -> tuple[list[str], list[
 
 def assert_gone(c: SimCluster, job_pids: list[int]) -> None:
     """The jobs, and the helper in each job's group that ignored SIGTERM, are gone."""
-    deadline = time.monotonic() + 5
-    while any(alive(pid) for pid in job_pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not any(alive(pid) for pid in job_pids), 5, "the jobs to be gone")
     assert not [pid for pid in job_pids if alive(pid)], c.logs()
 
 
@@ -106,7 +104,7 @@ def test_run_stops_every_job_when_one_host_agent_is_killed(sim_cluster: MakeClus
     done = c.wait_all(labels, timeout=limit + 10)
     assert [f.code for f in done] == [3, 3, 3, 3], c.logs()
     for finished in done:
-        elapsed = finished.seconds - (killed_at - c.procs[finished.label][1])
+        elapsed = finished.seconds - (killed_at - c.processes[finished.label].started)
         assert elapsed < limit, f"{finished.label} took {elapsed:.1f} s after the kill\n{c.logs()}"
     # every table names the host that failed first, with its address, first
     for task, finished in enumerate(done):
@@ -138,11 +136,8 @@ def test_run_stops_every_job_when_one_host_agent_is_killed(sim_cluster: MakeClus
 def test_run_stops_every_job_when_the_cluster_is_shut_down(sim_cluster: MakeCluster) -> None:
     c = sim_cluster("v4-16")
     labels, job_pids = start_sleep_jobs(c)
-    down = subprocess.run(
-        [PYTHON, "-m", "tpuctl", "down", "--all", "--state-dir", str(c.state(1))],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert down.returncode == 0, down.stderr
+    down = c.processes.run("down", [PYTHON, "-m", "tpuctl", "down", "--all", "--state-dir", str(c.state(1))])
+    assert down.code == 0, down.err
     done = c.wait_all(labels, timeout=30)
     assert [f.code for f in done] == [3, 3], c.logs()
     for task, finished in enumerate(done):

@@ -1,0 +1,178 @@
+"""Real tpuctl clusters on loopback addresses (127.0.0.x), every process through one :class:`Processes`.
+
+* :class:`LocalCluster`: a spec written here, one ``tpuctl init`` per host, started by the test;
+* :class:`SimCluster`: ``tpuctl sim up`` (its own spec), then ``tpuctl run`` jobs on its hosts.
+
+``close()`` ends what the cluster started, by pid: the ``tpuctl`` processes (SIGTERM, then SIGKILL), the
+jobs and agents by the pids they wrote to files. Agent logs are shown with the processes' logs on failure.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tpuctl.sim.cluster import free_port, loopback_hosts
+from tpuctl.tpu.slice import resolve_slice
+
+from .processes import TPUCTL, Finished, Proc, Processes, wait_until
+
+
+def spec_text(
+    accelerator: str,
+    hosts: list[str],
+    port: int,
+    *,
+    cluster: str = "test-pod",
+    heartbeat: str = "500ms",
+    heartbeat_timeout: str = "3s",
+    register_timeout: str = "30s",
+    barrier_timeout: str = "30s",
+    job_ports: str = "",
+    extra: str = "",
+) -> str:
+    host_lines = "\n".join(f"  - {h}" for h in hosts)
+    return (
+        f"cluster: {cluster}\naccelerator: {accelerator}\nbackend: sim\nhosts:\n{host_lines}\n"
+        f"coordinator: {{port: {port}, heartbeat_interval: {heartbeat}, heartbeat_timeout: {heartbeat_timeout}, "
+        f"register_timeout: {register_timeout}{', job_ports: ' + job_ports if job_ports else ''}}}\n"
+        f"barrier_timeout: {barrier_timeout}\n{extra}"
+    )
+
+
+class _Cluster:
+    """What both kinds share: host state dirs under ``root``, ``tpuctl`` commands, the processes started."""
+
+    def __init__(self, root: Path, accelerator: str, processes: Processes) -> None:
+        self.root = root
+        self.accelerator = accelerator
+        self.processes = processes
+        self.labels: list[str] = []  # the processes this cluster started
+        root.mkdir(parents=True, exist_ok=True)
+        processes.include_logs(root, "*/agent.log")
+
+    def state(self, task: int) -> Path:
+        return self.root / f"host-{task}"
+
+    def mapping(self, task: int) -> Path:
+        return self.state(task) / "mapping.json"
+
+    def info(self, task: int) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.state(task) / "agent.json").read_text())
+        return data
+
+    def agent_pid(self, task: int) -> int:
+        pid_file = self.state(task) / "agent.pid"
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        assert pid is not None and self.processes.ours(pid), f"no live agent for task {task}"
+        return pid
+
+    def start(self, label: str, command: list[str], *, env: dict[str, str] | None = None) -> Proc:
+        proc = self.processes.start(label, command, env=env, cwd=self.root)
+        self.labels.append(proc.label)
+        return proc
+
+    def tpuctl(
+        self, *args: str, task: int | None = None, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> Finished:
+        """``tpuctl ARGS [--state-dir HOST-DIR]`` to completion."""
+        command = [*TPUCTL, *args, *(["--state-dir", str(self.state(task))] if task is not None else [])]
+        label = f"tpuctl-{args[0] if args else 'help'}" + (f"-{task}" if task is not None else "")
+        finished = self.processes.run(label, command, timeout=timeout, env=env)
+        self.labels.append(finished.label)
+        return finished
+
+    def spawn(self, *args: str, task: int) -> Proc:
+        """``tpuctl ARGS --state-dir HOST-DIR`` in the background."""
+        return self.start(f"{args[0]}-{task}", [*TPUCTL, *args, "--state-dir", str(self.state(task))])
+
+    def wait(self, label: str, timeout: float) -> Finished:
+        return self.processes.wait(label, timeout)
+
+    def wait_all(self, labels: list[str], timeout: float) -> list[Finished]:
+        return self.processes.wait_all(labels, timeout)
+
+    def wait_for_log(self, task: int, needle: str, timeout: float = 30.0) -> None:
+        log = self.state(task) / "agent.log"
+        wait_until(
+            lambda: log.exists() and needle in log.read_text(errors="replace"),
+            timeout,
+            f"task {task} to log {needle!r}",
+            logs=self.logs,
+        )
+
+    def logs(self) -> str:
+        return self.processes.logs()
+
+    def stop_agents(self) -> None:
+        """Every agent under ``root`` (other state dirs too) still alive, by the pid it wrote."""
+        self.processes.stop_recorded(self.root.glob("*/agent.pid"))
+
+    def close(self) -> None:
+        self.processes.stop(*(label for label in self.labels if label in self.processes.procs))
+        self.stop_agents()
+
+
+class LocalCluster(_Cluster):
+    """A cluster spec under ``root`` and one ``tpuctl init`` per host, each started by the test."""
+
+    def __init__(self, root: Path, accelerator: str, processes: Processes, **spec_options: str) -> None:
+        super().__init__(root, accelerator, processes)
+        self.num_hosts = resolve_slice(accelerator=accelerator).num_hosts
+        self.hosts = loopback_hosts(self.num_hosts)
+        self.port = free_port(self.hosts[0])
+        self.spec = root / "cluster.yaml"
+        self.spec.write_text(spec_text(accelerator, self.hosts, self.port, **spec_options))
+
+    def start_init(
+        self, task: int, *, spec: Path | None = None, state: Path | None = None, env: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> Proc:  # fmt: skip
+        state = state or self.state(task)
+        state.mkdir(parents=True, exist_ok=True)
+        command = [
+            *TPUCTL, "init", "--config", str(spec or self.spec), "--task-id", str(task),
+            "--state-dir", str(state), "--output", str(state / "mapping.json"),
+        ]  # fmt: skip
+        return self.start(label or f"init-{task}", command, env=env)
+
+    def wait_init(self, label: str, timeout: float = 60.0) -> Finished:
+        return self.processes.wait(label, timeout)
+
+    def up(self, timeout: float = 90.0) -> list[Finished]:
+        for task in range(self.num_hosts):
+            self.start_init(task)
+        results = self.processes.wait_all([f"init-{t}" for t in range(self.num_hosts)], timeout)
+        bad = [r for r in results if r.code != 0]
+        assert not bad, f"{len(bad)} hosts failed to come up:\n{self.logs()}"
+        return results
+
+
+class SimCluster(_Cluster):
+    """``tpuctl sim up ACCELERATOR --root ROOT``; ``run(task, ...)`` starts ``tpuctl run`` on host ``task``."""
+
+    def __init__(self, root: Path, accelerator: str, processes: Processes) -> None:
+        super().__init__(root, accelerator, processes)
+        self.num_hosts = 0
+
+    def up(self, timeout: float = 120.0) -> None:
+        done = self.tpuctl("sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout)
+        assert done.code == 0, f"tpuctl sim up {self.accelerator} failed:\n{self.logs()}"
+        self.num_hosts = len(list(self.root.glob("host-*")))
+
+    def run(
+        self, task: int, *command: str, label: str | None = None, grace: str = "5s", env: dict[str, str] | None = None
+    ) -> str:
+        """Start ``tpuctl run --state-dir ROOT/host-TASK -- COMMAND`` in the background; returns its label."""
+        run = [*TPUCTL, "run", "--grace", grace, "--state-dir", str(self.state(task)), "--", *command]
+        return self.start(label or f"run-{task}", run, env=env).label
+
+    def close(self) -> None:
+        # `tpuctl run` first (SIGTERM: it stops its job), then the jobs' processes by the pids the job scripts
+        # wrote (ROOT/*.pids), then the agents: `tpuctl sim down`, and by their pids whatever it left
+        self.processes.stop(*(label for label in self.labels if label in self.processes.procs))
+        self.processes.stop_recorded(self.root.glob("*.pids"))
+        if self.num_hosts:
+            self.tpuctl("sim", "down", "--root", str(self.root), timeout=30)
+        self.stop_agents()
