@@ -23,6 +23,18 @@ from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, I
 pytestmark = pytest.mark.timeout(60)
 
 
+async def arrived(client: CoordinationClient, barrier: str, tasks: list[int], timeout: float = 5.0) -> None:
+    """Wait (polling the service's status, with a deadline) until exactly ``tasks`` wait at ``barrier``."""
+    deadline = time.monotonic() + timeout
+    seen: list[tuple[int, ...]] = []
+    while time.monotonic() < deadline:
+        seen = [b.arrived for b in (await client.status()).barriers if b.name == barrier]
+        if seen == [tuple(tasks)]:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"barrier {barrier!r}: {seen} arrived, not {tasks}, within {timeout} s")
+
+
 def test_four_hosts_register_and_pass_five_repeated_barriers() -> None:
     async def body() -> None:
         async with serving(make_config(4)) as cluster:
@@ -93,7 +105,7 @@ def test_silent_host_is_detected_and_everyone_hears_within_the_heartbeat_timeout
             members = await cluster.join_all(heartbeat_interval=interval)
             watches = [asyncio.create_task(c.watch_errors(m.task, timeout=10.0)) for c, m in members[:3]]
             barriers = [asyncio.create_task(c.barrier(m.task, "sync", timeout=30.0)) for c, m in members[:3]]
-            await asyncio.sleep(0.2)
+            await arrived(members[3][0], "sync", [0, 1, 2])
             await cluster.stop_heartbeats(3)  # task 3 goes silent
             silent_since = time.monotonic()
 
@@ -218,7 +230,7 @@ def test_disconnect_fails_the_barriers_waiting_for_that_host_but_not_the_cluster
         async with serving(make_config(3)) as cluster:
             members = await cluster.join_all(heartbeat_interval=None)
             waiting = asyncio.create_task(members[0][0].barrier(members[0][1].task, "end", timeout=30.0))
-            await asyncio.sleep(0.1)
+            await arrived(members[1][0], "end", [0])
             await members[2][0].disconnect(members[2][1].task)
             with pytest.raises(
                 ClusterError, match=r"barrier 'end' #1 cannot pass: task 2 \(127.0.0.3\) has disconnected"
