@@ -23,7 +23,14 @@ log = logging.getLogger("tpuctl.coordination")
 
 # gRPC sets SO_REUSEPORT by default: a second coordinator on the same port then binds silently and
 # clients split between the two (observed with jaxlib's service). 0 makes the second bind fail instead.
-_SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
+_SERVER_OPTIONS = (
+    ("grpc.so_reuseport", 0),
+    # A whole pod registers at once: grpc core cancels calls beyond 1,000 (hard: 3,000) waiting for the
+    # application to take them ("Too many pending requests for this server"; the client sees CANCELLED).
+    # The service takes every call quickly and parks the waiting ones itself: let them queue.
+    ("grpc.server.max_pending_requests", 1_000_000),
+    ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+)
 SERVICE_NAME = "tpuctl.v1.CoordinationService"
 
 
