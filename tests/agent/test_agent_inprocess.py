@@ -146,3 +146,46 @@ def _raw_call(state: StateDir, op: str) -> dict[str, Any]:
         sock.sendall(json.dumps({"op": op, "args": {}}).encode() + b"\n")
         answer = json.loads(sock.makefile().readline())
     raise error_from_payload(answer["error"])
+
+
+def test_a_host_that_cannot_write_its_mapping_fails_every_host_with_the_real_cause(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        hosts = loopback_hosts(HOSTS)
+        spec = load_spec_text(sim_spec_text("v4-32", hosts, free_port(hosts[0]), tmp_path))
+        (tmp_path / "not-a-folder").write_text("a file where host 2's mapping folder should be\n")
+        agents, recorders, runs = [], [], []
+        for task in range(HOSTS):
+            output = tmp_path / ("not-a-folder" if task == 2 else f"host-{task}") / "mapping.json"
+            recorder = Recorder()
+            options = AgentOptions(spec=spec, task=task, state=StateDir(tmp_path / f"host-{task}"), output=output,
+                                   address=hosts[task])  # fmt: skip
+            agents.append(Agent(options, recorder))
+            recorders.append(recorder)
+            runs.append(asyncio.create_task(agents[-1].run()))
+        outcomes = await asyncio.wait_for(asyncio.gather(*(r.outcome for r in recorders)), DEADLINE_S)
+        codes = await asyncio.wait_for(asyncio.gather(*runs), DEADLINE_S)
+        assert all(isinstance(o, TpuctlError) for o in outcomes), outcomes
+        assert "cannot write device mapping" in str(outcomes[2])
+        for task in (0, 1, 3):  # every peer names host 2 and why, not a heartbeat timeout
+            text = str(outcomes[task])
+            assert "task 2" in text and "init failed on this host: cannot write device mapping" in text, text
+        assert all(code != 0 for code in codes)
+        for task in (0, 1, 3):  # no mapping that loads as valid, pending or not, on any host
+            assert not list((tmp_path / f"host-{task}").glob("*mapping.json*")), task
+
+    asyncio.run(scenario())
+
+
+def test_an_agent_whose_state_dir_is_deleted_leaves_the_cluster(tmp_path: Path) -> None:
+    import shutil
+
+    async def scenario() -> None:
+        agents, recorders, runs = await start_cluster(tmp_path)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.outcome for r in recorders)), DEADLINE_S)
+            shutil.rmtree(tmp_path / "host-3")
+            assert await asyncio.wait_for(runs[3], DEADLINE_S) == 0  # it noticed and left cleanly
+        finally:
+            await stop_cluster(agents[:3], runs[:3])
+
+    asyncio.run(scenario())

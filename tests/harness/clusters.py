@@ -109,8 +109,14 @@ class _Cluster:
         """Every agent under ``root`` (other state dirs too) still alive, by the pid it wrote."""
         self.processes.stop_recorded(self.root.glob("*/agent.pid"))
 
+    def stop_started(self) -> None:
+        """The processes this cluster started (not the rest of its harness's), SIGTERM then SIGKILL."""
+        labels = [label for label in self.labels if label in self.processes.procs]
+        if labels:
+            self.processes.stop(*labels)
+
     def close(self) -> None:
-        self.processes.stop(*(label for label in self.labels if label in self.processes.procs))
+        self.stop_started()
         self.stop_agents()
 
 
@@ -130,7 +136,7 @@ class LocalCluster(_Cluster):
         label: str | None = None,
     ) -> Proc:  # fmt: skip
         state = state or self.state(task)
-        state.mkdir(parents=True, exist_ok=True)
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dirs are owner-only
         command = [
             *TPUCTL, "init", "--config", str(spec or self.spec), "--task-id", str(task),
             "--state-dir", str(state), "--output", str(state / "mapping.json"),
@@ -171,7 +177,7 @@ class SimCluster(_Cluster):
     def close(self) -> None:
         # `tpuctl run` first (SIGTERM: it stops its job), then the jobs' processes by the pids the job scripts
         # wrote (ROOT/*.pids), then the agents: `tpuctl sim down`, and by their pids whatever it left
-        self.processes.stop(*(label for label in self.labels if label in self.processes.procs))
+        self.stop_started()
         self.processes.stop_recorded(self.root.glob("*.pids"))
         if self.num_hosts:
             self.tpuctl("sim", "down", "--root", str(self.root), timeout=30)

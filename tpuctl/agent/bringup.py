@@ -37,7 +37,7 @@ from tpuctl.agent.control import Op
 from tpuctl.agent.controlserver import serve
 from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport, Failure, JobPorts, ProtocolError
 from tpuctl.agent.statedir import StateDir
-from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
+from tpuctl.errors import ClusterError, DeadlineError, InputError, StateError, TpuctlError
 from tpuctl.spec.model import ClusterSpec
 
 log = logging.getLogger("tpuctl.agent.bringup")
@@ -47,6 +47,8 @@ INIT_DONE_BARRIER = "tpuctl/init/done"
 SHUTDOWN_KEY = "tpuctl/shutdown"
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
+REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
+STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 
 
 class Reporter:
@@ -132,6 +134,7 @@ class Agent:
         self._tasks: list[asyncio.Task[Any]] = []
         self._main_task: asyncio.Task[Any] | None = None  # the bring-up, cancelled when init cannot finish
         self._ready = False
+        self._pending: Path | None = None  # the mapping written but not yet committed (init not done)
 
     # --- life cycle ------------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class Agent:
             await self._bring_up()
         except TpuctlError as exc:
             log.error("init failed: %s", exc)
+            await self._tell_the_cluster(exc)
             self.reporter.failed(exc)
             await self._tear_down(leaving=False)
             return exc.exit_code
@@ -162,6 +166,9 @@ class Agent:
             self.reporter.failed(reason)
             await self._tear_down(leaving=False)
             return reason.exit_code
+        finally:
+            with contextlib.suppress(StateError):
+                _remove(self._pending)
         await self.stop.wait()
         await self._tear_down(leaving=True)
         return 0
@@ -194,6 +201,7 @@ class Agent:
             hostname=socket.gethostname(),
             connect_timeout=spec.coordinator.register_timeout,
         )
+        _remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}; waiting for every host")
@@ -211,7 +219,12 @@ class Agent:
         control = await serve(self.options.state.socket, self._handle)
         self._tasks.append(asyncio.create_task(_serve_forever(control), name="control"))
         await self._barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
+        # Every host has its mapping: only now does it take the place jobs read it from, so a cluster
+        # that never came up leaves no mapping that loads as valid.
+        _commit(self._pending, self.options.output)
+        self._pending = None
         self._ready = True
+        self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
         self.reporter.ready(self._summary(mapping))
 
     async def _merge_and_write(self) -> Any:
@@ -273,8 +286,9 @@ class Agent:
             created=created,
             meshes=meshes,
         )
-        write_mapping(self.options.output, mapping)
-        self.reporter.progress(f"task {task}: wrote {self.options.output}")
+        self._pending = _pending_path(self.options.output)
+        write_mapping(self._pending, mapping)
+        self.reporter.progress(f"task {task}: wrote {self.options.output} (pending until every host has)")
         return mapping
 
     async def _local_core_ids(self) -> list[int]:
@@ -315,7 +329,40 @@ class Agent:
         if self._server is not None:
             await self._server.stop(grace=1.0)
 
+    async def _tell_the_cluster(self, exc: TpuctlError) -> None:
+        """Init failed here for a reason of this host's own (the mapping write, the backend, ...): report
+        it, so every peer fails at once naming this host and the real cause, not a heartbeat timeout."""
+        if self._client is None or self._membership is None or self.cluster_error is not None:
+            return  # not registered, or the failure came from the cluster: nothing new to tell it
+        if isinstance(exc, (ClusterError, DeadlineError)):
+            return  # the cluster's own failure or a cluster-wide wait: every host already knows
+        with contextlib.suppress(TpuctlError, OSError, asyncio.TimeoutError):
+            await asyncio.wait_for(
+                self._client.report_error(self._membership.task, f"init failed on this host: {exc.message}"),
+                REPORT_TIMEOUT_S,
+            )
+
     # --- background work -------------------------------------------------------------------------
+
+    async def _watch_state_dir(self) -> None:
+        """Leave the cluster cleanly when this agent's state dir is deleted or replaced: without it no
+        local command can reach or stop this agent, and it would hold the task for nobody."""
+        state = self.options.state
+        try:
+            first = os.stat(state.path).st_ino
+        except OSError:
+            first = -1
+        while not self.stop.is_set():
+            await asyncio.sleep(STATE_DIR_CHECK_S)
+            try:
+                gone = os.stat(state.path).st_ino != first or not state.socket.exists()
+            except OSError:
+                gone = True
+            if gone:
+                log.error("task %d: state dir %s was deleted or replaced: leaving the cluster", self.task, state.path)
+                self.stop.set()
+                self.changed.set()
+                return
 
     async def _heartbeats(self) -> None:
         try:
@@ -487,6 +534,34 @@ class Agent:
             "mapping": str(self.options.output),
             "pid": os.getpid(),
         }
+
+
+def _pending_path(output: Path) -> Path:
+    """Where the mapping waits for the final barrier: beside the real one, hidden, not loadable by name."""
+    return output.with_name(f".{output.name}.pending")
+
+
+def _commit(pending: Path | None, output: Path) -> None:
+    if pending is None:
+        return
+    try:
+        os.replace(pending, output)
+    except OSError as exc:
+        raise StateError(f"cannot put the device mapping in place at {output}: {exc.strerror or exc}") from exc
+
+
+def _remove(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # nothing there (writing it will say what is wrong with the folder)
+    except OSError as exc:
+        raise StateError(
+            f"cannot remove the previous device mapping {path}: {exc.strerror or exc}",
+            hint="the mapping's folder must be writable by this user (or pass --output PATH)",
+        ) from exc
 
 
 def _published(raw: bytes, task: int) -> dict[str, Any]:

@@ -80,6 +80,7 @@ def call(
     ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
     cluster operation; this one catches an agent that stopped answering).
     """
+    state.check()  # never talk to a socket in a folder someone else could have prepared
     deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -17,8 +17,10 @@ Imports only the standard library: it is on the path of ``tpuctl barrier``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -32,6 +34,9 @@ DEFAULT_ROOT = Path("/run/tpuctl")
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
 _MAX_INFO = 16 << 20  # agent.json of a 20,000-host cluster is about 1 MB
 _REINIT_HINT = "run `tpuctl down`, then `tpuctl init`"
+_OWN_HINT = (
+    f"remove it if you know what it is, or pass --state-dir DIR (or set {STATE_DIR_ENV}) to a folder of your own"
+)
 
 
 class StateDir(NamedTuple):
@@ -60,7 +65,7 @@ class StateDir(NamedTuple):
         return self.path / "agent.log"
 
     def ensure(self) -> None:
-        """Create the directory (owner-only: it holds a socket that can stop the cluster)."""
+        """Create the directory (owner-only: it holds a socket that can stop the cluster), then check it."""
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -68,11 +73,39 @@ class StateDir(NamedTuple):
                 f"cannot create state dir {self.path}: {exc.strerror}",
                 hint=f"pass --state-dir DIR (or set {STATE_DIR_ENV}) to a writable folder",
             ) from exc
+        self.check()
+        if stat.S_IMODE(os.stat(self.path).st_mode) & 0o077:  # ours, but readable by others: close it
+            self.path.chmod(0o700)
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise StateError(
                 f"state dir {self.path} is not writable",
                 hint=f"pass --state-dir DIR (or set {STATE_DIR_ENV}) to a writable folder",
             )
+
+    def check(self) -> None:
+        """Refuse a state dir this user did not make: a symlink, another owner, or writable by others.
+
+        Everything in it is trusted (the socket that stops the cluster, the description jobs take their
+        environment from), so a folder another local user could have prepared or can write is refused
+        before anything in it is read or signalled. A missing folder passes (no agent runs there).
+        """
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StateError(f"cannot inspect state dir {self.path}: {exc.strerror or exc}", hint=_OWN_HINT) from exc
+        problem = None
+        if stat.S_ISLNK(st.st_mode):
+            problem = "is a symbolic link"
+        elif not stat.S_ISDIR(st.st_mode):
+            problem = "is not a folder"
+        elif st.st_uid != os.geteuid():
+            problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+        elif st.st_mode & 0o022:
+            problem = f"has mode {stat.S_IMODE(st.st_mode):04o}: others may write in it; expected 0700"
+        if problem is not None:
+            raise StateError(f"state dir {self.path} {problem}: not one tpuctl made for this user", hint=_OWN_HINT)
 
     def read_pid(self) -> int | None:
         try:
@@ -81,12 +114,25 @@ class StateDir(NamedTuple):
             return None
 
     def live_pid(self) -> int | None:
-        """The agent's pid if that process is alive (a zombie counts as gone), else None."""
+        """The agent's pid while an agent holds this state dir's lock, else None.
+
+        Liveness comes from the lock (``flock``, released by the kernel when its holder dies, even
+        unreaped), never from the pid file alone: a pid left by a killed agent may name another process
+        by now, and nothing is ever signalled on its word. Where ``/proc/locks`` says which process
+        holds the lock, that is the pid; otherwise the pid file's, once the lock is seen held.
+        """
+        self.check()
+        holder = lock_holder(self.lock_file)
+        if holder is None:
+            return None
+        if holder > 0:
+            return holder
         pid = self.read_pid()
         return pid if pid is not None and pid_alive(pid) else None
 
     def read_info(self) -> AgentInfo:
         """The running agent's description; StateError when no agent ever ran here or the file is bad."""
+        self.check()
         try:
             raw = self.info_file.read_bytes()[: _MAX_INFO + 1]
         except FileNotFoundError:
@@ -108,6 +154,38 @@ class StateDir(NamedTuple):
         from tpuctl.files import atomic_write
 
         atomic_write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n", mode=0o600)
+
+
+def lock_holder(lock_file: Path) -> int | None:
+    """Who holds ``lock_file``'s flock: its pid (from ``/proc/locks``), 0 when held by a process this
+    cannot name, None when nobody holds it (or the file does not exist)."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_from_proc(os.fstat(fd)) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _holder_from_proc(st: os.stat_result) -> int | None:
+    """The pid ``/proc/locks`` gives for a FLOCK on this inode (``1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...``)."""
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
+            return int(fields[4])
+    return None
 
 
 def not_running(state: StateDir) -> StateError:

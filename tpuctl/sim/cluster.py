@@ -95,7 +95,7 @@ def start_inits(root: Path, spec_path: Path, num_hosts: int) -> list[subprocess.
     procs = []
     for task in range(num_hosts):
         folder = host_dir(root, task)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # a state dir: owner-only
         args = [
             "init", "--config", str(spec_path), "--task-id", str(task),
             "--state-dir", str(folder), "--output", str(folder / "mapping.json"),
