@@ -133,6 +133,28 @@ def test_run_stops_every_job_when_one_host_agent_is_killed(sim_cluster: MakeClus
         assert not marker.exists()
 
 
+def test_a_frozen_agent_stops_its_own_hosts_job_within_the_heartbeat_timeout(sim_cluster: MakeCluster) -> None:
+    """SIGSTOP the worker's agent: the cluster declares it failed after the heartbeat timeout, and the
+    job on its own host (whose watcher gets no answer from the frozen agent) stops as soon."""
+    c = sim_cluster("v4-16")
+    labels, job_pids = start_sleep_jobs(c)
+    frozen = c.agent_pid(1)
+    os.kill(frozen, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        limit = SIM_HEARTBEAT_TIMEOUT_S + 2.0 + 3.0  # heartbeat timeout + --grace + a few seconds
+        done = c.wait_all(labels, timeout=limit + 10)
+        assert [f.code for f in done] == [3, 3], c.logs()
+        for finished in done:
+            elapsed = finished.seconds - (stopped_at - c.processes[finished.label].started)
+            assert elapsed < limit, f"{finished.label} took {elapsed:.1f} s after the SIGSTOP\n{c.logs()}"
+        assert f"this host's tpuctl agent (pid {frozen}) is not answering" in done[1].err, done[1].err
+        assert "task 1 (127.0.0.3) failed first" in done[0].err, done[0].err
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    assert_gone(c, job_pids)
+
+
 def test_run_stops_every_job_when_the_cluster_is_shut_down(sim_cluster: MakeCluster) -> None:
     c = sim_cluster("v4-16")
     labels, job_pids = start_sleep_jobs(c)

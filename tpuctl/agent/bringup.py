@@ -511,6 +511,7 @@ class Agent:
             incarnation=str(self.incarnation),
             service_incarnation=str(self.service_incarnation),
             barrier_timeout=spec.barrier_timeout,
+            heartbeat_timeout=spec.coordinator.heartbeat_timeout,
             job_ports=self.job_ports,
             started=time.time(),
         )

@@ -90,6 +90,8 @@ class AgentInfo(NamedTuple):
     incarnation: str = ""
     service_incarnation: str = ""
     barrier_timeout: float = 600.0
+    heartbeat_timeout: float = 30.0
+    """The cluster's heartbeat timeout: a host silent this long is failed (jobs watch their agent as long)."""
     started: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +111,7 @@ class AgentInfo(NamedTuple):
             "incarnation": self.incarnation,
             "service_incarnation": self.service_incarnation,
             "barrier_timeout": self.barrier_timeout,
+            "heartbeat_timeout": self.heartbeat_timeout,
             "job_ports": {"dtensor": list(self.job_ports.dtensor), "jax": self.job_ports.jax},
             "started": self.started,
         }
@@ -140,6 +143,7 @@ class AgentInfo(NamedTuple):
             incarnation=str(data.get("incarnation") or ""),
             service_incarnation=str(data.get("service_incarnation") or ""),
             barrier_timeout=float(_optional(data, "barrier_timeout", (int, float), source) or 600.0),
+            heartbeat_timeout=float(_optional(data, "heartbeat_timeout", (int, float), source) or 30.0),
             started=float(_optional(data, "started", (int, float), source) or 0.0),
         )
 

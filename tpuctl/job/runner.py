@@ -35,8 +35,7 @@ from tpuctl.job.rootcause import ClusterDown, root_cause_table
 from tpuctl.processes import pid_alive
 
 POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
-CALL_MARGIN_S = 10.0  # beyond the long-poll, before an unanswered call counts as a failure
-RETRIES = 3  # consecutive failed calls to a live agent before it counts as gone
+CALL_MARGIN_S = 2.0  # beyond the long-poll, before an unanswered call counts as a failure
 RETRY_DELAY_S = 0.5
 INFO_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 5.0
@@ -50,37 +49,46 @@ EXIT_NOT_FOUND = 127
 
 
 class Watcher(threading.Thread):
-    """Long-polls the agent until the cluster errs, shuts down, or the agent goes away."""
+    """Long-polls the agent until the cluster errs, shuts down, or the agent goes away.
 
-    def __init__(self, state: StateDir, agent_pid: int | None, on_down: Callable[[ClusterDown], None]) -> None:
+    The agent must answer within ``silence`` seconds (the cluster's heartbeat timeout): a frozen agent
+    (SIGSTOP, swapped out) no longer heartbeats, so the rest of the cluster declares this host failed
+    after that long, and this host's own job must stop as soon, not a minute later.
+    """
+
+    def __init__(
+        self, state: StateDir, agent_pid: int | None, on_down: Callable[[ClusterDown], None], *, silence: float
+    ) -> None:
         super().__init__(name="tpuctl-run-watcher", daemon=True)
         self.state = state
         self.agent_pid = agent_pid
         self.on_down = on_down
+        self.silence = silence
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from tpuctl.agent.control import call
-
-        failures = 0
+        poll = min(POLL_S, max(0.5, self.silence / 3))
+        last_answer = time.monotonic()
         while not self.stopped.is_set():
+            left = last_answer + self.silence - time.monotonic()
             try:
+                if left <= 0:
+                    raise TpuctlError(f"no answer for {self.silence:.1f} s (the heartbeat timeout)")
                 report = ErrorReport.from_json(
-                    call(self.state, Op.WAIT_ERROR, {"timeout": POLL_S}, timeout=POLL_S + CALL_MARGIN_S)
+                    call(self.state, Op.WAIT_ERROR, {"timeout": min(poll, left)}, timeout=max(0.1, min(poll + CALL_MARGIN_S, left)))
                 )
             except TpuctlError as exc:
                 if self.stopped.is_set():
                     return
-                failures += 1
                 alive = self.agent_pid is not None and pid_alive(self.agent_pid)
-                if alive and failures < RETRIES:
+                if alive and time.monotonic() < last_answer + self.silence:
                     self.stopped.wait(RETRY_DELAY_S)
                     continue
                 pid = f" (pid {self.agent_pid})" if self.agent_pid else ""
-                what = "is not answering" if alive else "is gone"
+                what = "is not answering (frozen or overloaded?)" if alive else "is gone"
                 self.on_down(ClusterDown(ErrorReport(), agent_gone=f"this host's tpuctl agent{pid} {what}: {exc.message}"))
                 return
-            failures = 0
+            last_answer = time.monotonic()
             if report.down:
                 self.on_down(ClusterDown(report))
                 return
@@ -133,7 +141,7 @@ class JobRunner:
                 self._forward(sig)
             waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
             waiter.start()
-            watcher = Watcher(self.state, agent_pid, self._on_down)
+            watcher = Watcher(self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout)
             watcher.start()
             try:
                 return self._supervise()
