@@ -48,6 +48,7 @@ SHUTDOWN_KEY = "tpuctl/shutdown"
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
+STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 
 
@@ -484,10 +485,14 @@ class Agent:
             "mapping": str(self.options.output),
         }
         try:
-            info = (await self._client.status()).as_dict()
-        except TpuctlError as exc:
-            # The coordinator is gone: say what this host knows, and why the rest is missing.
-            return {**base, "tasks": [], "error": (self.cluster_error or exc).message}
+            info = (await asyncio.wait_for(self._client.status(), STATUS_RPC_S)).as_dict()
+        except (TpuctlError, asyncio.TimeoutError) as exc:
+            # The coordinator is gone or cut off: say what this host knows, and why the rest is missing
+            # (answering well within the local command's own timeout, so it never blames this agent).
+            why = exc.message if isinstance(exc, TpuctlError) else (
+                f"the coordinator at {self.spec.coordinator_target} did not answer within {STATUS_RPC_S:g} s"
+            )
+            return {**base, "tasks": [], "error": self.cluster_error.message if self.cluster_error else why}
         local = self.cluster_error.message if self.cluster_error else None
         return {**base, **info, "error": info.get("error") or local}
 
