@@ -48,7 +48,7 @@ demo: install bytecode
 
 bench: install bytecode
 	$(PY) bench/run.py
-	$(PY) bench/scale.py --sizes 256 --steady 10
+	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
 
 ## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/PERFORMANCE.md).
 bench-scale: install bytecode
