@@ -206,3 +206,40 @@ def test_declared_names_are_unique() -> None:
     spec = MeshSpec("m", (("data", 4), ("model", 4)))
     with pytest.raises(InputError, match="mesh 'm': is declared twice"):
         build_declared_meshes((spec, spec), V4_32, V4_32.devices)
+
+
+# --- the options as one typed value ------------------------------------------------------------------
+
+
+def test_mesh_options_name_every_option_of_both_modes() -> None:
+    from dataclasses import fields
+
+    from tpuctl.mesh.build import COMMON_OPTIONS, JAX_ONLY_OPTIONS, RING_ONLY_OPTIONS
+    from tpuctl.mesh.model import MeshOptions
+
+    assert [f.name for f in fields(MeshOptions)] == [*RING_ONLY_OPTIONS, *JAX_ONLY_OPTIONS, *COMMON_OPTIONS]
+
+
+def test_mesh_options_round_trip_through_the_spec_form() -> None:
+    from tpuctl.mesh.build import mesh_options
+    from tpuctl.mesh.model import MeshOptions
+
+    ring = MeshOptions(ring_dims=-1, ring_bounds=(2, 2, 1, 1), can_split_host_across_rings=False, compat="dtensor")
+    assert ring.pairs() == (
+        ("ring_dims", -1), ("ring_bounds", (2, 2, 1, 1)), ("can_split_host_across_rings", False), ("compat", "dtensor"),
+    )  # fmt: skip
+    assert mesh_options(MeshSpec("m", (("data", 4), ("model", 4)), "ring", ring.pairs())) == ring
+    jax = MeshOptions(allow_split_physical_axes=True, dcn_shape=(2, 1))
+    assert mesh_options(MeshSpec("m", (("data", 8), ("model", 4)), "jax", jax.pairs())) == jax
+    assert MeshOptions().pairs() == ()
+    with pytest.raises(TypeError):
+        MeshOptions(-1)  # type: ignore[misc]  # keyword-only
+
+
+def test_mesh_options_refuse_wrong_types_naming_the_mesh() -> None:
+    from tpuctl.mesh.build import mesh_options
+
+    with pytest.raises(InputError, match=r"mesh 'm': option ring_dims is 'two'; expected an integer"):
+        mesh_options(MeshSpec("m", (("data", 16),), "ring", (("ring_dims", "two"),)))
+    with pytest.raises(InputError, match=r"mesh 'm': option contiguous_submeshes is 1; expected true or false"):
+        mesh_options(MeshSpec("m", (("data", 16),), "jax", (("contiguous_submeshes", 1),)))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -14,6 +17,10 @@ from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
 from tpuctl.tpu.slice import TpuSlice
 
+if TYPE_CHECKING:
+    from tpuctl.mesh.model import MeshOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 _AXIS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$")
 
 
@@ -53,17 +60,92 @@ def parse_dcn(text: str, axes: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
     return tuple(counts.values())
 
 
-def _plan_options(
-    axes: tuple[tuple[str, int], ...], dcn: str | None, ring: dict[str, Any], jax: dict[str, Any]
-) -> tuple[tuple[str, object], ...]:
-    """The options the user set (unset ones keep the mode's defaults); the builder refuses a mode's
-    option on the other mode, naming it."""
-    chosen = {k: v for k, v in {**ring, **jax}.items() if v is not None and v is not False}
-    if ring.get("can_split_host_across_rings") is not None:
-        chosen["can_split_host_across_rings"] = ring["can_split_host_across_rings"]
-    if dcn is not None:
-        chosen["dcn_shape"] = parse_dcn(dcn, axes)
-    return tuple(chosen.items())
+@dataclass(frozen=True, kw_only=True)
+class MeshFlags:
+    """What ``mesh plan``'s mode-option flags said, as typed; :meth:`options` parses the text ones.
+
+    Parsing waits for :meth:`options` so that a bad slice or ``--shape`` is still reported first.
+    """
+
+    dcn_shape: str | None = None
+    ring_dims: int | None = None
+    ring_axes: str | None = None
+    ring_bounds: str | None = None
+    split_hosts: bool | None = None
+    build_ring_across_rings: bool | None = None
+    rotate_ring_across_rings: bool | None = None
+    compat: str | None = None
+    contiguous_submeshes: bool | None = None
+    allow_split_physical_axes: bool | None = None
+
+    def options(self, axes: tuple[tuple[str, int], ...]) -> MeshOptions:
+        """The options the user set (unset ones keep the mode's defaults); the builder refuses a mode's
+        option on the other mode, naming it."""
+        from tpuctl.mesh.model import MeshOptions
+
+        return MeshOptions(
+            ring_dims=self.ring_dims,
+            ring_axes=tuple(a.strip() for a in self.ring_axes.split(",")) if self.ring_axes else None,
+            ring_bounds=parse_ints("--ring-bounds", self.ring_bounds, "x,y,z,core, e.g. 2,2,1,1")
+            if self.ring_bounds
+            else None,
+            can_split_host_across_rings=self.split_hosts,
+            build_ring_across_rings=self.build_ring_across_rings or None,
+            rotate_ring_across_rings=self.rotate_ring_across_rings or None,
+            compat=self.compat,
+            contiguous_submeshes=self.contiguous_submeshes or None,
+            allow_split_physical_axes=self.allow_split_physical_axes or None,
+            dcn_shape=parse_dcn(self.dcn_shape, axes) if self.dcn_shape is not None else None,
+        )
+
+
+def mesh_option_flags(func: F) -> F:
+    """Add the mode-option flags (``--dcn-shape``, ``--ring-*``, ``--compat``, ``--contiguous-submeshes``,
+    ...); the command gets them as one ``flags: MeshFlags`` argument."""
+    names = [f.name for f in dataclasses.fields(MeshFlags)]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        flags = MeshFlags(**{name: kwargs.pop(name) for name in names})
+        return func(*args, flags=flags, **kwargs)
+
+    options = [
+        click.option(
+            "--dcn-shape", metavar="N,N|AXIS=N", help="Multislice: slices along each axis (default: all on the first)."
+        ),
+        click.option(
+            "--ring-dims",
+            type=int,
+            metavar="N",
+            help="ring: -k rings over the last k axes, +k the first k (default 1-axes).",
+        ),
+        click.option("--ring-axes", metavar="A,B,C,D", help="ring: core,x,y,z in iteration order, fastest first."),
+        click.option("--ring-bounds", metavar="X,Y,Z,CORE", help="ring: ring extent along x, y, z, core."),
+        click.option(
+            "--split-hosts/--whole-hosts",
+            "split_hosts",
+            default=None,
+            help="ring: may a ring take part of a host (default yes).",
+        ),
+        click.option(
+            "--build-ring-across-rings",
+            is_flag=True,
+            default=None,
+            help="ring: also order the k-th devices of all rings as a ring.",
+        ),
+        click.option("--rotate-ring-across-rings", is_flag=True, default=None, help="ring: that ring column-major."),
+        click.option("--compat", type=click.Choice(["dtensor"]), help="ring: DTensor's create_tpu_mesh order exactly."),
+        click.option(
+            "--contiguous-submeshes", is_flag=True, default=None, help="jax: each host's devices a contiguous block."
+        ),
+        click.option(
+            "--allow-split-physical-axes", is_flag=True, default=None, help="jax: split physical axes to fit the shape."
+        ),
+    ]
+    wrapped: Any = command
+    for option in reversed(options):
+        wrapped = option(wrapped)
+    return wrapped  # type: ignore[no-any-return]
 
 
 @click.group("mesh")
@@ -79,32 +161,7 @@ def mesh() -> None:
 )
 @click.option("--name", metavar="NAME", help="Mesh name (default: the axis names joined by _).")
 @click.option("--mode", type=click.Choice(["ring", "jax"]), default="ring", show_default=True, help="Device order.")
-@click.option(
-    "--dcn-shape", metavar="N,N|AXIS=N", help="Multislice: slices along each axis (default: all on the first)."
-)
-@click.option(
-    "--ring-dims", type=int, metavar="N", help="ring: -k rings over the last k axes, +k the first k (default 1-axes)."
-)
-@click.option("--ring-axes", metavar="A,B,C,D", help="ring: core,x,y,z in iteration order, fastest first.")
-@click.option("--ring-bounds", metavar="X,Y,Z,CORE", help="ring: ring extent along x, y, z, core.")
-@click.option(
-    "--split-hosts/--whole-hosts",
-    "split_hosts",
-    default=None,
-    help="ring: may a ring take part of a host (default yes).",
-)
-@click.option(
-    "--build-ring-across-rings",
-    is_flag=True,
-    default=None,
-    help="ring: also order the k-th devices of all rings as a ring.",
-)
-@click.option("--rotate-ring-across-rings", is_flag=True, default=None, help="ring: that ring column-major.")
-@click.option("--compat", type=click.Choice(["dtensor"]), help="ring: DTensor's create_tpu_mesh order exactly.")
-@click.option("--contiguous-submeshes", is_flag=True, default=None, help="jax: each host's devices a contiguous block.")
-@click.option(
-    "--allow-split-physical-axes", is_flag=True, default=None, help="jax: split physical axes to fit the shape."
-)
+@mesh_option_flags
 @click.option(
     "--cells", type=click.Choice(["id", "coords", "task"]), default="id", show_default=True, help="Grid cells."
 )
@@ -116,16 +173,7 @@ def plan(
     shape_text: str,
     name: str | None,
     mode: str,
-    dcn_shape: str | None,
-    ring_dims: int | None,
-    ring_axes: str | None,
-    ring_bounds: str | None,
-    split_hosts: bool | None,
-    build_ring_across_rings: bool | None,
-    rotate_ring_across_rings: bool | None,
-    compat: str | None,
-    contiguous_submeshes: bool | None,
-    allow_split_physical_axes: bool | None,
+    flags: MeshFlags,
     cells: str,
     fmt: str,
     output: str | None,
@@ -149,18 +197,8 @@ def plan(
 
     tpu = _slice(slice_request, device_kind)
     axes = parse_shape(shape_text)
-    ring = {
-        "ring_dims": ring_dims,
-        "ring_axes": tuple(a.strip() for a in ring_axes.split(",")) if ring_axes else None,
-        "ring_bounds": parse_ints("--ring-bounds", ring_bounds, "x,y,z,core, e.g. 2,2,1,1") if ring_bounds else None,
-        "can_split_host_across_rings": split_hosts,
-        "build_ring_across_rings": build_ring_across_rings,
-        "rotate_ring_across_rings": rotate_ring_across_rings,
-        "compat": compat,
-    }
-    jax = {"contiguous_submeshes": contiguous_submeshes, "allow_split_physical_axes": allow_split_physical_axes}
-    options = _plan_options(axes, dcn_shape, ring, jax)
-    spec = MeshSpec(name or "_".join(a for a, _ in axes), axes, mode, options)
+    options = flags.options(axes)
+    spec = MeshSpec(name or "_".join(a for a, _ in axes), axes, mode, options.pairs())
     built = build_mesh(spec, tpu)
     task_devices = [[d.id for d in tpu.devices_of_task(t)] for t in range(tpu.num_hosts)]
     if fmt == "json":

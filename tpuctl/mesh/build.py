@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tpuctl.errors import InputError
 from tpuctl.mesh import jaxmode
-from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh, MeshAxis, MeshSpec
+from tpuctl.mesh.model import RESERVED_AXIS_NAMES, Mesh, MeshAxis, MeshOptions, MeshSpec
 from tpuctl.mesh.quality import Torus, mesh_quality
 from tpuctl.mesh.ring import RingOptions, ring_order
 from tpuctl.messages import did_you_mean
@@ -97,39 +97,73 @@ def _options(spec: MeshSpec) -> dict[str, object]:
     return options
 
 
-def ring_options(spec: MeshSpec) -> RingOptions:
-    """The ring options of a mode-``ring`` spec, type-checked."""
+def _given_flag(name: str, options: dict[str, object], mesh: str) -> bool | None:
+    return _flag(name, options[name], mesh) if name in options else None
+
+
+def _given_dcn(spec: MeshSpec) -> tuple[int, ...] | None:
+    given = dict(spec.options).get("dcn_shape")
+    return None if given is None else _ints("dcn_shape", given, spec.name, len(spec.axes), "slices along each axis")
+
+
+def mesh_options(spec: MeshSpec) -> MeshOptions:
+    """The options of ``spec`` as one typed value, checked for its mode in :class:`MeshOptions` order.
+
+    InputError (naming the mesh) for an unknown mode, an option of the other mode or of neither, and a
+    value of the wrong type. The checks that need the slice (``dcn_shape`` against ``num_slices``) are
+    :func:`dcn_shape_of`'s.
+    """
     o = _options(spec)
+    name = spec.name
+    if spec.mode == "jax":
+        return MeshOptions(
+            contiguous_submeshes=_given_flag("contiguous_submeshes", o, name),
+            allow_split_physical_axes=_given_flag("allow_split_physical_axes", o, name),
+            dcn_shape=_given_dcn(spec),
+        )
     ring_dims = o.get("ring_dims")
     if ring_dims is not None and (isinstance(ring_dims, bool) or not isinstance(ring_dims, int)):
-        raise _problem(spec.name, f"option ring_dims is {ring_dims!r}; expected an integer")
+        raise _problem(name, f"option ring_dims is {ring_dims!r}; expected an integer")
     axes = o.get("ring_axes")
     if axes is not None and (not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes)):
-        raise _problem(spec.name, f"option ring_axes is {axes!r}; expected a list like [core, x, y, z]")
+        raise _problem(name, f"option ring_axes is {axes!r}; expected a list like [core, x, y, z]")
     bounds = o.get("ring_bounds")
     compat = o.get("compat")
     if compat is not None and compat not in COMPAT_VALUES:
-        raise _problem(spec.name, f"option compat is {compat!r}; {did_you_mean(str(compat), COMPAT_VALUES)}")
-    return RingOptions(
+        raise _problem(name, f"option compat is {compat!r}; {did_you_mean(str(compat), COMPAT_VALUES)}")
+    return MeshOptions(  # keyword arguments are evaluated in this order: the checks' order
         ring_dims=ring_dims,
         ring_axes=tuple(axes) if axes is not None else None,
-        ring_bounds=_ints("ring_bounds", bounds, spec.name, 4, "ring extent along x, y, z, core")
+        ring_bounds=_ints("ring_bounds", bounds, name, 4, "ring extent along x, y, z, core")
         if bounds is not None
         else None,
-        can_split_host_across_rings=_flag(
-            "can_split_host_across_rings", o.get("can_split_host_across_rings", True), spec.name
-        ),
-        build_ring_across_rings=_flag("build_ring_across_rings", o.get("build_ring_across_rings", False), spec.name),
-        rotate_ring_across_rings=_flag("rotate_ring_across_rings", o.get("rotate_ring_across_rings", False), spec.name),
+        can_split_host_across_rings=_given_flag("can_split_host_across_rings", o, name),
+        build_ring_across_rings=_given_flag("build_ring_across_rings", o, name),
+        rotate_ring_across_rings=_given_flag("rotate_ring_across_rings", o, name),
         compat=str(compat) if compat is not None else None,
+        dcn_shape=_given_dcn(spec),
+    )
+
+
+def ring_options(spec: MeshSpec) -> RingOptions:
+    """The ring options of a mode-``ring`` spec, type-checked, the unset ones at DTensor's defaults."""
+    m = mesh_options(spec)
+    return RingOptions(
+        ring_dims=m.ring_dims,
+        ring_axes=m.ring_axes,
+        ring_bounds=m.ring_bounds,
+        can_split_host_across_rings=m.can_split_host_across_rings is not False,
+        build_ring_across_rings=bool(m.build_ring_across_rings),
+        rotate_ring_across_rings=bool(m.rotate_ring_across_rings),
+        compat=m.compat,
     )
 
 
 def dcn_shape_of(spec: MeshSpec, tpu: TpuSlice) -> tuple[int, ...]:
     """Slices along each axis: the spec's ``dcn_shape``, or all slices on the first axis. () for one slice."""
-    given = dict(spec.options).get("dcn_shape")
+    dcn = _given_dcn(spec)
     n = len(spec.axes)
-    if given is None:
+    if dcn is None:
         if tpu.num_slices == 1:
             return ()
         first_name, first = spec.axes[0]
@@ -141,7 +175,6 @@ def dcn_shape_of(spec: MeshSpec, tpu: TpuSlice) -> tuple[int, ...]:
                 hint="give dcn_shape: slices per axis, e.g. " + ",".join(["1"] * (n - 1) + [str(tpu.num_slices)]),
             )
         return (tpu.num_slices, *([1] * (n - 1)))
-    dcn = _ints("dcn_shape", given, spec.name, n, "slices along each axis")
     if math.prod(dcn) != tpu.num_slices:
         raise _problem(
             spec.name,
@@ -168,9 +201,9 @@ def _slice_groups(devices: Sequence[Device], tpu: TpuSlice) -> list[list[Device]
 def _jax_order(
     spec: MeshSpec, tpu: TpuSlice, devices: Sequence[Device], ici: tuple[int, ...], dcn: tuple[int, ...]
 ) -> list[int]:
-    options = _options(spec)
-    contiguous = _flag("contiguous_submeshes", options.get("contiguous_submeshes", False), spec.name)
-    split = _flag("allow_split_physical_axes", options.get("allow_split_physical_axes", False), spec.name)
+    options = mesh_options(spec)
+    contiguous = bool(options.contiguous_submeshes)
+    split = bool(options.allow_split_physical_axes)
     if not dcn:
         return jaxmode.create_device_mesh(
             ici, devices, tpu.device_kind, contiguous_submeshes=contiguous, allow_split_physical_axes=split
@@ -207,7 +240,7 @@ def mesh_order(spec: MeshSpec, tpu: TpuSlice, devices: Sequence[Device] | None =
         if exc.message.startswith("mesh "):
             raise
         raise _problem(spec.name, exc.message, exc.hint) from exc
-    return ids, "ring:dtensor" if dict(spec.options).get("compat") == "dtensor" else "ring"
+    return ids, "ring:dtensor" if mesh_options(spec).compat == "dtensor" else "ring"
 
 
 def build_mesh(spec: MeshSpec, tpu: TpuSlice, devices: Sequence[Device] | None = None) -> Mesh:

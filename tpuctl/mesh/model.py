@@ -8,7 +8,7 @@ of each axis in a multislice, and one :class:`AxisQuality` per axis. Pure values
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 RESERVED_AXIS_NAMES = ("unsharded", "match", "any", "scalar")
@@ -111,6 +111,40 @@ def strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     for i in range(len(shape) - 2, -1, -1):
         out[i] = out[i + 1] * shape[i + 1]
     return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeshOptions:
+    """A mesh's mode options, typed: what ``mesh plan``'s flags fill and the builder reads.
+
+    ``None`` means not given (the mode's default applies). :class:`MeshSpec` keeps the options as
+    written, ``(name, value)`` pairs, because a spec may hold any value there and its checker reports
+    each one; :meth:`pairs` is that form, the builder's ``mesh_options`` the way back, type-checked.
+    Field order is the order the options are checked and reported in.
+    """
+
+    ring_dims: int | None = None
+    """ring: -k rings over the last k axes, +k over the first k."""
+    ring_axes: tuple[str, ...] | None = None
+    """ring: core, x, y, z in iteration order, fastest first."""
+    ring_bounds: tuple[int, ...] | None = None
+    """ring: ring extent along x, y, z, core."""
+    can_split_host_across_rings: bool | None = None
+    """ring: may a ring take part of a host (default yes)."""
+    build_ring_across_rings: bool | None = None
+    rotate_ring_across_rings: bool | None = None
+    compat: str | None = None
+    """ring: ``"dtensor"`` for DTensor's ``create_tpu_mesh`` order exactly."""
+    contiguous_submeshes: bool | None = None
+    """jax: each host's devices form a contiguous block."""
+    allow_split_physical_axes: bool | None = None
+    """jax: split physical axes to fit the shape."""
+    dcn_shape: tuple[int, ...] | None = None
+    """Multislice, either mode: slices along each axis."""
+
+    def pairs(self) -> tuple[tuple[str, object], ...]:
+        """The options given, as :attr:`MeshSpec.options` holds them (field order, unset ones left out)."""
+        return tuple((f.name, v) for f in fields(self) if (v := getattr(self, f.name)) is not None)
 
 
 @dataclass(frozen=True)
