@@ -7,9 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from tpuctl.errors import InputError
 from tpuctl.mesh.build import build_mesh
 from tpuctl.mesh.model import MeshSpec
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string, local_device_ids
+from tpuctl.spec.yamlfile import check_spec_text
 from tpuctl.tpu.slice import resolve_slice
 
 CASES = [
@@ -44,13 +46,49 @@ def test_tensorflow_parses_and_prints_them_back(
         assert tf.Mesh.from_string(dtensor_host_mesh_string(mesh, task, local, job)).device_type() == "CPU"
 
 
+# Repeated and reserved axis names: (axes, DTensor's dims text, the builder's refusal, the spec checker's).
+REFUSED_AXES = [
+    (
+        (("x", 2), ("x", 2)),
+        "x=2,x=2",
+        "mesh 'm': axis 'x' appears twice; axis names must be unique",
+        "c.yaml:6:29: meshes[0].shape.x: repeated axis name (first at line 6, column 23); expected each axis name once",
+    ),
+    (
+        (("unsharded", 2), ("y", 2)),
+        "unsharded=2,y=2",
+        "mesh 'm': axis name 'unsharded' is reserved (unsharded, match, any, scalar are DTensor sharding specs)",
+        "c.yaml:6:23: meshes[0].shape.unsharded: is reserved (unsharded, match, any, scalar are DTensor sharding "
+        "specs); expected another axis name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("axes", "dims", "built", "checked"), REFUSED_AXES, ids=["repeated", "reserved"])
+def test_tpuctl_refuses_repeated_and_reserved_axis_names(
+    axes: tuple[tuple[str, int], ...], dims: str, built: str, checked: str
+) -> None:
+    """The builder refuses them (a MeshSpec made in code), and so does the spec check (a spec file)."""
+    with pytest.raises(InputError) as info:
+        build_mesh(MeshSpec("m", axes), resolve_slice(accelerator="v4-8"))
+    assert info.value.message == built
+    shape = ", ".join(f"{name}: {size}" for name, size in axes)
+    text = f"cluster: c\naccelerator: v4-8\nbackend: sim\nhosts: [h]\nmeshes:\n  - {{name: m, shape: {{{shape}}}}}\n"
+    assert check_spec_text(text, "c.yaml").formatted() == [checked]
+
+
 @pytest.mark.oracle
-def test_tensorflow_refuses_what_the_builder_refuses(tf: SimpleNamespace) -> None:
-    """Repeated and reserved axis names: DTensor's strict parser refuses them, and so does tpuctl, earlier."""
+@pytest.mark.parametrize(("axes", "dims", "built", "checked"), REFUSED_AXES, ids=["repeated", "reserved"])
+def test_tensorflow_refuses_what_the_builder_refuses(
+    tf: SimpleNamespace, axes: tuple[tuple[str, int], ...], dims: str, built: str, checked: str
+) -> None:
+    """DTensor's strict parser refuses the mesh string, and tpuctl refuses the mesh before any string exists."""
     devices = ",".join(f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(4))
-    for dims in ("x=2,x=2", "unsharded=2,y=2"):
-        with pytest.raises(ValueError):
-            tf.Mesh.from_string(f"m|{dims}|0,1,2,3|0,1,2,3|{devices}")
+    with pytest.raises(ValueError):
+        tf.Mesh.from_string(f"m|{dims}|0,1,2,3|0,1,2,3|{devices}")
+    with pytest.raises(InputError) as info:
+        build_mesh(MeshSpec("m", axes), resolve_slice(accelerator="v4-8"))
+    assert info.value.message == built
 
 
 def test_format() -> None:
