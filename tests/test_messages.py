@@ -58,6 +58,10 @@ def test_sample_bounds_one_line() -> None:
     hosts = [f"h{i}" for i in range(2_274)]
     assert sample(hosts, limit=3) == "h0, h1, h2, ... and 2,271 more"
     assert sample(range(11)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... and 1 more"
+    # a sample of a larger whole: the count is of the whole
+    assert sample(["task 7", "task 8"], total=2_273) == "task 7, task 8, ... and 2,271 more"
+    assert sample(["a", "b"], total=2) == "a, b"
+    assert sample(["a", "b", "c"], limit=2, total=10) == "a, b, ... and 8 more"
 
 
 def test_table_aligns_left_and_strips() -> None:

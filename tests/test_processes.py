@@ -58,3 +58,13 @@ def test_a_process_we_may_not_signal_counts_as_alive() -> None:
 def test_pids_that_name_groups_are_never_alive() -> None:
     assert not pid_alive(0)
     assert not pid_alive(-1)
+
+
+def test_pid_alive_reads_the_state_after_the_last_parenthesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpuctl.processes as processes
+
+    pid = os.getpid()
+    for state, alive in (("S", True), ("R", True), ("T", True), ("Z", False), ("X", False)):
+        text = f"{pid} (a) b) (c) {state} 1 2 3\n"
+        monkeypatch.setattr(processes.Path, "read_text", lambda self, text=text: text)
+        assert pid_alive(pid) is alive, state

@@ -59,12 +59,18 @@ def listed(problems: Sequence[str], *, limit: int = 10) -> str:
     return "\n".join(shown)
 
 
-def sample(items: Iterable[object], *, limit: int = 10) -> str:
-    """``a, b, c, ... and 2,271 more``: a bounded list for one line of a message (hosts of a large pod)."""
+def sample(items: Iterable[object], *, limit: int = 10, total: int | None = None) -> str:
+    """``a, b, c, ... and 2,271 more``: a bounded list for one line of a message (hosts of a large pod).
+
+    ``total``: ``items`` is already a sample of that many (a service that sends a few names and a
+    count); the "more" counts the ones not shown out of ``total``.
+    """
     values = [str(i) for i in items]
-    if len(values) <= limit:
-        return ", ".join(values)
-    return ", ".join(values[:limit]) + f", ... and {len(values) - limit:,} more"
+    shown = values[:limit]
+    more = (len(values) if total is None else max(total, len(values))) - len(shown)
+    if more <= 0:
+        return ", ".join(shown)
+    return ", ".join(shown) + f", ... and {more:,} more"
 
 
 def table(rows: Sequence[Sequence[str]], *, indent: str = "") -> list[str]:

@@ -15,7 +15,8 @@ __all__ = ["pid_alive"]
 
 
 def pid_alive(pid: int) -> bool:
-    """True when ``pid`` names a running process (a zombie counts as gone, EPERM as alive).
+    """True when ``pid`` names a running process (a zombie or a dying one, Z or X, counts as gone; EPERM as
+    alive).
 
     Non-positive pids are never alive: ``kill(0, 0)`` and ``kill(-1, 0)`` would test process groups.
     Without ``/proc`` (not Linux) a process that answers ``kill -0`` is taken as alive.
@@ -31,7 +32,7 @@ def pid_alive(pid: int) -> bool:
     state = _state(pid)
     if state is None:  # it exited between the two looks, or there is no /proc to ask
         return not Path("/proc/self/stat").exists()
-    return state != "Z"
+    return state not in ("Z", "X")
 
 
 def _state(pid: int) -> str | None:
