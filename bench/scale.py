@@ -172,13 +172,13 @@ def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
     asyncio.run(main())
 
 
-def serve_xla(hosts: int, bind: str, timeout: float, port: int) -> None:
+def serve_xla(hosts: int, bind: str, timeout: float, port: int, heartbeat_timeout: int) -> None:
     from jax._src.lib import _jax
 
     service = _jax.get_distributed_runtime_service(
         f"{bind}:{port}",
         hosts,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
+        heartbeat_timeout=heartbeat_timeout,
         cluster_register_timeout=int(timeout),
         shutdown_timeout=10,
     )
@@ -529,8 +529,9 @@ def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) ->
     cfg: dict[str, Any] = {"hosts": hosts, "bind": args.bind, "timeout": args.phase_timeout}
     if impl == "tpuctl":
         cfg["log"] = str(tmp / f"service-{impl}-{hosts}.log")
-    else:
+    else:  # never shorter than tpuctl's, nor than the clients' (jax.distributed gives both one value)
         cfg["port"] = free_port(args.bind)
+        cfg["heartbeat_timeout"] = max(HEARTBEAT_TIMEOUT_S, args.xla_heartbeat_timeout)
     child = Child([PY, str(HERE), "_serve", impl, json.dumps(cfg)], tmp / f"service-{impl}-{hosts}.stderr")
     port = int(child.read(time.monotonic() + 120)["port"])
     return child, port
@@ -921,7 +922,7 @@ def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
     if role == "_serve" and impl == "tpuctl":
         serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"])
     elif role == "_serve":
-        serve_xla(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["port"])
+        serve_xla(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["port"], cfg["heartbeat_timeout"])
     elif impl == "tpuctl":
         asyncio.run(drive_tpuctl(cfg))
     else:
