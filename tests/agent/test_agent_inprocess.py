@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tpuctl.agent.bringup import Agent, AgentOptions, Reporter
+from tpuctl.agent.bringup import Agent, AgentOptions
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport
+from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, TpuctlError
 from tpuctl.job.env import JobEnv

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tpuctl.agent.bringup import AgentOptions, Reporter
+from tpuctl.agent.bringup import AgentOptions
 from tpuctl.agent.control import error_from_payload
+from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir, resolve_state_dir
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
 
@@ -152,7 +153,8 @@ def _events(fd: int, deadline: float) -> Iterator[dict[str, Any]]:
 def _agent_child(options: AgentOptions, write_fd: int) -> int:
     import asyncio
 
-    from tpuctl.agent.bringup import Agent, PipeReporter, configure_logging
+    from tpuctl.agent.bringup import Agent, configure_logging
+    from tpuctl.agent.reporter import PipeReporter
 
     configure_logging(options.state.log_file)
     reporter = PipeReporter(os.fdopen(write_fd, "w"))

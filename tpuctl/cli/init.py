@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from tpuctl.agent.bringup import Reporter
 from tpuctl.agent.launch import build_options, launch, refuse_if_running, run_foreground
+from tpuctl.agent.reporter import Reporter
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.errors import TpuctlError
 

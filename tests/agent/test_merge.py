@@ -1,4 +1,4 @@
-"""The init gather's records: each host's part is checked before the merge uses it."""
+"""The init gather's records (tpuctl.agent.merge): each host's part is checked before the merge uses it."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from tpuctl.agent.bringup import _published
+from tpuctl.agent.merge import parse_record
 from tpuctl.errors import ClusterError
 
 
 def test_a_good_record_is_taken() -> None:
     task0 = {"cores": [0, 1], "dtensor_port": 9100, "created": 1.5, "jax_port": 9200}
-    assert _published(json.dumps(task0).encode(), 0) == task0
-    assert _published(b'{"cores": [2, 3], "dtensor_port": 9101}', 1)["cores"] == [2, 3]
+    assert parse_record(json.dumps(task0).encode(), 0) == task0
+    assert parse_record(b'{"cores": [2, 3], "dtensor_port": 9101}', 1)["cores"] == [2, 3]
 
 
 @pytest.mark.parametrize(
@@ -27,4 +27,4 @@ def test_a_good_record_is_taken() -> None:
 )
 def test_a_bad_record_names_the_host(raw: bytes, task: int) -> None:
     with pytest.raises(ClusterError, match=rf"task {task} published {len(raw)} bytes that are not tpuctl's init record"):
-        _published(raw, task)
+        parse_record(raw, task)

@@ -1,0 +1,123 @@
+"""The agent's answers to local commands (``tpuctl barrier``, ``status``, ``down``, ``env``, ``run``).
+
+Requests arrive on the state dir's control socket (:mod:`tpuctl.agent.controlserver`) as an operation
+(:class:`~tpuctl.agent.control.Op`) and its arguments; every answer is a plain JSON document of
+:mod:`tpuctl.agent.protocol`. An operation this agent does not know is a version mismatch between the
+command and the agent, reported as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tpuctl.agent.control import Op
+from tpuctl.agent.protocol import BarrierPassed, ProtocolError
+from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
+
+if TYPE_CHECKING:
+    from tpuctl.agent.bringup import Agent
+
+PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
+STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
+SHUTDOWN_KEY = "tpuctl/shutdown"
+
+
+class LocalCommands:
+    """Dispatches one control request to the agent it serves."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    async def handle(self, op_name: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
+        try:
+            op = Op(op_name)
+        except ValueError:
+            raise ProtocolError(
+                f"this tpuctl agent does not know the operation {op_name!r}",
+                hint="the command and the agent are of different tpuctl versions; restart the agent with this one",
+            ) from None
+        agent = self.agent
+        if op is Op.BARRIER:
+            return (await self._barrier(args, progress)).to_json()
+        if op is Op.STATUS:
+            return await self._status()
+        if op is Op.DOWN:
+            agent.shutdown_all = bool(args.get("all"))
+            if agent.shutdown_all:
+                cause = f"{SHUTDOWN_KEY}: the cluster was shut down from task {agent.task} (tpuctl down --all)"
+                await agent.client.report_error(agent.membership.task, cause)
+            agent.stop.set()
+            agent.changed.set()
+            return {"stopping": True}
+        if op is Op.INFO:
+            assert agent.info is not None  # the control socket opens after the info is written
+            return agent.info.to_json()
+        if op is Op.ENV:
+            report = agent.error_report()
+            if report.error:
+                raise ClusterError(report.error, hint="`tpuctl status` shows every host; restart the cluster")
+            if report.shutdown or report.stopping:
+                raise StateError(f"the tpuctl agent for state dir {agent.options.state.path} is shutting down")
+            return agent.job_env
+        # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster errs, shuts down, or `timeout` passes.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(agent.changed.wait(), timeout=_seconds(args.get("timeout"), 30.0))
+        return agent.error_report().to_json()
+
+    async def _barrier(self, args: dict[str, Any], progress: Callable[[str], Any]) -> BarrierPassed:
+        agent = self.agent
+        name = str(args.get("name", ""))
+        if not name or name.startswith("tpuctl/"):
+            raise InputError(f"barrier name {name!r} is empty or reserved", hint="names starting tpuctl/ are tpuctl's own")
+        timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
+        waiter = asyncio.create_task(agent.barrier(name, timeout))
+        started = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
+            if done:
+                return BarrierPassed(name=name, instance=waiter.result(), hosts=len(agent.spec.hosts))
+            await progress(await self._barrier_progress(name, time.monotonic() - started))
+
+    async def _barrier_progress(self, name: str, waited: float) -> str:
+        agent = self.agent
+        """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4) ..."
+        (the service's progress: counts and the first ten missing hosts, O(10) whatever the cluster size)."""
+        text = f"waiting at barrier {name!r} for {waited:.0f} s"
+        try:
+            progress = await agent.client.rendezvous_progress(agent.membership.task, name)
+        except TpuctlError:
+            return text
+        if progress is None or progress.done:
+            return text
+        return f"waiting at barrier {name!r} #{progress.instance} for {waited:.0f} s: {progress.describe()}"
+
+    async def _status(self) -> dict[str, Any]:
+        agent = self.agent
+        base = {
+            "cluster": agent.spec.cluster,
+            "task": agent.task,
+            "coordinator": agent.spec.coordinator_target,
+            "mapping": str(agent.options.output),
+        }
+        try:
+            info = (await asyncio.wait_for(agent.client.status(), STATUS_RPC_S)).as_dict()
+        except (TpuctlError, asyncio.TimeoutError) as exc:
+            # The coordinator is gone or cut off: say what this host knows, and why the rest is missing
+            # (answering well within the local command's own timeout, so it never blames this agent).
+            why = exc.message if isinstance(exc, TpuctlError) else (
+                f"the coordinator at {agent.spec.coordinator_target} did not answer within {STATUS_RPC_S:g} s"
+            )
+            return {**base, "tasks": [], "error": agent.cluster_error.message if agent.cluster_error else why}
+        local = agent.cluster_error.message if agent.cluster_error else None
+        return {**base, **info, "error": info.get("error") or local}
+
+
+def _seconds(value: object, default: float) -> float:
+    """A timeout from a control request: a finite number of seconds, 0 or more, else ``default``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9:
+        return float(value)
+    return default

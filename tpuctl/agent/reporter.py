@@ -1,0 +1,65 @@
+"""Where an agent says how init is going: progress lines, then ready or failed.
+
+``tpuctl init`` reads the agent's events from a pipe (:class:`PipeReporter`); ``--foreground`` prints them
+directly; tests collect them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import IO, Any
+
+from tpuctl.errors import TpuctlError
+
+log = logging.getLogger("tpuctl.agent.bringup")
+
+
+class Reporter:
+    """Where the agent says how init is going: ``progress`` lines, then ``ready`` or ``failed``."""
+
+    def progress(self, text: str) -> None:
+        raise NotImplementedError
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def failed(self, exc: TpuctlError) -> None:
+        raise NotImplementedError
+
+
+class PipeReporter(Reporter):
+    """JSON lines on a pipe to the waiting ``tpuctl init`` process; closed after the outcome."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream: IO[str] | None = stream
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(json.dumps(message) + "\n")
+            self._stream.flush()
+        except (BrokenPipeError, OSError):
+            self._stream = None  # init went away (Ctrl-C): carry on, the log still has everything
+
+    def _close(self) -> None:
+        if self._stream is not None:
+            with contextlib.suppress(OSError):
+                self._stream.close()
+            self._stream = None
+
+    def progress(self, text: str) -> None:
+        log.info("%s", text)
+        self._send({"event": "progress", "text": text})
+
+    def ready(self, summary: dict[str, Any]) -> None:
+        self._send({"event": "ready", "summary": summary})
+        self._close()
+
+    def failed(self, exc: TpuctlError) -> None:
+        from tpuctl.agent.control import error_payload
+
+        self._send({"event": "failed", "error": error_payload(exc)})
+        self._close()
