@@ -48,7 +48,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, mode: int |
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(folder)
+    fsync_dir(folder)
     return target
 
 
@@ -75,7 +75,7 @@ def _create_temp(target: Path) -> tuple[int, Path]:
     raise FileExistsError(f"no free temporary name beside {target}")
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make a rename in ``folder`` durable; silently skipped where folders cannot be opened or synced."""
     try:
         fd = os.open(folder, os.O_RDONLY)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from tpuctl.processes import pid_alive
+
 T = TypeVar("T")
 
 TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -43,14 +45,8 @@ class Finished:
 
 
 def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return state(pid) not in ("Z", "X", None)
+    """The process exists and is not a zombie (tpuctl's own rule: :func:`tpuctl.processes.pid_alive`)."""
+    return pid_alive(pid)
 
 
 def state(pid: int) -> str | None:

@@ -95,7 +95,7 @@ def test_interrupt_mid_write_cleans_up_and_propagates(target: Path, monkeypatch:
 
 def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    real_replace, real_fsync_dir = os.replace, files._fsync_dir
+    real_replace, real_fsync_dir = os.replace, files.fsync_dir
 
     def replace(src: Any, dst: Any) -> None:
         events.append("replace")
@@ -106,7 +106,7 @@ def test_the_folder_is_fsynced_after_the_rename(tmp_path: Path, monkeypatch: pyt
         real_fsync_dir(folder)
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(files, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(files, "fsync_dir", fsync_dir)
     write_mapping(tmp_path / "out" / "m.json", NEW)
     assert events == ["replace", "fsync out"]
 

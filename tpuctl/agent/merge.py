@@ -96,10 +96,14 @@ def pending_path(output: Path) -> Path:
 
 
 def commit(pending: Path | None, output: Path) -> None:
+    """Move the pending mapping into place (atomic rename, then the folder fsynced so it survives a crash)."""
     if pending is None:
         return
+    from tpuctl.files import fsync_dir
+
     try:
         os.replace(pending, output)
+        fsync_dir(output.parent)
     except OSError as exc:
         raise StateError(f"cannot put the device mapping in place at {output}: {exc.strerror or exc}") from exc
 
