@@ -513,6 +513,8 @@ class RunResult:
     skipped: str | None = None
     profiles: dict[str, Any] = field(default_factory=dict)
     heartbeat_s: float = HEARTBEAT_INTERVAL_S
+    load_average: tuple[float, float] = (0.0, 0.0)
+    """The machine's 1-minute load average at the start and the end of the run: other work competes."""
 
     @property
     def failed(self) -> bool:
@@ -613,6 +615,7 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
     result = RunResult(impl, hosts, min(args.workers, hosts), args.netns)
     if impl == "xla":
         result.heartbeat_s = args.xla_heartbeat_timeout / 2
+    load_start = os.getloadavg()[0]
     children: list[Child] = []
     try:
         service, port = start_service(impl, hosts, args, tmp)
@@ -636,6 +639,7 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
     finally:
         for child in reversed(children):  # drivers first: a jaxlib client aborts when its service goes
             child.kill()
+        result.load_average = (load_start, os.getloadavg()[0])
     return result
 
 
@@ -807,7 +811,8 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
         notes.append(
             f"  {run.impl}: steady {steady_s:g} s: service {steady.service_cpu_s / steady_s:.3f} CPU s/s "
             f"({100 * steady.service_cpu_s / steady_s:.1f}% of a core), {fmt_bytes(steady.service_sent_bytes / steady_s)}/s; "
-            f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}; heartbeat every {run.heartbeat_s:g} s"
+            f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}; heartbeat every {run.heartbeat_s:g} s; "
+            f"load average {run.load_average[0]:.1f} -> {run.load_average[1]:.1f}"
         )
     errors = [e for p in run.phases for e in p.errors] + ([run.error] if run.error else [])
     for text in dict.fromkeys(errors[:MAX_ERRORS_KEPT]):
