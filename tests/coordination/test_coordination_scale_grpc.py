@@ -205,3 +205,14 @@ def test_an_unreachable_coordinator_ends_the_heartbeat_loop_after_give_up_after(
             assert time.monotonic() - stopped < 3.0
 
     run(body())
+
+
+def test_a_call_the_coordinator_dropped_is_retried_like_an_unreachable_one() -> None:
+    import grpc
+
+    from tpuctl.coordination.convert import error_from_status
+    from tpuctl.errors import CoordinatorUnreachable
+
+    error = error_from_status(grpc.StatusCode.CANCELLED, "CANCELLED", None, target="h:1", call="PollForError", timeout=1)
+    assert isinstance(error, CoordinatorUnreachable)  # watch_errors and heartbeat_loop ride it out
+    assert error.message == "the coordinator at h:1 dropped PollForError (CANCELLED: CANCELLED)"

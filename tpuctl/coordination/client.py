@@ -53,8 +53,6 @@ WATCH_POLL_S = 30.0
 """How long one error poll is held by the service: short enough that a dropped connection is noticed."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
-KEEPALIVE_S = 10.0
-"""How often the channel pings the coordinator while calls are open (the service allows it)."""
 PROGRESS_POLLS_PER_S = 1000.0
 """Progress polls per second the whole cluster may send the service (each host polls less often in a
 bigger cluster)."""
@@ -71,10 +69,6 @@ _CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 250),
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-    # HTTP/2 pings (answered by grpc core, no Python on either side) find a dead connection under the
-    # long-lived calls (the heartbeat stream, the error watch) within KEEPALIVE_S + its timeout.
-    ("grpc.keepalive_time_ms", int(KEEPALIVE_S * 1000)),
-    ("grpc.keepalive_timeout_ms", int(KEEPALIVE_S * 1000)),
 )
 
 
@@ -214,12 +208,11 @@ class CoordinationClient:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
         Heartbeats travel on one stream (``HeartbeatStream``), which costs the service about a third of
-        a call each; the service confirms the first and then one every ``give_up_after / 2`` s (a
-        confirmation costs it about half a heartbeat more), and the channel's keepalive pings find a dead
-        connection in between. Rides out an unreachable coordinator for ``give_up_after`` s (default:
-        the heartbeat timeout), reopening the stream, then raises ``CoordinatorUnreachable``; raises
-        ``ClusterError`` at once when the service refuses a heartbeat (this task was declared failed, or
-        replaced) or has restarted.
+        a call each; the service confirms the first and then one every ``give_up_after / 3`` s (a
+        confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
+        ``give_up_after`` s (default: the heartbeat timeout), reopening the stream, then raises
+        ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a heartbeat
+        (this task was declared failed, or replaced) or has restarted.
         """
         interval = interval or membership.heartbeat_timeout / 3
         give_up_after = give_up_after or membership.heartbeat_timeout
@@ -227,7 +220,7 @@ class CoordinationClient:
         attempt = 0
         while True:
             try:
-                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 2), confirmed)
+                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 3), confirmed)
             except (CoordinatorUnreachable, DeadlineError) as exc:
                 silent = time.monotonic() - confirmed[0]
                 if silent > give_up_after:
@@ -242,8 +235,7 @@ class CoordinationClient:
     async def _heartbeat_stream(
         self, membership: Membership, interval: float, confirm_every: float, confirmed: list[float]
     ) -> NoReturn:
-        """Heartbeats on one stream until it fails. ``confirmed[0]``: when one last went out on a live
-        stream (written, the connection kept alive by pings, or confirmed by the service)."""
+        """Heartbeats on one stream until it fails; ``confirmed[0]``: when the service last confirmed one."""
         call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
         task = convert.task_ref_pb(membership.task)
         asked: float | None = None
@@ -254,8 +246,6 @@ class CoordinationClient:
                     task=task, ack=ask, service_incarnation=membership.service_incarnation
                 )
                 await asyncio.wait_for(call.write(request), self._rpc_timeout)
-                if asked is not None:
-                    confirmed[0] = time.monotonic()  # the stream was confirmed once: a write is a heartbeat
                 if ask:
                     asked = time.monotonic()
                     response = await asyncio.wait_for(call.read(), self._rpc_timeout)

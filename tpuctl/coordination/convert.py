@@ -300,6 +300,13 @@ def error_from_status(
             or f"check that `tpuctl init` runs on task 0, that {target} is its address, and that the port is "
             "open between the hosts",
         )
+    if code is grpc.StatusCode.CANCELLED:
+        # Not this process's doing (a cancelled asyncio task raises CancelledError instead): the connection
+        # was reset under the call, as by an overloaded or restarting coordinator. Retried like UNAVAILABLE.
+        return CoordinatorUnreachable(
+            f"the coordinator at {target} dropped {call} (CANCELLED: {details})",
+            hint=hint or "it may be overloaded or restarting; `tpuctl status` shows what it sees",
+        )
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         if details == _CLIENT_DEADLINE_DETAILS:
             return DeadlineError(

@@ -30,10 +30,6 @@ _SERVER_OPTIONS = (
     # The service takes every call quickly and parks the waiting ones itself: let them queue.
     ("grpc.server.max_pending_requests", 1_000_000),
     ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
-    # Clients ping every 10 s under their long-lived calls (client.KEEPALIVE_S); without these, grpc core
-    # counts pings on a connection it sends no data on as abuse and closes it ("too_many_pings").
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-    ("grpc.http2.max_ping_strikes", 0),
 )
 SERVICE_NAME = "tpuctl.v1.CoordinationService"
 
