@@ -50,8 +50,13 @@ def test_barrier_and_gather_progress_name_the_missing_hosts() -> None:
             await asyncio.gather(c1.barrier(m1.task, "step", timeout=10.0), c2.barrier(m2.task, "step", timeout=10.0))
             assert await waiting == 1
             gathered: list[RendezvousProgress] = []
+
+            async def report(found: RendezvousProgress) -> None:  # a coroutine function is awaited
+                await asyncio.sleep(0)
+                gathered.append(found)
+
             publishing = asyncio.create_task(
-                c0.gather(m0.task, "g", b"a", timeout=10.0, progress=gathered.append, progress_every=0.1)
+                c0.gather(m0.task, "g", b"a", timeout=10.0, progress=report, progress_every=0.1)
             )
             await asyncio.sleep(0.5)
             assert gathered and gathered[-1].kind == "gather" and gathered[-1].arrived == 1

@@ -21,7 +21,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -167,10 +167,10 @@ class CoordinationClient:
         task: TaskRef,
         *,
         timeout: float,
-        progress: Callable[[RegistrationProgress], None] | None = None,
+        progress: Callable[[RegistrationProgress], Awaitable[None] | None] | None = None,
         progress_every: float = 1.0,
     ) -> None:
-        """Return once every task has registered; call ``progress`` with a ``RegistrationProgress``
+        """Return once every task has registered; call (or await) ``progress`` with a ``RegistrationProgress``
         (counts and the first ten missing hosts; ``.describe()`` is the line to print) about every
         ``progress_every`` s still waiting (less often in clusters over ``PROGRESS_POLLS_PER_S`` hosts).
 
@@ -193,7 +193,7 @@ class CoordinationClient:
             current = convert.progress(response)
             every = _progress_interval(progress_every, current.total)
             if progress is not None:
-                progress(current)
+                await _report(progress(current))
 
     async def heartbeat(self, task: TaskRef, *, service_incarnation: int = 0) -> int:
         """One heartbeat (a unary call); returns the service incarnation. With ``service_incarnation``
@@ -323,14 +323,14 @@ class CoordinationClient:
         name: str,
         *,
         timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], None] | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
         progress_every: float = 5.0,
     ) -> int:
         """Wait until every task made as many calls to barrier ``name`` as this one; returns the instance
         (1 for the first call). ``timeout`` None: the service's default barrier timeout.
 
-        ``progress`` is called with a ``RendezvousProgress`` (counts, the first ten missing hosts,
-        ``.describe()``) about every ``progress_every`` s still waiting. A timeout raises ``DeadlineError``
+        ``progress`` is called (or awaited, if a coroutine function) with a ``RendezvousProgress`` (counts,
+        the first ten missing hosts, ``.describe()``) about every ``progress_every`` s still waiting. A timeout raises ``DeadlineError``
         naming how many hosts are missing and the first ten; the cluster in error (or a host that left)
         raises ``ClusterError`` at once; a name over 1,024 characters raises ``InputError``."""
         request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout or 0.0)
@@ -347,7 +347,7 @@ class CoordinationClient:
         value: bytes,
         *,
         timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], None] | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
         progress_every: float = 5.0,
     ) -> list[bytes]:
         """Publish ``value`` and wait for every task's: returns every task's value, by task id.
@@ -425,7 +425,7 @@ class CoordinationClient:
         task: TaskRef,
         name: str,
         kind: RendezvousKind,
-        progress: Callable[[RendezvousProgress], None] | None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
         progress_every: float,
     ) -> Any:
         """A barrier or gather call; with ``progress``, ask where it stands while it waits."""
@@ -446,9 +446,15 @@ class CoordinationClient:
                     continue
                 if found is not None and not found.done and not running.done():
                     every = _progress_interval(progress_every, found.total)
-                    progress(found)
+                    await _report(progress(found))
         finally:
             running.cancel()
+
+
+async def _report(outcome: Awaitable[None] | None) -> None:
+    """A progress callback may be a plain function or a coroutine function."""
+    if outcome is not None:
+        await outcome
 
 
 def _progress_interval(requested: float, hosts: int) -> float:
