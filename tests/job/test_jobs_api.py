@@ -95,7 +95,7 @@ def test_dtensor_mesh_strings_follow_create_tpu_mesh() -> None:
     named = dtensor_mesh_string(MESHED, "dp_mp", task=1, environ=env)
     assert named == f"dp_mp|data=2,model=4|0,1,2,3,4,5,6,7|2,3,6,7|{devices}"
     # its host mesh: unnamed (as Mesh.host_mesh() gives it), CPU devices 1:1
-    host = dtensor_mesh_string(JobMapping(MESHED, 0), "dp_mp", host=True, environ=env)
+    host = dtensor_mesh_string(JobMapping.of(MESHED, 0), "dp_mp", host=True, environ=env)
     cpus = ",".join(f"/job:worker/replica:0/task:0/device:CPU:{i}" for i in range(4))
     assert host == f"|data=2,model=4|0,1,2,3,4,5,6,7|0,1,4,5|{cpus}"
     # the job name: $DTENSOR_JOB_NAME, else DTensor's default for the cluster size
@@ -137,7 +137,7 @@ def test_jax_device_order_on_tpu_matches_ids_and_checks_coordinates() -> None:
     order = jax_device_order(MESHED, "dp_mp", devices)
     assert order.shape == (2, 4)
     assert [[d.id for d in row] for row in order] == [[0, 1, 4, 5], [2, 3, 6, 7]]
-    assert [d.id for d in JobMapping(MESHED, 1).jax_device_order(None, devices).ravel()] == list(range(8))
+    assert [d.id for d in JobMapping.of(MESHED, 1).jax_device_order(None, devices).ravel()] == list(range(8))
     moved = [SimpleNamespace(**{**vars(d), "coords": [9, 9, 9]}) if d.id == 5 else d for d in devices]
     with pytest.raises(MappingError, match=r"jax device 5 is at \[9, 9, 9\] core 0; the mapping puts it at"):
         jax_device_order(MESHED, "dp_mp", moved)

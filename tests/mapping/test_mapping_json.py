@@ -168,8 +168,8 @@ def test_properties_single_slice() -> None:
     mapping = sim_mapping(accelerator="v5litepod-16")
     assert mapping.num_tasks == 4
     assert [d.id for d in mapping.devices_of_task(1)] == [2, 3, 6, 7]
-    assert mapping.local_devices(1) == mapping.devices_of_task(1)
-    assert mapping.local_devices(3)[2] == MappedDevice(id=14, coords=(2, 3, 0), core=0, core_id=14, ordinal=2)
+    assert mapping.get_task(1).devices == mapping.devices_of_task(1)
+    assert mapping.devices_of_task(3)[2] == MappedDevice(id=14, coords=(2, 3, 0), core=0, core_id=14, ordinal=2)
     assert mapping.mesh_shape == (4, 4, 1, 1)
     assert mapping.device_coordinates[1][0] == (2, 0, 0, 0)
     assert parse_topology_proto(mapping.topology_proto_bytes) == mapping.topology

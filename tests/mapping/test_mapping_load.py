@@ -19,6 +19,7 @@ import tpuctl
 from tpuctl.errors import MappingError
 from tpuctl.job.env import MAPPING_ENV
 from tpuctl.mapping.file import read_mapping, to_json, write_mapping
+from tpuctl.mapping.model import DeviceMapping
 from tpuctl.tpu.topology import DTensorTopology, serialize_topology_proto
 
 GOOD = sim_mapping(accelerator="v5litepod-16")
@@ -55,7 +56,8 @@ def edited(change: Callable[[dict[str, Any]], object], text: str = GOOD_TEXT) ->
 
 def test_path_from_the_environment(tmp_path: Path) -> None:
     path = write_mapping(tmp_path / "m.json", GOOD)
-    assert tpuctl.load_mapping(environ={MAPPING_ENV: str(path)}, task=0).mapping == GOOD
+    loaded = tpuctl.load_mapping(environ={MAPPING_ENV: str(path)}, task=0)
+    assert isinstance(loaded, DeviceMapping) and loaded.tasks == GOOD.tasks and loaded.task == 0
 
 
 def test_no_path_and_no_environment() -> None:

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tpuctl.errors import MappingError, StateError
 from tpuctl.job.env import MAPPING_ENV, TASK_ENV, dtensor_job_name
 from tpuctl.mapping.file import read_mapping
 from tpuctl.mapping.model import DeviceMapping, MappedDevice, MappedMesh, MappedTask, MeshAxis
-from tpuctl.tpu.slice import TpuSlice
 from tpuctl.tpu.topology import DTensorTopology, serialize_topology_proto
 
 DEFAULT_AXIS = "x"
@@ -49,46 +48,25 @@ def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 @dataclass(frozen=True)
-class JobMapping:
-    """A device mapping as one job process sees it: the cluster-wide mapping plus which task it runs on."""
+class JobMapping(DeviceMapping):
+    """A device mapping as one job process sees it: the cluster-wide mapping (it is one) plus the task
+    this process runs as, and where it was read from."""
 
-    mapping: DeviceMapping
     task: int | None = None
     """This process's task (``TPUCTL_TASK_ID``); None when unknown (then ``local_devices`` refuses)."""
     path: str = ""
 
-    # --- the mapping's contents ------------------------------------------------------------------
-
-    @property
-    def cluster(self) -> str:
-        return self.mapping.cluster
-
-    @property
-    def slice(self) -> TpuSlice:
-        return self.mapping.slice
-
-    @property
-    def tasks(self) -> tuple[MappedTask, ...]:
-        return self.mapping.tasks
-
-    @property
-    def num_tasks(self) -> int:
-        return self.mapping.num_tasks
-
-    @property
-    def devices(self) -> tuple[MappedDevice, ...]:
-        return self.mapping.devices
-
-    @property
-    def meshes(self) -> tuple[MappedMesh, ...]:
-        return self.mapping.meshes
+    @classmethod
+    def of(cls, mapping: DeviceMapping, task: int | None, path: str = "") -> JobMapping:
+        """``mapping`` seen from ``task``."""
+        return cls(**{f.name: getattr(mapping, f.name) for f in fields(DeviceMapping)}, task=task, path=path)
 
     @property
     def topology(self) -> DTensorTopology:
         """The topology of this task's slice (of the only slice when the task is unknown)."""
         if self.task is not None:
-            return self.mapping.topology_of_task(self.task)
-        return self.mapping.topology
+            return self.topology_of_task(self.task)
+        return super().topology
 
     @property
     def topology_proto_bytes(self) -> bytes:
@@ -96,23 +74,27 @@ class JobMapping:
 
     @property
     def this_task(self) -> MappedTask:
-        return self.mapping.task(_require_task(self))
+        return self.get_task(_require_task(self))
 
     @property
     def local_devices(self) -> tuple[MappedDevice, ...]:
         """This task's devices in local ordinal order (``jax.local_devices()`` order on a TPU VM)."""
-        return self.mapping.local_devices(_require_task(self))
+        return self.devices_of_task(_require_task(self))
 
     def mesh(self, name: str | None = None) -> MappedMesh:
-        return find_mesh(self.mapping, name)
+        """A declared mesh by name; ``None``: the default mesh (every device, runtime order, axis ``x``)."""
+        return find_mesh(self, name)
 
     # --- framework helpers -----------------------------------------------------------------------
 
     def tf_topology(self) -> Any:
         return tf_topology(self)
 
-    def dtensor_mesh_string(self, name: str | None = None, *, host: bool = False) -> str:
-        return dtensor_mesh_string(self, name, host=host)
+    def dtensor_mesh_string(
+        self, name: str | None = None, task: int | None = None, *, host: bool = False, job: str | None = None
+    ) -> str:
+        """DTensor's ``Mesh.to_string()`` of mesh ``name`` (None: the default mesh) as this task builds it."""
+        return dtensor_mesh_string(self, name, host=host, task=task, job_name=job)
 
     def dtensor_mesh(self, name: str | None = None, *, host: bool = False) -> Any:
         return dtensor_mesh(self, name, host=host)
@@ -138,7 +120,7 @@ def _require_task(mapping: JobMapping) -> int:
 
 def _split(mapping: AnyMapping, task: int | None) -> tuple[DeviceMapping, int | None]:
     if isinstance(mapping, JobMapping):
-        return mapping.mapping, mapping.task if task is None else task
+        return mapping, mapping.task if task is None else task
     return mapping, task
 
 
@@ -169,8 +151,8 @@ def load_mapping(
         elif mapping.num_tasks == 1:
             task = 0
     if task is not None:
-        mapping.task(task)  # MappingError when out of range
-    return JobMapping(mapping, task, os.fspath(path))
+        mapping.get_task(task)  # MappingError when out of range
+    return JobMapping.of(mapping, task, os.fspath(path))
 
 
 # --- meshes ----------------------------------------------------------------------------------------
@@ -236,7 +218,7 @@ def dtensor_mesh_string(
     """
     device_mapping, task = _split(mapping, task)
     if task is None:
-        task = _require_task(JobMapping(device_mapping))
+        task = _require_task(JobMapping.of(device_mapping, None))
     mesh = find_mesh(device_mapping, name)
     env = _environ(environ)
     job = job_name or env.get("DTENSOR_JOB_NAME") or dtensor_job_name(device_mapping.num_tasks)

@@ -10,7 +10,7 @@ snake_case names and every field printed. A job loads it with::
 
     import tpuctl
     mapping = tpuctl.load_mapping()     # $TPUCTL_MAPPING, $TPUCTL_TASK_ID
-    mapping.mapping.local_devices(task)         # this host's devices, in local ordinal order
+    mapping.local_devices               # this host's devices, in local ordinal order
     mapping.topology_proto_bytes        # for tf.tpu.experimental.Topology(serialized=...)
     mapping.mesh("dp_mp").device_ids    # a declared mesh: global ids in row-major mesh order
     mapping.dtensor_mesh_string("dp_mp", task)   # for tf.experimental.dtensor.Mesh.from_string
@@ -108,7 +108,8 @@ class DeviceMapping:
         """Every device, task-major, in local ordinal order."""
         return tuple(d for task in self.tasks for d in task.devices)
 
-    def task(self, task: int) -> MappedTask:
+    def get_task(self, task: int) -> MappedTask:
+        """Task ``task`` (MappingError naming the range when there is no such task)."""
         if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < len(self.tasks):
             raise MappingError(
                 f"task {task!r} is not in the device mapping of cluster {self.cluster!r} "
@@ -119,11 +120,7 @@ class DeviceMapping:
 
     def devices_of_task(self, task: int) -> tuple[MappedDevice, ...]:
         """Task ``task``'s devices in local ordinal order."""
-        return self.task(task).devices
-
-    def local_devices(self, task: int) -> tuple[MappedDevice, ...]:
-        """The devices a process of ``task`` sees locally (``jax.local_devices()`` order)."""
-        return self.devices_of_task(task)
+        return self.get_task(task).devices
 
     def topology_of_slice(self, slice_index: int) -> DTensorTopology:
         if not 0 <= slice_index < len(self.topologies):
@@ -132,7 +129,7 @@ class DeviceMapping:
 
     def topology_of_task(self, task: int) -> DTensorTopology:
         """The topology of the slice ``task`` belongs to."""
-        return self.topologies[self.task(task).slice]
+        return self.topologies[self.get_task(task).slice]
 
     @property
     def topology(self) -> DTensorTopology:
