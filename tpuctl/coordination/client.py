@@ -210,7 +210,7 @@ class CoordinationClient:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
         Heartbeats travel on one stream (``HeartbeatStream``), which costs the service about a third of
-        a call each; the service confirms the first and then one every ``give_up_after / 3`` s (a
+        a call each; the service confirms the first and then one every ``give_up_after / 2`` s (a
         confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
         ``give_up_after`` s (default: the heartbeat timeout), reopening the stream, then raises
         ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a heartbeat
@@ -222,7 +222,7 @@ class CoordinationClient:
         attempt = 0
         while True:
             try:
-                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 3), confirmed)
+                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 2), confirmed)
             except (CoordinatorUnreachable, DeadlineError) as exc:
                 silent = time.monotonic() - confirmed[0]
                 if silent > give_up_after:
