@@ -209,7 +209,7 @@ class CoordinationClient:
     ) -> NoReturn:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
-        Heartbeats travel on one stream (``HeartbeatStream``), which costs the service about a third of
+        Heartbeats travel on one stream (``HeartbeatStream``), which costs the service a fifth to a third of
         a call each; the service confirms the first and then one every ``give_up_after / 2`` s (a
         confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
         ``give_up_after`` s (default: the heartbeat timeout), reopening the stream, then raises
