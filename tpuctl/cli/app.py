@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mesh": ("tpuctl.cli.mesh:mesh", "Plan a logical device mesh offline."),
     "validate": ("tpuctl.cli.validate:validate", "Check a cluster spec and report every problem."),
     "sim": ("tpuctl.cli.sim:sim", "Run a whole simulated cluster on this machine."),
+    "doctor": ("tpuctl.cli.doctor:doctor", "Check this host before a start: TPU devices, ports, peers, state."),
 }
 
 

@@ -99,10 +99,6 @@ class Target:
     source: str = "<spec>"
 
 
-def _no_agent(state: StateDir, timeout: float) -> str | None:
-    return "no agent ping configured"
-
-
 @dataclass(frozen=True)
 class Host:
     """This host as the checks see it: the file system roots and the probes, all replaceable by tests."""
@@ -115,7 +111,7 @@ class Host:
     connect: Connector = probes.connect
     bind: Binder = probes.bind
     clock: Callable[[], probes.ClockState | None] = probes.clock_state
-    ping_agent: AgentPing = _no_agent
+    ping_agent: AgentPing = probes.agent_answers
     """Ask the agent of a state dir one question: None when it answers, else what went wrong."""
     own_pid: int = field(default_factory=os.getpid)
     scan_budget: float = SCAN_BUDGET_S

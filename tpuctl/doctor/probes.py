@@ -10,7 +10,10 @@ import ctypes
 import ctypes.util
 import socket
 import threading
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tpuctl.agent.statedir import StateDir
 
 OPEN, REFUSED, TIMEOUT, UNREACHABLE = "open", "refused", "timeout", "unreachable"
 
@@ -97,3 +100,18 @@ def clock_state() -> ClockState | None:
         return None
     words = (ctypes.c_long * 5).from_buffer(buf)  # modes(+pad), offset, freq, maxerror, esterror
     return ClockState(synchronized=state != _TIME_ERROR, max_error_us=int(words[3]), est_error_us=int(words[4]))
+
+
+def agent_answers(state: StateDir, timeout: float) -> str | None:
+    """Ask the agent of ``state`` for its description over ``agent.sock``: None when it answers in time,
+    else what went wrong."""
+    from tpuctl.agent.control import Op, call
+    from tpuctl.errors import TpuctlError
+
+    try:
+        call(state, Op.INFO, timeout=timeout)
+    except TpuctlError as exc:
+        return exc.message
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
