@@ -580,8 +580,9 @@ def probe_peers(host: Host, names: Sequence[str], port: int) -> tuple[dict[str, 
     ]
     for w in workers:
         w.start()
+    grace = deadline + 0.1  # one grace period in all, not one per worker
     for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()) + 0.1)
+        w.join(max(0.0, grace - time.monotonic()))
     with lock:
         return dict(results), max(0, len(names) - MAX_PEERS)
 
