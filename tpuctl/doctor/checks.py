@@ -696,9 +696,9 @@ def check_peers(host: Host, target: Target | None) -> list[Check]:
 # --- clocks -----------------------------------------------------------------------------------------
 
 SKEW_UNMEASURABLE = (
-    "skew against the coordinator is not measurable: tpuctl's coordination service keeps only monotonic "
-    "time and has no call returning its wall clock (measuring it needs one, or `chronyc tracking` on both "
-    "hosts); tpuctl's own timeouts use each host's monotonic clock, so skew only misdates logs"
+    "skew against the coordinator not measurable: the coordination service keeps monotonic time only, with no "
+    "call returning its wall clock (that needs one; meanwhile compare `chronyc tracking` on both hosts); "
+    "tpuctl's timeouts use each host's monotonic clock, so skew only misdates logs"
 )
 
 
