@@ -1,0 +1,52 @@
+"""Fixtures of the fault catalogue: loopback clusters that clean up after themselves, and a session-wide
+safety net that removes every network namespace and mount the catalogue's tests created."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from harness import Processes
+from harness.clusters import LocalCluster
+
+from . import netns
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path, processes: Processes) -> Iterator[Callable[..., LocalCluster]]:
+    """``make_cluster("v4-32", heartbeat_timeout="3s")``: a loopback cluster's spec; afterwards every process
+    it started, every agent and every job (``*.pids`` under its root) is stopped, by pid."""
+    clusters: list[LocalCluster] = []
+
+    def make(accelerator: str, **options: str) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"c{len(clusters)}", accelerator, processes, **options)
+        clusters.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in clusters:
+            with contextlib.suppress(Exception):
+                processes.stop_recorded(cluster.root.glob("*.pids"))
+            cluster.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_namespaces_or_mounts_left() -> Iterator[None]:
+    """Whatever a test's own ``finally`` missed: this session's namespaces and mounts go at its end."""
+    try:
+        yield
+    finally:
+        netns.remove_all_of_this_session()
+        for target in list(MOUNTED):
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["umount", "-l", target], capture_output=True, timeout=30, check=False)
+            MOUNTED.discard(target)
+
+
+MOUNTED: set[str] = set()
+"""Mount points the tests mounted and have not unmounted yet."""
