@@ -13,6 +13,7 @@ from harness import Processes
 from harness.clusters import LocalCluster
 
 from . import netns
+from .recorder import CURRENT_XFAIL
 
 
 @pytest.fixture
@@ -33,6 +34,19 @@ def make_cluster(tmp_path: Path, processes: Processes) -> Iterator[Callable[...,
             with contextlib.suppress(Exception):
                 processes.stop_recorded(cluster.root.glob("*.pids"))
             cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def _xfail_mark_recorded(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Measurements of a test marked xfail carry the mark's reason (the defect) into the table."""
+    mark = request.node.get_closest_marker("xfail")
+    CURRENT_XFAIL.clear()
+    if mark is not None:
+        CURRENT_XFAIL.update(reason=mark.kwargs.get("reason", ""), strict=mark.kwargs.get("strict", False))
+    try:
+        yield
+    finally:
+        CURRENT_XFAIL.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,6 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+CURRENT_XFAIL: dict[str, object] = {}
+"""The running test's xfail mark (``reason``, ``strict``), set by the catalogue's conftest."""
+
 
 def record_path() -> Path:
     return Path(
@@ -77,6 +80,9 @@ class Measurement:
         for host in doc["hosts"]:
             host.pop("text", None)
         doc["detection_s"] = self.detection_s
+        if CURRENT_XFAIL:
+            doc["expected_defect"] = doc["expected_defect"] or CURRENT_XFAIL.get("reason")
+            doc["xfail_strict"] = CURRENT_XFAIL.get("strict")
         doc["recorded"] = time.time()
         with path.open("a") as handle:
             handle.write(json.dumps(doc, sort_keys=True) + "\n")

@@ -157,12 +157,19 @@ COORDINATOR_INIT_FAILS = (
     "the cause"
 )
 
+WORKER_INIT_FAILS_RACE = (
+    "intermittent (1 run in 3; hence not strict): when task 2's init fails (read-only output) while the others "
+    "wait in registration, task 0 exits at once and its service with it, so a peer whose registration poll "
+    "was not parked at that moment says only 'coordinator unreachable ... Connection refused' (0.02 s after), "
+    "not the cause"
+)
+
 
 @needs_root
 @pytest.mark.parametrize(
     "victim",
     [
-        pytest.param(2, id="worker"),
+        pytest.param(2, id="worker", marks=pytest.mark.xfail(strict=False, reason=WORKER_INIT_FAILS_RACE)),
         pytest.param(0, id="coordinator", marks=pytest.mark.xfail(strict=True, reason=COORDINATOR_INIT_FAILS)),
     ],
 )

@@ -49,7 +49,7 @@ KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {
     ("stop", "registering", "worker"): FROZEN_HOST_INIT,
     ("stop", "merging", "worker"): FROZEN_HOST_INIT,
     ("stop", "registering", "coordinator"): FROZEN_COORDINATOR + "no waiting `init` exits within 12.5 s",
-    ("stop", "merging", "coordinator"): FROZEN_COORDINATOR + "waiting `init`s exit after 10.1 s or later",
+    ("stop", "merging", "coordinator"): FROZEN_COORDINATOR + "waiting `init`s exit after 10.1-11.6 s",
     ("stop", "barrier", "coordinator"): FROZEN_COORDINATOR + "parked `tpuctl barrier`s still wait 12.5 s later",
     ("stop", "steady", "coordinator"): FROZEN_COORDINATOR + "the peers' agents log it after ~11.5 s",
     ("stop", "run", "coordinator"): FROZEN_COORDINATOR + "the peers' `tpuctl run` jobs still run 12.5 s later",
