@@ -62,7 +62,7 @@ def test_json_valid(spec: Path) -> None:
             "device_kind": "TPU v4",
             "backend": "sim",
             "hosts": ["h0", "h1", "h2", "h3"],
-            "coordinator": "h0:8476",
+            "coordinator": "h0:8490",
             "meshes": [{"name": "dp", "shape": {"data": 4, "model": 4}, "mode": "ring"}],
             "output": "/run/tpuctl/mapping.json",
         },

@@ -44,4 +44,4 @@ def test_local_config_suits_one_machine() -> None:
 
 
 def test_ipv6_example_dials_in_brackets() -> None:
-    assert load_spec(CONFIGS / "tpu7x-16.yaml").coordinator_target == "[2001:db8::a]:8476"
+    assert load_spec(CONFIGS / "tpu7x-16.yaml").coordinator_target == "[2001:db8::a]:8490"

@@ -183,8 +183,8 @@ hosts:
   - 2001:db8:0::1
 """,
         [
-            "c.yaml:7:5: hosts[2]: 'W-0.Example.com.' repeats hosts[0]; expected each host once (position = task id)",
-            "c.yaml:8:5: hosts[3]: '2001:db8:0::1' repeats hosts[1]; expected each host once (position = task id)",
+            "c.yaml:7:5: hosts[2]: 'W-0.Example.com.' repeats hosts[0]; expected each host once (position = task id), or, for several TPU processes per machine, each machine's tasks side by side and every machine as often",
+            "c.yaml:8:5: hosts[3]: '2001:db8:0::1' repeats hosts[1]; expected each host once (position = task id), or, for several TPU processes per machine, each machine's tasks side by side and every machine as often",
         ],
     ),
     (
@@ -340,7 +340,7 @@ meshes:
             "c.yaml:2:1: acelerator: unknown key; did you mean 'accelerator'?",
             "c.yaml:3:10: backend: 'tf' is not a backend; did you mean 'tensorflow'?",
             "c.yaml:5:5: hosts[0]: '10.0.0.1:8476' has a port; expected a host name or an IP address, without a port (the coordinator's port is coordinator.port)",
-            "c.yaml:7:5: hosts[2]: '10.0.0.2' repeats hosts[1]; expected each host once (position = task id)",
+            "c.yaml:7:5: hosts[2]: '10.0.0.2' repeats hosts[1]; expected each host once (position = task id), or, for several TPU processes per machine, each machine's tasks side by side and every machine as often",
             "c.yaml:9:9: coordinator.port: 70000 is out of range; expected an integer from 1 to 65535",
             "c.yaml:10:23: coordinator.heartbeat_interval: 30s is not shorter than heartbeat_timeout 5s; expected an interval well below the timeout (a host missing heartbeats for the timeout is dead)",
         ],

@@ -54,7 +54,7 @@ def test_gke_single_slice() -> None:
     spec = spec_from_tpu_env(GKE_V5E_16)
     assert spec.describe() == "tpu-v5litepod-16 v5litepod-16 (4x4), 4 hosts, backend jax"
     assert spec.hosts == ("train-0-0.train", "train-0-1.train", "train-0-2.train", "train-0-3.train")
-    assert spec.coordinator == CoordinatorSpec() and spec.coordinator_target == "train-0-0.train:8476"
+    assert spec.coordinator == CoordinatorSpec() and spec.coordinator_target == "train-0-0.train:8490"
     assert spec.source == "environment" and spec.auth is None and spec.meshes == ()
     found = identify(spec, task_id=None, environ=GKE_V5E_16, local_names=frozenset({"train-0-2"}))
     assert (found.task_id, found.reason) == (2, "TPU_WORKER_ID=2")
@@ -103,7 +103,7 @@ def test_multislice_with_every_host_named() -> None:
     spec = spec_from_tpu_env(env)
     assert spec.slice.num_slices == 2 and len(spec.hosts) == 8
     assert spec.coordinator.address == "train-0-0.train"  # MEGASCALE_COORDINATOR_ADDRESS without its port
-    assert spec.coordinator_target == "train-0-0.train:8476"
+    assert spec.coordinator_target == "train-0-0.train:8490"
     found = identify(spec, task_id=None, environ=env, local_names=frozenset({"train-1-2"}))
     assert found.task_id == 6  # worker 2 of slice 1, 4 hosts per slice
 

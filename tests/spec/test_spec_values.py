@@ -118,13 +118,13 @@ def test_host_count_problem_single_and_multislice() -> None:
 
 def test_defaults_and_derived_values() -> None:
     spec = build_spec(node_from(V4_32), "t")
-    assert spec.coordinator == CoordinatorSpec(port=8476, heartbeat_interval=5.0, heartbeat_timeout=30.0,
+    assert spec.coordinator == CoordinatorSpec(port=8490, heartbeat_interval=5.0, heartbeat_timeout=30.0,
                                                register_timeout=300.0, address=None)  # fmt: skip
     assert spec.barrier_timeout == 600.0
     assert spec.output == DEFAULT_OUTPUT == "/run/tpuctl/mapping.json"
     assert spec.auth is None and spec.meshes == ()
     assert spec.coordinator_address == "h0"
-    assert spec.coordinator_target == "h0:8476"
+    assert spec.coordinator_target == "h0:8490"
     assert spec.describe() == "pod-a v4-32 (2x2x4), 4 hosts, backend sim"
     assert spec.source == "t"
     assert spec.slice == resolve_slice(accelerator="v4-32")

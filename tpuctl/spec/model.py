@@ -14,7 +14,7 @@ A spec, in full::
     chips_per_host: 4              # optional slice options: num_slices, megacore, device_kind
     backend: sim                   # sim | tensorflow | jax
     hosts: [10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4]   # task id = position
-    coordinator: {port: 8476, heartbeat_interval: 5s, heartbeat_timeout: 30s, register_timeout: 5m}
+    coordinator: {port: 8490, heartbeat_interval: 5s, heartbeat_timeout: 30s, register_timeout: 5m}
     barrier_timeout: 10m
     meshes:
       - {name: dp_mp, shape: {data: 4, model: 4}, mode: ring}
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -74,7 +74,10 @@ class SpecCheck:
 
 Backend = BackendName
 BACKENDS: tuple[Backend, ...] = BACKEND_NAMES
-DEFAULT_PORT = 8476
+DEFAULT_PORT = 8490
+"""Clear of the ports TPU software uses: 8476 (TPU_PROCESS_PORT of LeaderWorkerSet and torch_xla, +1 per extra
+process; JAX's coordinator up to 0.8.0), 8482 (JAX's coordinator since 0.8.1), 8471 (libtpu's slice builder),
+8080/8081 (megascale), 8431-8438 (libtpu runtime metrics, one per chip); the README lists them all."""
 DEFAULT_OUTPUT = "/run/tpuctl/mapping.json"
 
 
@@ -121,7 +124,7 @@ class ClusterSpec:
 
     @property
     def coordinator_target(self) -> str:
-        """``host:port`` to dial; an IPv6 address in brackets (``[fd00::1]:8476``)."""
+        """``host:port`` to dial; an IPv6 address in brackets (``[fd00::1]:8490``)."""
         address = self.coordinator_address
         return f"[{address}]:{self.coordinator.port}" if ":" in address else f"{address}:{self.coordinator.port}"
 
@@ -158,6 +161,40 @@ def normalize_host(text: str) -> str:
         return ipaddress.ip_address(text).compressed
     except ValueError:
         return text.lower().rstrip(".")
+
+
+REPEAT_RULE = (
+    "each host once (position = task id), or, for several TPU processes per machine, "
+    "each machine's tasks side by side and every machine as often"
+)
+
+
+def repeated_hosts(hosts: Sequence[str]) -> list[tuple[int, int]]:
+    """``(index, first index)`` of each entry repeating an earlier host against the rule.
+
+    A host may repeat only as one run of consecutive entries (one machine's tasks side by side, as
+    ``TPU_PROCESS_ADDRESSES`` lists 7x and LeaderWorkerSet processes), and only when every host's run has
+    the same length; any other repeat (a copy-paste slip, two runs of one host) is reported.
+    """
+    keys = [normalize_host(h) for h in hosts]
+    runs: list[tuple[int, int]] = []  # (start, length)
+    for index, key in enumerate(keys):
+        if runs and keys[runs[-1][0]] == key:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((index, 1))
+    uniform = len({length for _, length in runs}) == 1
+    first: dict[str, int] = {}
+    bad: list[tuple[int, int]] = []
+    for start, length in runs:
+        key = keys[start]
+        if key in first:  # a second run of the same host
+            bad += [(i, first[key]) for i in range(start, start + length)]
+            continue
+        first[key] = start
+        if length > 1 and not uniform:
+            bad += [(i, start) for i in range(start + 1, start + length)]
+    return sorted(bad)
 
 
 def host_count_problem(count: int, tpu: TpuSlice) -> str | None:
@@ -286,17 +323,14 @@ def _hosts(ck: Checker, node: Node, tpu: TpuSlice | None) -> tuple[str, ...] | N
         ck.add(node, "hosts", f"is empty; expected {_REQUIRED['hosts']}")
         return None
     hosts: list[str] = []
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        path = f"hosts[{index}]"
-        host = ck.host(item, path)
+    checked = [ck.host(item, f"hosts[{index}]") for index, item in enumerate(items)]
+    bad = dict(repeated_hosts([h if h is not None else f"\0{i}" for i, h in enumerate(checked)]))
+    for index, (item, host) in enumerate(zip(items, checked, strict=True)):
         if host is None:
             continue
-        key = normalize_host(host)
-        if key in first:
-            ck.add(item, path, f"{host!r} repeats hosts[{first[key]}]; expected each host once (position = task id)")
+        if index in bad:
+            ck.add(item, f"hosts[{index}]", f"{host!r} repeats hosts[{bad[index]}]; expected {REPEAT_RULE}")
             continue
-        first[key] = index
         hosts.append(host)
     if tpu is not None:
         problem = host_count_problem(len(items), tpu)
