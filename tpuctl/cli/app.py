@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topology": ("tpuctl.cli.topology:topology", "Show a slice: hosts, chips, device ids, links."),
     "mesh": ("tpuctl.cli.mesh:mesh", "Plan a logical device mesh offline."),
     "validate": ("tpuctl.cli.validate:validate", "Check a cluster spec and report every problem."),
+    "detect": ("tpuctl.cli.detect:detect", "Show the spec init detects without --config, and each value's source."),
     "sim": ("tpuctl.cli.sim:sim", "Run a whole simulated cluster on this machine."),
     "doctor": ("tpuctl.cli.doctor:doctor", "Check this host before a start: TPU devices, ports, peers, state."),
 }

@@ -41,7 +41,12 @@ def init(
 
     Exit codes: 0 up, 2 bad spec, 3 cluster failure, 4 a host never came (deadline), 5 already up.
     """
-    options = build_options(config, task_id, output, state_dir)
+    if config:
+        options = build_options(config, task_id, output, state_dir)
+    else:  # detected: the environment, or a Cloud TPU VM's metadata server (tpuctl detect shows it)
+        from tpuctl.cli.detect import detected_options
+
+        options = detected_options(task_id, output, state_dir)
     refuse_if_running(options.state)
     if foreground:
         return run_foreground(options, _StderrReporter(as_json))

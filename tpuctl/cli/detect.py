@@ -1,0 +1,110 @@
+"""``tpuctl detect``: the spec ``tpuctl init`` would use without ``--config``, and where each value came from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tpuctl.errors import TpuctlError
+
+if TYPE_CHECKING:
+    from tpuctl.agent.bringup import AgentOptions
+    from tpuctl.spec.detect import Detection, TaskIdentity
+
+SCHEMA = "tpuctl.detect/1"
+
+
+def detected_options(task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
+    """``tpuctl init`` without ``--config``: the detected spec (metadata server included), this host's task,
+    the output path and the state dir, as :func:`tpuctl.agent.launch.build_options` resolves them for a file."""
+    from tpuctl.agent.bringup import AgentOptions
+    from tpuctl.agent.statedir import resolve_state_dir
+    from tpuctl.spec import hostenv
+    from tpuctl.spec.detect import resolve_task_id
+
+    found = hostenv.detect_cluster()
+    spec = found.spec
+    task = resolve_task_id(spec, task_id=task_id, environ=found.values, local_names=hostenv.local_names())
+    return AgentOptions(
+        spec=spec,
+        task=task,
+        state=resolve_state_dir(state_dir),
+        output=Path(output or spec.output).absolute(),
+        address=spec.hosts[task],
+        config_path=None,
+    )
+
+
+def _task(found: Detection, task_id: int | None) -> tuple[TaskIdentity | None, str | None]:
+    from tpuctl.spec import hostenv
+    from tpuctl.spec.detect import identify
+
+    try:
+        return identify(found.spec, task_id=task_id, environ=found.values, local_names=hostenv.local_names()), None
+    except TpuctlError as exc:
+        return None, exc.message + (f" ({exc.hint})" if exc.hint else "")
+
+
+def document(found: Detection, task: TaskIdentity | None, task_problem: str | None) -> dict[str, Any]:
+    """The ``--format json`` document: schema, platform, sources [{key, value, source}], task, notes."""
+    spec = found.spec
+    return {
+        "schema": SCHEMA,
+        "platform": found.platform,
+        "cluster": spec.cluster,
+        "accelerator": spec.slice.accelerator_type,
+        "hosts": list(spec.hosts),
+        "coordinator": spec.coordinator_target,
+        "sources": [{"key": s.key, "value": s.value, "source": s.origin} for s in found.sources],
+        "task": None if task is None else {"id": task.task_id, "reason": task.reason},
+        "task_problem": task_problem,
+        "notes": list(found.notes),
+    }
+
+
+def _text(found: Detection, task: TaskIdentity | None, task_problem: str | None) -> str:
+    rows = [(s.key, s.value or "-", s.origin) for s in found.sources]
+    rows.append(("task", str(task.task_id) if task else "?", task.reason if task else (task_problem or "")))
+    width_key = max(len(r[0]) for r in rows)
+    width_value = min(40, max(len(r[1]) for r in rows))
+    lines = [f"detected: {found.platform}", f"spec: {found.spec.describe()}", ""]
+    lines += [f"{key:<{width_key}}  {value:<{width_value}}  {origin}" for key, value, origin in rows]
+    lines += [f"note: {note}" for note in found.notes]
+    return "\n".join(lines)
+
+
+@click.command("detect")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: one line per value with its source; json: one document.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--task-id", type=click.IntRange(min=0), help="As for `tpuctl init`: this host's task id.")
+def detect(fmt: str, as_json: bool, task_id: int | None) -> int:
+    """Show the cluster spec `tpuctl init` builds without --config, and where every value came from.
+
+    \b
+    Order (first found wins; see the README, "Without a spec file"):
+      1. TPUCTL_HOSTS, TPU_PROCESS_ADDRESSES or TPU_WORKER_HOSTNAMES in the environment (GKE, JobSet,
+         LeaderWorkerSet): the metadata server is not asked;
+      2. the GCE metadata server of a Cloud TPU VM (agent-worker-number, worker-network-endpoints,
+         accelerator-type, tpu-env), unless TPU_SKIP_MDS_QUERY is set; a variable in the environment
+         wins over the metadata value. GCE_METADATA_HOST=HOST:PORT (or GCE_METADATA_IP) names the server.
+    Nothing is started. Exit codes: 0 detected, 2 nothing (or something malformed) to detect from.
+    """
+    from tpuctl.spec import hostenv
+
+    found = hostenv.detect_cluster()
+    task, task_problem = _task(found, task_id)
+    if as_json or fmt == "json":
+        click.echo(json.dumps(document(found, task, task_problem), indent=2))
+    else:
+        click.echo(_text(found, task, task_problem))
+    return 0
