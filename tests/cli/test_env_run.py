@@ -59,6 +59,8 @@ def parse_sh(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
         words = shlex.split(line)
+        if words[0] == "unset":  # variables a job must not inherit (TPU_PROCESS_ADDRESSES, ...)
+            continue
         assert words[0] == "export", line
         name, _, value = words[1].partition("=")
         out[name] = value

@@ -41,7 +41,7 @@ def agent_info(
     *,
     dtensor: list[int] | None = None,
     jax: int = 9002,
-    coordinator_port: int = 8476,
+    coordinator_port: int = 8490,  # tpuctl's default coordinator port
     path: str = "/run/tpuctl/mapping.json",
 ) -> dict[str, Any]:
     """What the agent of ``task`` writes to agent.json (the keys the job environment reads)."""

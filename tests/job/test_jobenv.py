@@ -57,7 +57,7 @@ def test_every_variable_for_task_2_of_a_v4_32() -> None:
         "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
         "TPU_TOPOLOGY_WRAP": "false,false,false",
     }
-    assert env.unset == ()
+    assert env.unset == ("TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT")  # one task per machine: never inherited
     # deterministic, including the order
     again = job_environment(agent_info(V4_32, 2), V4_32, state_dir="/run/tpuctl")
     assert list(again.set.items()) == list(env.set.items())
@@ -79,7 +79,7 @@ def test_one_host_runs_dtensor_in_local_mode() -> None:
     one = sim_mapping(["10.1.1.1"], accelerator="v4-8")
     env = job_environment(agent_info(one, 0, dtensor=[9100], jax=9200), one)
     assert "DTENSOR_JOBS" not in env.set
-    assert env.unset == ("DTENSOR_JOBS",)
+    assert env.unset == ("DTENSOR_JOBS", "TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT")
     assert (env.set["DTENSOR_CLIENT_ID"], env.set["DTENSOR_NUM_CLIENTS"], env.set["DTENSOR_JOB_NAME"]) == (
         "0",
         "1",
@@ -193,3 +193,23 @@ def test_json_and_apply() -> None:
 def test_variable_names_match_the_readers() -> None:
     assert identity.TASK_ID_ENV == TASK_ENV
     assert statedir.STATE_DIR_ENV == STATE_DIR_ENV
+
+
+def test_tpu_process_variables_for_several_processes_per_machine() -> None:
+    # two 8-chip v5e machines, each running two 4-chip TPU processes (LeaderWorkerSet / 7x style)
+    shared = sim_mapping(["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"], accelerator="v5litepod-16", chips_per_host=4)
+    env = job_environment(agent_info(shared, 3), shared)
+    assert env.set["TPU_PROCESS_ADDRESSES"] == "10.0.0.1:8476,10.0.0.1:8477,10.0.0.2:8476,10.0.0.2:8477"
+    assert env.set["TPU_PROCESS_PORT"] == "8477"
+    assert "TPU_PROCESS_ADDRESSES" not in env.unset
+    assert job_env.tpu_process_ports(["a", "b"]) is None
+    # a job port on a TPU process port of the same machine is refused
+    with pytest.raises(StateError, match="the TPU process of task 1 .* both use port 8477 on 10.0.0.1"):
+        job_environment(agent_info(shared, 0, dtensor=[9100, 8477, 9102, 9103]), shared)
+    # a stale inherited list never reaches a job on one-process-per-machine hosts
+    plain = job_environment(agent_info(V4_32, 0), V4_32)
+    assert (
+        plain.apply({"TPU_PROCESS_ADDRESSES": "stale:8476", "TPU_PROCESS_PORT": "1"})
+        .keys()
+        .isdisjoint({"TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT"})
+    )

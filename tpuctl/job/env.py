@@ -25,6 +25,11 @@ Cloud TPU (as the GKE TPU device plugin and webhook set them)
   ``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``, ``TPU_HOST_BOUNDS``, ``TPU_CHIPS_PER_HOST_BOUNDS``,
   ``TPU_TOPOLOGY_WRAP``; with several slices also ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` and
   ``MEGASCALE_COORDINATOR_ADDRESS`` (task 0's host).
+  ``TPU_PROCESS_ADDRESSES`` / ``TPU_PROCESS_PORT``, always set or removed, never inherited (a stale list
+  breaks libtpu: "Expected 4 worker addresses, got 1", transformers#28204): removed when every task has a
+  machine of its own (libtpu then uses ``TPU_WORKER_HOSTNAMES``); when a machine runs several tasks (7x,
+  LeaderWorkerSet with several TPU containers), set as LeaderWorkerSet and torch_xla do: the k-th task on
+  a machine gets port 8476 + k, ``TPU_PROCESS_ADDRESSES`` lists the slice's tasks as ``host:port``.
 
 The job ports come from the agent (``AgentInfo.job_ports``, in ``agent.json``): it reserves them before the mapping
 is written, holding every one open at once, so they differ from each other and from tpuctl's own
@@ -53,6 +58,10 @@ MAPPING_ENV = "TPUCTL_MAPPING"  # the device mapping file a job loads (tpuctl.lo
 TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.spec.detect.TASK_ID_ENV)
 CLUSTER_ENV = "TPUCTL_CLUSTER"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
+
+TPU_PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
+TPU_PROCESS_PORT_ENV = "TPU_PROCESS_PORT"
+TPU_PROCESS_BASE_PORT = 8476  # LeaderWorkerSet's TpuProcessDefaultPort, torch_xla's base_port: +k per process
 
 DTENSOR_MULTI_CLIENT_JOB = "worker"
 DTENSOR_LOCAL_JOB = "localhost"
@@ -139,6 +148,27 @@ def port_collisions(bindings: Sequence[tuple[str, str, int]]) -> list[str]:
     return problems
 
 
+def tpu_process_ports(hosts: Sequence[str]) -> list[int] | None:
+    """Each task's TPU process port (8476 + its rank among the tasks on its machine), or None when every task
+    has a machine of its own. Machines are told apart by name (case, trailing dot and IPv6 spelling ignored)."""
+    keys = [_host_key(h) for h in hosts]
+    if len(set(keys)) == len(keys):
+        return None
+    seen: dict[str, int] = {}
+    ports = []
+    for key in keys:
+        ports.append(TPU_PROCESS_BASE_PORT + seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+    return ports
+
+
+def _host_key(host: str) -> str:
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower().rstrip(".")
+
+
 def _coordinator_binding(info: AgentInfo) -> tuple[str, int] | None:
     target = info.coordinator
     host, _, port = target.rpartition(":")
@@ -168,6 +198,13 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     dtensor_ports, jax_port = list(info.job_ports.dtensor), info.job_ports.jax
     bindings = [(f"the DTensor server of task {t}", hosts[t], dtensor_ports[t]) for t in range(num_tasks)]
     bindings.append(("the JAX coordinator", hosts[0], jax_port))
+    process_ports = tpu_process_ports(hosts)
+    if process_ports is not None:  # on loopback (a simulated cluster) no TPU runtime binds them
+        bindings += [
+            (f"the TPU process of task {t}", hosts[t], process_ports[t])
+            for t in range(num_tasks)
+            if _machine(hosts[t]) != "loopback"
+        ]
     if (coordinator := _coordinator_binding(info)) is not None:
         bindings.append(("the tpuctl coordinator", *coordinator))
     collisions = port_collisions(bindings)
@@ -204,6 +241,12 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     env["TPU_HOST_BOUNDS"] = _triple(tpu.host_bounds)
     env["TPU_CHIPS_PER_HOST_BOUNDS"] = _triple(tpu.chips_per_host_bounds)
     env["TPU_TOPOLOGY_WRAP"] = ",".join("true" if w else "false" for w in tpu.wraparound)
+    if process_ports is None:
+        unset += [TPU_PROCESS_ADDRESSES_ENV, TPU_PROCESS_PORT_ENV]
+    else:
+        in_slice = range(slice_index * per_slice, (slice_index + 1) * per_slice)
+        env[TPU_PROCESS_ADDRESSES_ENV] = ",".join(host_port(hosts[t], process_ports[t]) for t in in_slice)
+        env[TPU_PROCESS_PORT_ENV] = str(process_ports[task])
     if tpu.num_slices > 1:
         env["MEGASCALE_NUM_SLICES"] = str(tpu.num_slices)
         env["MEGASCALE_SLICE_ID"] = str(slice_index)
@@ -221,4 +264,5 @@ __all__ = [
     "host_port",
     "job_environment",
     "port_collisions",
+    "tpu_process_ports",
 ]
