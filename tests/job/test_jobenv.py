@@ -204,7 +204,7 @@ def test_tpu_process_variables_for_several_processes_per_machine() -> None:
     assert "TPU_PROCESS_ADDRESSES" not in env.unset
     assert job_env.tpu_process_ports(["a", "b"]) is None
     # a job port on a TPU process port of the same machine is refused
-    with pytest.raises(StateError, match="the TPU process of task 1 .* both use port 8477 on 10.0.0.1"):
+    with pytest.raises(StateError, match=r"the TPU process of task 1 .* both use port 8477 on 10\.0\.0\.1"):
         job_environment(agent_info(shared, 0, dtensor=[9100, 8477, 9102, 9103]), shared)
     # a stale inherited list never reaches a job on one-process-per-machine hosts
     plain = job_environment(agent_info(V4_32, 0), V4_32)
