@@ -1,18 +1,72 @@
-"""Durations as people write them: ``250ms``, ``5s``, ``10m``, ``1h30m``, or a plain number of seconds."""
+"""Durations as people write them: ``250ms``, ``5s``, ``10m``, ``1h30m``, or a plain number of seconds.
+
+Every duration tpuctl takes has bounds (:class:`Bounds`, the constants below; the README's limits table
+lists them): a spec's waits are checked by ``tpuctl validate`` with the same bounds ``init`` relies on, and
+the command-line durations (``--timeout``, ``--grace``) are refused outside theirs with exit 2.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from tpuctl.errors import InputError
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The shortest and longest value a duration may take (seconds, both inclusive)."""
+
+    low: float
+    high: float
+    why_low: str = ""
+    """Why nothing shorter is useful, said when a value is below ``low``."""
+
+    def span(self) -> str:
+        """``from 100ms to 1h``; days spelt out (``from 1s to 168h (7 days)``)."""
+        days = self.high / DAY
+        note = f" ({days:g} day{'s' if days != 1 else ''})" if days >= 1 and days == int(days) else ""
+        return f"from {format_duration(self.low)} to {format_duration(self.high)}{note}"
+
+    def problem(self, seconds: float, shown: str) -> str | None:
+        """``'1ms' is shorter than 100ms; expected a duration from 100ms to 1h``, or None within bounds."""
+        if seconds < self.low:
+            why = f" ({self.why_low})" if self.why_low else ""
+            return f"{shown} is shorter than {format_duration(self.low)}{why}; expected a duration {self.span()}"
+        if seconds > self.high:
+            return f"{shown} is longer than {format_duration(self.high)}; expected a duration {self.span()}"
+        return None
+
+
+HEARTBEAT_INTERVAL = Bounds(0.1, 3600.0, "more often only burns CPU and network")
+"""``coordinator.heartbeat_interval`` (and shorter than ``heartbeat_timeout``)."""
+HEARTBEAT_TIMEOUT = Bounds(1.0, DAY, "a busy host would be declared dead")
+"""``coordinator.heartbeat_timeout``: how long a silent host lives."""
+REGISTER_TIMEOUT = Bounds(1.0, 7 * DAY, "hosts need time to start")
+"""``coordinator.register_timeout``."""
+BARRIER_TIMEOUT = Bounds(1.0, 7 * DAY, "hosts need time to arrive")
+"""``barrier_timeout``, and ``tpuctl barrier --timeout``."""
+GRACE = Bounds(0.1, 3600.0, "a job needs time to exit")
+"""``tpuctl run --grace``: SIGTERM to SIGKILL."""
+OPTION_BOUNDS = {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE}
+"""The command-line durations' bounds, by option name."""
+MAX_DURATION_CHARS = 100
+"""Longest duration text read; longer text is refused before it is parsed."""
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 
 
-def parse_duration(text: str, *, what: str = "duration") -> float:
-    """Seconds in ``text``; InputError naming ``what`` when it is not a positive duration."""
+def parse_duration(text: str, *, what: str = "duration", bounds: Bounds | None = None) -> float:
+    """Seconds in ``text``; InputError naming ``what`` when it is not a positive duration within ``bounds``."""
+    if len(text) > MAX_DURATION_CHARS:
+        raise InputError(
+            f"{what}: {text[:20]!r}... ({len(text):,} characters) is not a duration",
+            hint="write e.g. 90s, 10m, 1h30m, 250ms, or seconds as a number",
+        )
     value = text.strip().lower()
     try:
         seconds = float(value)
@@ -24,7 +78,17 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value))
     if seconds <= 0 or seconds != seconds or seconds == float("inf"):
         raise InputError(f"{what}: {text!r} must be a positive, finite duration", hint="e.g. 90s or 10m")
+    if bounds is not None and (problem := bounds.problem(seconds, repr(text))):
+        raise InputError(f"{what}: {problem}", hint=f"e.g. {what} {_example(bounds)}")
     return seconds
+
+
+def _example(bounds: Bounds) -> str:
+    """A round value inside ``bounds`` for a hint."""
+    for seconds, text in ((90.0, "90s"), (10.0, "10s"), (1.0, "1s"), (600.0, "10m")):
+        if bounds.low <= seconds <= bounds.high:
+            return text
+    return format_duration(bounds.low)
 
 
 def format_duration(seconds: float) -> str:

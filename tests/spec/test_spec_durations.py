@@ -23,11 +23,13 @@ BASE = {"cluster": "a", "accelerator": "v4-8", "backend": "sim", "hosts": ["h"]}
 )  # fmt: skip
 def test_duration_syntax(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
-    spec = check_spec(node_from({**BASE, "barrier_timeout": text})).unwrap()
-    assert spec.barrier_timeout == seconds
+    key = "barrier_timeout" if seconds >= 1 else "coordinator"  # barrier_timeout is at least 1s
+    value = text if seconds >= 1 else {"heartbeat_interval": text}
+    spec = check_spec(node_from({**BASE, key: value})).unwrap()
+    assert (spec.barrier_timeout if seconds >= 1 else spec.coordinator.heartbeat_interval) == seconds
 
 
-@pytest.mark.parametrize("value", [30, 0.5, 1e3])
+@pytest.mark.parametrize("value", [30, 1.5, 1e3])
 def test_yaml_numbers_are_seconds(value: float) -> None:
     assert check_spec(node_from({**BASE, "barrier_timeout": value})).unwrap().barrier_timeout == float(value)
 

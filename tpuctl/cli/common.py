@@ -21,12 +21,13 @@ state_dir_option = click.option(
 
 
 def parse_duration_option(text: str | None, option: str) -> float | None:
-    """``--timeout 90s`` -> 90.0 (same syntax as the spec's durations)."""
+    """``--timeout 90s`` -> 90.0 (same syntax as the spec's durations); InputError (exit 2) outside the
+    option's bounds (:data:`tpuctl.durations.OPTION_BOUNDS`)."""
     if text is None:
         return None
-    from tpuctl.durations import parse_duration
+    from tpuctl.durations import OPTION_BOUNDS, parse_duration
 
-    return parse_duration(text, what=option)
+    return parse_duration(text, what=option, bounds=OPTION_BOUNDS.get(option))
 
 
 def say(text: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuctl.durations import parse_duration
+from tpuctl.durations import Bounds, parse_duration
 from tpuctl.errors import InputError
 from tpuctl.messages import did_you_mean
 
@@ -124,6 +124,18 @@ def host_problem(text: str) -> str | None:
 
 # --- the checker ------------------------------------------------------------------------------------
 
+MAX_MESSAGE_CHARS = 1000
+"""Longest problem message: one quoting a huge value keeps its start and its end (what was expected)."""
+MAX_PATH_CHARS = 200
+
+
+def elided(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text``, or its first and last ``limit / 2`` characters around ``...N characters...``."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2 - 20
+    return f"{text[:half]} ...({len(text) - 2 * half:,} characters)... {text[-half:]}"
+
 
 def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
@@ -156,7 +168,8 @@ class Checker:
         self.problems: list[Problem] = []
 
     def add(self, node: Node, path: str, message: str) -> None:
-        self.problems.append(Problem(node.line, node.column, path, message))
+        """Record a problem; a path or message quoting a huge value is elided in the middle."""
+        self.problems.append(Problem(node.line, node.column, elided(path, MAX_PATH_CHARS), elided(message)))
 
     def entries(self, node: Node, path: str, what: str = "key") -> list[tuple[str, Node, Node]]:
         """A mapping's (name, key node, value node), first occurrence of each name; repeats reported."""
@@ -232,24 +245,33 @@ class Checker:
         self.add(node, path, f"got {shown(node)}; expected true or false")
         return None
 
-    def duration(self, node: Node, path: str) -> float | None:
-        """A positive duration: a number of seconds, or text like ``250ms``, ``5s``, ``10m``, ``1h30m``."""
+    def duration(self, node: Node, path: str, bounds: Bounds | None = None) -> float | None:
+        """A positive duration within ``bounds``: a number of seconds, or text like ``250ms``, ``5s``, ``1h30m``."""
         value = node.value
         expected = "expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number"
+        seconds: float
         if node.kind == "scalar" and not isinstance(value, bool) and isinstance(value, int | float):
-            if math.isfinite(value) and value > 0:
-                return float(value)
-            self.add(node, path, f"{node.text} is not a positive, finite duration; {expected}")
-            return None
-        if node.kind == "scalar" and isinstance(value, str):
+            if not (value > 0 and (isinstance(value, int) or math.isfinite(value))):
+                self.add(node, path, f"{node.text} is not a positive, finite duration; {expected}")
+                return None
+            if isinstance(value, int) and value > 10**9:  # beyond every bound, and float(10**400) overflows
+                value = math.inf
+            seconds, written = float(value), node.text
+        elif node.kind == "scalar" and isinstance(value, str):
             try:
-                return parse_duration(value, what=path)
+                seconds = parse_duration(value, what=path)
             except InputError as exc:
                 message = exc.message.removeprefix(f"{path}: ")
                 self.add(node, path, f"{message}; {expected}")
                 return None
-        self.add(node, path, f"got {shown(node)}; {expected}")
-        return None
+            written = repr(value)
+        else:
+            self.add(node, path, f"got {shown(node)}; {expected}")
+            return None
+        if bounds is not None and (problem := bounds.problem(seconds, written)):
+            self.add(node, path, problem)
+            return None
+        return seconds
 
     def sequence(self, node: Node, path: str, expected: str) -> tuple[Node, ...] | None:
         if node.kind == "sequence":

@@ -32,7 +32,14 @@ from typing import cast
 
 from tpuctl.backends.names import BACKEND_NAMES, BackendName
 from tpuctl.backends.names import backend_problem as backend_problem
-from tpuctl.durations import format_duration
+from tpuctl.durations import (
+    BARRIER_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_TIMEOUT,
+    REGISTER_TIMEOUT,
+    Bounds,
+    format_duration,
+)
 from tpuctl.errors import SpecError, TopologyError
 from tpuctl.mesh.model import MeshSpec as MeshSpec
 from tpuctl.messages import plural, suggestion
@@ -340,6 +347,13 @@ def _hosts(ck: Checker, node: Node, tpu: TpuSlice | None) -> tuple[str, ...] | N
     return tuple(hosts) if len(hosts) == len(items) else None
 
 
+_WAIT_BOUNDS: dict[str, Bounds] = {
+    "heartbeat_interval": HEARTBEAT_INTERVAL,
+    "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+    "register_timeout": REGISTER_TIMEOUT,
+}
+
+
 def _coordinator(ck: Checker, node: Node) -> CoordinatorSpec | None:
     keys = ck.mapping(node, "coordinator", COORDINATOR_KEYS)
     if keys is None:
@@ -350,7 +364,7 @@ def _coordinator(ck: Checker, node: Node) -> CoordinatorSpec | None:
     waits: dict[str, float | None] = {}
     for name in ("heartbeat_interval", "heartbeat_timeout", "register_timeout"):
         given = keys.get(name)
-        waits[name] = ck.duration(given, f"coordinator.{name}") if given else getattr(default, name)
+        waits[name] = ck.duration(given, f"coordinator.{name}", _WAIT_BOUNDS[name]) if given else getattr(default, name)
     interval, timeout, register = waits["heartbeat_interval"], waits["heartbeat_timeout"], waits["register_timeout"]
     if interval is not None and timeout is not None and interval >= timeout:
         texts = {n: keys[n].text if n in keys else format_duration(getattr(default, n)) for n in waits}
@@ -425,7 +439,9 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         backend = None
     hosts = _hosts(ck, keys["hosts"], tpu) if "hosts" in keys else None
     coordinator = _coordinator(ck, keys["coordinator"]) if "coordinator" in keys else CoordinatorSpec()
-    barrier = ck.duration(keys["barrier_timeout"], "barrier_timeout") if "barrier_timeout" in keys else 600.0
+    barrier = (
+        ck.duration(keys["barrier_timeout"], "barrier_timeout", BARRIER_TIMEOUT) if "barrier_timeout" in keys else 600.0
+    )
     meshes = check_meshes(ck, keys["meshes"], tpu) if "meshes" in keys else ()
     output = _file_path(ck, keys["output"], "output", DEFAULT_OUTPUT) if "output" in keys else DEFAULT_OUTPUT
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
