@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuctl.agent.control import Op
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
+from tpuctl.coordination.values import MAX_NAME_CHARS
 from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ class LocalCommands:
         name = str(args.get("name", ""))
         if not name or name.startswith("tpuctl/"):
             raise InputError(f"barrier name {name!r} is empty or reserved", hint="names starting tpuctl/ are tpuctl's own")
+        if len(name) > MAX_NAME_CHARS:
+            raise InputError(
+                f"barrier name {name[:40]!r}... is {len(name):,} characters long; at most {MAX_NAME_CHARS:,} are allowed",
+                hint="use a shorter barrier name",
+            )
         timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
         waiter = asyncio.create_task(agent.barrier(name, timeout))
         started = time.monotonic()
