@@ -90,7 +90,7 @@ def test_json_problems_still_exit_2(spec: Path) -> None:
         (b"\x7fELF\x02\x01\x01\x00", ":1:1: YAML syntax error: character #x007f is not allowed in YAML text"),
         (b"cluster: a\x00b\n", ":1:11: YAML syntax error: character #x0000 is not allowed in YAML text"),
         (b"", ":1:1: the spec is empty"),
-        (b"[" * 5000, ":1:1: YAML syntax error: nested deeper than 64 levels"),
+        (b"[" * 5000, ":1:65: YAML error: nested deeper than 64 levels"),
     ],
     ids=["unclosed", "png", "elf", "nul", "empty", "deep"],
 )
@@ -113,7 +113,7 @@ def test_unreadable_file_is_an_input_error(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert code == 2 and doc["ok"] is False and doc["cluster"] is None
     assert doc["problems"][0]["line"] is None
-    assert doc["problems"][0]["message"].startswith(f"cannot read cluster spec {tmp_path}: Is a directory")
+    assert doc["problems"][0]["message"].startswith(f"cannot read cluster spec {tmp_path}: it is a folder, not a regular file")
 
 
 def test_config_is_required() -> None:

@@ -4,12 +4,16 @@
 :mod:`tpuctl.spec.model` can point at each problem; scalars are typed by the SafeLoader's own constructors.
 Nothing here raises a YAML exception or a traceback at a user: syntax errors, bytes that are not UTF-8,
 unknown tags and recursive aliases all become problems (``FILE:LINE:COL: YAML syntax error: ...``).
+
+Every input is bounded before it costs much: only a regular file is read, at most ``MAX_SPEC_BYTES``; the
+parse stops at ``MAX_NODES`` values or ``MAX_DEPTH`` levels; aliases may not expand past ``MAX_NODES``
+values (a "billion laughs" is one problem, not gigabytes); a number is at most ``MAX_NUMBER_CHARS`` long.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import stat
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -22,6 +26,79 @@ _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 MAX_DEPTH = 64  # a spec is 4 levels deep; deeper is a mistake or an attack on the recursion limit
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+"""Largest spec file read: 10,000 hosts with long DNS names take about 0.6 MiB."""
+MAX_NODES = 100_000
+"""Most values (scalars, lists, mappings) a spec may hold, aliases expanded: ten times 10,000 hosts."""
+MAX_NUMBER_CHARS = 64
+"""Longest number read: ``port: 9999...`` with 100,000 digits is refused before Python converts it."""
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class _Limit(Exception):
+    """The document is past a bound; where and which."""
+
+    def __init__(self, mark: yaml.Mark, message: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(mark.line + 1, mark.column + 1, "", message)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader's composer with a node count and a nesting depth: the parse stops at the first value past them."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._nodes += 1
+        self._depth += 1
+        try:
+            if self._nodes > MAX_NODES:
+                raise _Limit(self._mark(), f"YAML error: more than {MAX_NODES:,} values; expected a cluster spec")
+            if self._depth > MAX_DEPTH:
+                raise _Limit(self._mark(), f"YAML error: nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _mark(self) -> yaml.Mark:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        return event.start_mark  # type: ignore[no-any-return]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _expansion_problem(root: yaml.Node) -> Problem | None:
+    """The first node whose aliases expand past ``MAX_NODES`` values (iteratively: no recursion limit)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_nodes.discard(key)
+            size = 1 + sum(sizes.get(id(child), 1) for child in _children(node))  # a cycle counts once
+            sizes[key] = size
+            if size > MAX_NODES:
+                mark = node.start_mark
+                message = f"YAML error: aliases here expand to more than {MAX_NODES:,} values; expected a cluster spec"
+                return Problem(mark.line + 1, mark.column + 1, "", message)
+            continue
+        if key in sizes or key in open_nodes:
+            continue
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack += [(child, False) for child in _children(node)]
+    return None
 
 
 class _TreeBuilder:
@@ -85,10 +162,19 @@ class _TreeBuilder:
 
     def _scalar(self, node: yaml.ScalarNode, line: int, column: int) -> Node:
         value: object
+        if node.tag in _NUMBER_TAGS and len(node.value) > MAX_NUMBER_CHARS:
+            self._problem(
+                node, f"a number {len(node.value):,} characters long; expected at most {MAX_NUMBER_CHARS} characters"
+            )
+            return Node("scalar", line, column, value=node.value, text=node.value, plain=node.style is None)
         try:
             value = self._constructor.construct_object(node)
         except yaml.YAMLError as exc:
             self._problem(node, f"YAML error: {getattr(exc, 'problem', None) or exc}; expected a plain value")
+            value = node.value
+        except Exception:  # pyyaml's constructors fail in other ways too: ``!!int ''`` is an IndexError
+            tag = node.tag.rsplit(":", 1)[-1]
+            self._problem(node, f"YAML error: {node.value[:40]!r} cannot be read as !!{tag}; expected a plain value")
             value = node.value
         # timestamps, !!binary and the like: keep the text the author wrote
         scalar: Scalar = value if value is None or isinstance(value, str | int | float | bool) else node.value
@@ -121,13 +207,18 @@ def _yaml_problem(exc: yaml.YAMLError, text: str) -> Problem:
 def parse_tree(text: str) -> tuple[Node | None, list[Problem]]:
     """The node tree of a YAML document (None when empty or unreadable) and the problems met."""
     try:
-        document = yaml.compose(text, Loader=yaml.SafeLoader)
+        document = yaml.compose(text, Loader=_BoundedLoader)
+    except _Limit as exc:
+        return None, [exc.problem]
     except yaml.YAMLError as exc:
         return None, [_yaml_problem(exc, text)]
     except RecursionError:
         return None, [Problem(1, 1, "", f"YAML syntax error: nested deeper than {MAX_DEPTH} levels")]
     if document is None:
         return None, []
+    expansion = _expansion_problem(document)
+    if expansion is not None:
+        return None, [expansion]
     builder = _TreeBuilder()
     return builder.build(document), builder.problems
 
@@ -161,15 +252,93 @@ def check_spec_bytes(data: bytes, source: str) -> SpecCheck:
 
 
 def read_spec_file(path: str | os.PathLike[str]) -> bytes:
-    """A spec file's bytes; InputError naming the path when it cannot be read."""
+    """A spec file's bytes; InputError naming the path when it cannot be read, is not a regular file (a
+    folder, a FIFO, a device: refused at once, never read) or is over ``MAX_SPEC_BYTES``."""
+    source = os.fspath(path)
     try:
-        return Path(path).read_bytes()
+        return read_regular_file(source, MAX_SPEC_BYTES)
+    except NotRegularFile as exc:
+        raise InputError(
+            f"cannot read cluster spec {source}: it is {exc.kind}, not a regular file",
+            hint="pass the path of a YAML file (copy a pipe's output to a file first)",
+        ) from None
+    except FileTooLarge as exc:
+        raise InputError(
+            f"cannot read cluster spec {source}: it is over {MAX_SPEC_BYTES // 2**20} MiB ({exc.size})",
+            hint="a cluster spec is a small YAML file: check the path",
+        ) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise InputError(
-            f"cannot read cluster spec {os.fspath(path)}: {reason}",
+            f"cannot read cluster spec {source}: {reason}",
             hint="check the path, and that this user may read the file",
         ) from exc
+
+
+class NotRegularFile(OSError):
+    """``kind``: ``a folder``, ``a FIFO (named pipe)``, ``a character device`` ..."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class FileTooLarge(OSError):
+    def __init__(self, size: str) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them, without ever blocking.
+
+    Opened with O_NONBLOCK (a FIFO opens at once instead of waiting for a writer), then fstat: anything but
+    a regular file is NotRegularFile, unread; a file over ``limit`` bytes (by its size or, for files that
+    do not know it, as read) is FileTooLarge. Other failures are the OSError of open or read.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        try:  # a socket cannot be opened (ENXIO): say what it is
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(file_kind(mode)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(file_kind(info.st_mode))
+        if info.st_size > limit:
+            raise FileTooLarge(f"{info.st_size:,} bytes")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise FileTooLarge(f"more than {limit:,} bytes read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def check_spec_file(path: str | os.PathLike[str]) -> SpecCheck:
