@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
@@ -26,6 +27,10 @@ from tpuctl.messages import closest, listed, suggestion
 _REINIT_HINT = "re-run `tpuctl init` on every host to write a fresh mapping"
 _INLINE_WIDTH = 100
 _LIST_CHUNK = 16  # scalars per line when a list wraps (4 devices of device_coordinates)
+MAX_MAPPING_BYTES = 64 * 1024 * 1024
+"""Largest mapping file read: a v4-4096 mapping (512 hosts) is 0.3 MiB, 10,000 hosts about 6 MiB."""
+MAX_NUMBER_CHARS = 32
+"""Longest JSON number read (a 64-bit integer has 20 digits); longer is refused before Python converts it."""
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -91,13 +96,38 @@ def to_json(mapping: DeviceMapping) -> str:
 
 
 def from_json(text: str, source: str = "device mapping") -> DeviceMapping:
-    """Parse and validate a mapping file's text; every problem is a MappingError naming ``source``."""
+    """Parse and validate a mapping file's text; every problem is a MappingError naming ``source``
+    (a ValueError or RecursionError from a hostile file too: wrapped once, never escaping)."""
     try:
         return _from_json(text, source)
     except MappingError as exc:
         if exc.message.startswith(source):
             raise
         raise MappingError(f"{source}: {exc.message}", hint=exc.hint or _REINIT_HINT) from exc
+    except RecursionError:
+        raise MappingError(f"{source}: nested too deeply: not a device mapping file", hint=_REINIT_HINT) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise MappingError(f"{source}: not a device mapping: {exc}", hint=_REINIT_HINT) from exc
+
+
+def _number(text: str) -> NoReturn:
+    raise MappingError(f"a number {len(text):,} characters long; expected at most {MAX_NUMBER_CHARS} characters")
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        _number(text)
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        _number(text)
+    return float(text)
+
+
+def _parse_constant(text: str) -> NoReturn:
+    raise MappingError(f"{text} is not JSON (JSON numbers are finite)")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -135,7 +165,13 @@ def _from_json(text: str, source: str) -> DeviceMapping:
     if not text.strip():
         raise MappingError(f"{source}: the file is empty", hint=_REINIT_HINT)
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(
+            text,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
     except json.JSONDecodeError as exc:
         what = "not valid JSON" if text.rstrip().endswith("}") else "truncated"
         raise MappingError(
@@ -163,6 +199,10 @@ def _from_json(text: str, source: str) -> DeviceMapping:
         json_format.ParseDict(data, msg)
     except json_format.ParseError as exc:
         raise MappingError(f"{source}: does not match the device mapping schema: {exc}") from exc
+    except (SystemError, UnicodeError) as exc:  # protobuf (upb) on a string holding a lone surrogate ("\ud800")
+        raise MappingError(
+            f"{source}: a string is not valid Unicode (a lone \\ud800-\\udfff escape): not a device mapping file"
+        ) from exc
     mapping = from_proto(msg)
     problems = mapping_problems(mapping) or _mesh_record_problems(msg, mapping)
     if problems:
@@ -202,13 +242,13 @@ def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:
     """
     source = os.fspath(path)
     try:
-        raw = Path(source).read_bytes()
+        raw = _read_regular_file(source, MAX_MAPPING_BYTES)
     except FileNotFoundError as exc:
         raise MappingError(
             f"no device mapping file at {source}", hint="run `tpuctl init` on this host first, or fix the path"
         ) from exc
     except OSError as exc:
-        raise MappingError(f"cannot read device mapping {source}: {exc.strerror or exc}") from exc
+        raise MappingError(f"cannot read device mapping {source}: {exc.strerror or exc}", hint=_FILE_HINT) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -216,3 +256,59 @@ def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:
             f"{source}: not UTF-8 text (byte {exc.start}): not a device mapping file", hint=_REINIT_HINT
         ) from exc
     return from_json(text, source)
+
+
+_FILE_HINT = "pass the path of the mapping file tpuctl init wrote (a regular file)"
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(mode: int) -> OSError:
+    kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+    return OSError(0, f"it is {kind}, not a regular file")
+
+
+def _read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``, never blocking (the twin of
+    :func:`tpuctl.spec.yamlfile.read_regular_file`, which this job-side module may not import: yaml).
+
+    O_NONBLOCK, so a FIFO opens at once; then fstat: anything but a regular file (a folder, a FIFO,
+    /dev/zero) is refused unread, and a file over ``limit`` bytes (by size, or as read) too.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        try:  # a socket cannot be opened (ENXIO): say what it is
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(mode):
+            raise _not_regular(mode) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(info.st_mode)
+        too_big = OSError(0, f"it is over {limit // 2**20} MiB: not a device mapping file")
+        if info.st_size > limit:
+            raise too_big
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise too_big
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
