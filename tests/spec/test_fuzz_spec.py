@@ -88,6 +88,7 @@ scalars = st.one_of(
     st.text(max_size=20),
     st.text(alphabet="a-._0", min_size=60, max_size=70),
     st.sampled_from(["", "x" * 5000, "v4-8", "v5p-16", "2x2x4", "tpuctl/x", "::1", "0.0.0.0", "h:80", "yes"]),
+    st.sampled_from(["v4-" + "9" * 5000, "9" * 5000 + "x2x2", "v5p-" + "1" * 40]),  # found: int() past 4,300 digits
     durations,
 )
 values: st.SearchStrategy[Any] = st.recursive(

@@ -290,3 +290,13 @@ def test_huge_numbers_are_refused_before_conversion(value: str) -> None:
 def test_deep_nesting_is_one_problem_with_its_position(text: str) -> None:
     (problem,) = problems(text)
     assert problem.startswith("c.yaml:") and "nested deeper than 64 levels" in problem
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [("accelerator: v4-" + "9" * 5000, "accelerator"), ("generation: v4\ntopology: " + "9" * 5000 + "x2x2", "topology")],
+)
+def test_a_slice_with_a_5000_digit_count_is_a_problem_not_a_traceback(text: str, key: str) -> None:
+    """Found by probing: int() refuses over 4,300 digits with a ValueError, which escaped validate (exit 1)."""
+    (problem,) = problems("cluster: a\nbackend: sim\nhosts: [h]\n" + text + "\n")
+    assert f": {key}: " in problem and "characters long; expected" in problem

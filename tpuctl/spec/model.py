@@ -247,10 +247,23 @@ _UNKNOWN_HINTS = {
 }
 
 
+MAX_SLICE_TEXT = 32
+"""Longest accelerator, generation or topology text (``v5litepod-256`` is 13): a 5,000-digit count is
+refused here, before the slice model would convert it."""
+
+
+def _slice_text(ck: Checker, node: Node, path: str, expected: str) -> str | None:
+    text = ck.string(node, path, expected)
+    if text is not None and len(text) > MAX_SLICE_TEXT:
+        ck.add(node, path, f"{text[:20]!r}... is {len(text):,} characters long; expected {expected}")
+        return None
+    return text
+
+
 _READERS: dict[str, Callable[[Checker, Node, str], object]] = {
-    "accelerator": lambda ck, n, p: ck.string(n, p, "an accelerator type like v4-32"),
-    "generation": lambda ck, n, p: ck.string(n, p, "a TPU generation: v2, v3, v4, v5e, v5p, v6e or 7x"),
-    "topology": lambda ck, n, p: ck.string(n, p, "chips per axis, like 2x2x4 (or 4x4 for 2D generations)"),
+    "accelerator": lambda ck, n, p: _slice_text(ck, n, p, "an accelerator type like v4-32"),
+    "generation": lambda ck, n, p: _slice_text(ck, n, p, "a TPU generation: v2, v3, v4, v5e, v5p, v6e or 7x"),
+    "topology": lambda ck, n, p: _slice_text(ck, n, p, "chips per axis, like 2x2x4 (or 4x4 for 2D generations)"),
     "chips_per_host": lambda ck, n, p: ck.integer(n, p, 1),
     "num_slices": lambda ck, n, p: ck.integer(n, p, 1),
     "megacore": lambda ck, n, p: ck.boolean(n, p),
