@@ -18,6 +18,7 @@ from tpuctl.coordination import client as client_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import start_server
 from tpuctl.coordination.state import PROTOCOL_VERSION, TaskInfo, TaskState
+from tpuctl.coordination.values import fingerprint
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, StateError
 
 pytestmark = pytest.mark.timeout(60)
@@ -189,9 +190,9 @@ def test_a_second_live_process_for_a_task_is_refused() -> None:
             with pytest.raises(ClusterError) as excinfo:
                 await cluster.client().register("test", 1, hostname="host-b")
             assert excinfo.value.message.startswith(
-                f"task 1 is already registered by another live process (incarnation {member.task.incarnation}, "
-                "registered from host-a at ipv4:127.0.0.1:"
+                "task 1 is already registered by another live process (registered from host-a at ipv4:127.0.0.1:"
             )
+            assert str(member.task.incarnation) not in excinfo.value.message  # never echoed
 
     run(body())
 
@@ -313,7 +314,7 @@ def test_register_waits_for_a_coordinator_that_starts_later() -> None:
 def test_kv_blocking_get_is_released_by_a_later_set_and_has_a_deadline() -> None:
     async def body() -> None:
         async with serving(make_config(2)) as cluster:
-            reader, writer = cluster.client(), cluster.client()
+            reader, (writer, _) = cluster.client(), await cluster.join(1)
             started = time.monotonic()
             getting = asyncio.create_task(reader.kv_get("cores/1", timeout=5.0))
             await asyncio.sleep(0.2)
@@ -349,7 +350,10 @@ def test_status_over_the_wire() -> None:
                 (TaskInfo(2, "127.0.0.3"), TaskState.WAITING),
             ]
             connected = status.tasks[1]
-            assert connected.incarnation == member.task.incarnation and connected.hostname == "host-1"
+            assert connected.hostname == "host-1"
+            # Nobody learns a task's incarnation or credential from status: a fingerprint tells them apart.
+            assert connected.incarnation == 0 and connected.fingerprint == fingerprint(member.task.credential)
+            assert len(member.task.credential) == 32
             assert connected.seconds_since_heartbeat is not None and 0 <= connected.seconds_since_heartbeat < 1.0
             assert status.tasks[0].seconds_since_heartbeat is None
 

@@ -27,6 +27,7 @@ from tpuctl.coordination.state import (
     barrier_key,
     kv_key,
 )
+from tpuctl.coordination.values import fingerprint
 from tpuctl.errors import InputError
 
 
@@ -43,8 +44,14 @@ def registration(task_id: int, incarnation: int | None = None, **overrides: obje
         "hostname": f"host-{task_id}",
         "peer": f"ipv4:127.0.0.1:{5000 + task_id}",
     }
+    fields["credential"] = credential(task_id, int(fields["incarnation"]))  # type: ignore[call-overload]
     fields.update(overrides)
     return Registration(**fields)  # type: ignore[arg-type]
+
+
+def credential(task_id: int, incarnation: int) -> bytes:
+    """A fixed credential per registration (the service generates random ones at its edge)."""
+    return f"credential-{task_id}-{incarnation}".encode().ljust(32, b".")
 
 
 def register(state: CoordinationState, task_ids: range | list[int], now: float = 0.0) -> list[TaskRef]:
@@ -101,7 +108,7 @@ def test_only_the_last_registration_wakes_the_waiters() -> None:
 
 def test_membership_tells_the_task_about_the_cluster() -> None:
     member = new_state(2).register(registration(1), now=0.0)
-    assert member.task == TaskRef(1, 1001)
+    assert member.task == TaskRef(1, 1001, credential(1, 1001))
     assert member.service_incarnation == 77
     assert member.tasks == (TaskInfo(0, "127.0.0.1"), TaskInfo(1, "127.0.0.2"))
     assert member.num_tasks == 2
@@ -157,7 +164,7 @@ def test_second_live_process_for_a_task_is_refused_with_the_first_ones_identity(
     assert refusal(excinfo) == (
         Reason.TASK_TAKEN,
         "task 1 is already registered by another live process "
-        "(incarnation 111, registered from host-1 at ipv4:127.0.0.1:5001)",
+        f"(registered from host-1 at ipv4:127.0.0.1:5001, fingerprint {fingerprint(credential(1, 111))})",
     )
     assert state.status(now=0.5).tasks[1].incarnation == 111
 
@@ -232,8 +239,8 @@ def test_heartbeat_with_a_stale_incarnation_is_aborted_naming_the_task() -> None
         state.heartbeat(old, now=2.1)
     assert refusal(excinfo) == (
         Reason.STALE_INCARNATION,
-        "task 2 (127.0.0.3): incarnation 5 is stale; the task is registered by incarnation 6 "
-        "(from host-2 at ipv4:127.0.0.1:5002)",
+        "task 2 (127.0.0.3): incarnation 5 is stale; the task is registered by another process "
+        f"(from host-2 at ipv4:127.0.0.1:5002, fingerprint {fingerprint(credential(2, 6))})",
     )
 
 
@@ -435,6 +442,7 @@ def test_status_reports_every_task_by_the_service_clock() -> None:
         "address": "127.0.0.3",
         "state": "waiting",
         "incarnation": None,
+        "fingerprint": None,
         "hostname": None,
         "peer": None,
         "heartbeat_age": None,

@@ -1,7 +1,8 @@
 """A shared token: every call to the coordinator carries it, and the server refuses calls without it.
 
 This keeps a stray or mistyped client (another cluster on the same port range, a scanner) away from the
-state; it is not encryption: the token travels in clear text over the plaintext gRPC channel.
+state; it is not encryption: over the plaintext gRPC channel the token travels in clear text (with
+``auth.tls``, inside TLS). Refusals are logged rate-limited (one line per peer every 10 s at most).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import grpc
 
 from tpuctl.coordination.convert import hint_metadata
+from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.errors import InputError
 
 TOKEN_KEY = "x-tpuctl-token"
@@ -73,13 +75,15 @@ class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignor
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
+        self.refusal_log = RateLimitedLog(log)
+        """One warning per peer every 10 s at most, with a count of those left out."""
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         problem = self._problem(details.invocation_metadata or ())
         handler = await continuation(details)
         if problem is None or handler is None:
             return handler
-        refuse = _refusal(details.method, problem)
+        refuse = _refusal(details.method, problem, self.refusal_log)
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(refuse)
         if handler.request_streaming:
@@ -97,9 +101,10 @@ class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignor
         return None
 
 
-def _refusal(method: str, problem: str) -> Callable[[Any, Any], Awaitable[None]]:
+def _refusal(method: str, problem: str, refusals: RateLimitedLog) -> Callable[[Any, Any], Awaitable[None]]:
     async def refuse(request: Any, context: Any) -> None:
-        log.warning("refused %s from %s: %s", method, context.peer(), problem)
+        peer = context.peer()
+        refusals.log(logging.WARNING, peer, problem, "refused %s from %s: %s", method, peer, problem)
         await context.abort(
             grpc.StatusCode.UNAUTHENTICATED,
             problem,

@@ -29,6 +29,7 @@ import grpc
 
 from tpuctl.coordination import convert
 from tpuctl.coordination.auth import TOKEN_KEY
+from tpuctl.coordination.tls import ClientTls, channel_credentials
 from tpuctl.coordination.values import (
     PROTOCOL_VERSION,
     ClusterFailure,
@@ -40,7 +41,7 @@ from tpuctl.coordination.values import (
     TaskRef,
     shown,
 )
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
@@ -83,12 +84,19 @@ class CoordinationClient:
     """A client of the coordination service at ``target`` ("host:port").
 
     Create it inside the event loop that uses it; ``close`` it (or use ``async with``). Task-scoped calls
-    take the ``TaskRef`` that ``register`` returned (``Membership.task``), so a process may also act for a
-    task another process registered if it knows the incarnation.
+    take the ``TaskRef`` that ``register`` returned (``Membership.task``): only the process holding it (or
+    one it handed it to) may act for the task.
 
-    ``token``: the cluster's shared token, if the service requires one. ``rpc_timeout``: the deadline of
-    a call that does not wait in the service, and the slack added to one that does. ``max_wait``: the
-    client-side bound on a barrier or gather left to the service's default timeout.
+    ``token``: the cluster's shared token, if the service requires one. ``tls``: talk TLS (``tls.
+    load_client_tls``: the CA that signed the service's certificate, and for mutual TLS this host's
+    certificate and key). ``rpc_timeout``: the deadline of a call that does not wait in the service, and
+    the slack added to one that does. ``max_wait``: the client-side bound on a barrier or gather left to
+    the service's default timeout.
+
+    Identity: ``register`` returns a ``Membership`` whose ``task`` carries the registration's credential
+    (a secret only this registration got); task-scoped calls send it, so pass that ``TaskRef`` on. A
+    ``TaskRef`` without it (another process's task id and incarnation) is refused. The client remembers
+    its latest registration for ``kv_set``.
     """
 
     def __init__(
@@ -98,12 +106,22 @@ class CoordinationClient:
         token: str | None = None,
         rpc_timeout: float = RPC_TIMEOUT_S,
         max_wait: float = MAX_WAIT_S,
+        tls: ClientTls | None = None,
     ) -> None:
         self.target = target
         self._rpc_timeout = rpc_timeout
         self._max_wait = max_wait
         self._metadata = ((TOKEN_KEY, token),) if token else None
-        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._tls = tls
+        self.membership: Membership | None = None
+        """The latest registration this client made (``register``'s answer)."""
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:
+            options: tuple[tuple[str, Any], ...] = _CHANNEL_OPTIONS
+            if tls.server_name:
+                options += (("grpc.ssl_target_name_override", tls.server_name),)
+            self._channel = grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
         self._stub = pb_grpc.CoordinationServiceStub(self._channel)
 
     async def __aenter__(self) -> CoordinationClient:
@@ -151,7 +169,8 @@ class CoordinationClient:
         while True:
             try:
                 response = await self._call(self._stub.RegisterTask, request, "RegisterTask", self._rpc_timeout)
-                return convert.membership(response, task)
+                self.membership = convert.membership(response, task)
+                return self.membership
             except CoordinatorUnreachable as exc:
                 left = give_up_at - time.monotonic()
                 if left <= 0:
@@ -307,9 +326,11 @@ class CoordinationClient:
             if response.HasField("failure"):
                 return convert.cluster_failure(response.failure)
 
-    async def report_error(self, task: TaskRef, cause: str) -> None:
-        """Declare this task failed with ``cause``: the whole cluster is in error from then on."""
-        request = pb.ReportErrorRequest(task=convert.task_ref_pb(task), cause=cause)
+    async def report_error(self, task: TaskRef, cause: str, *, shutdown: bool = False) -> None:
+        """Declare this task failed with ``cause``: the whole cluster is in error from then on. With
+        ``shutdown``, the error is a deliberate shutdown (``ClusterFailure.shutdown``: hosts leave
+        without reporting a failure)."""
+        request = pb.ReportErrorRequest(task=convert.task_ref_pb(task), cause=cause, shutdown=shutdown)
         await self._call(self._stub.ReportError, request, "ReportError", self._rpc_timeout)
 
     async def disconnect(self, task: TaskRef) -> None:
@@ -365,7 +386,7 @@ class CoordinationClient:
         response = await self._waiting_call(
             self._stub.Gather, request, f"gather {shown(name)}", wait, task, name, "gather", progress, progress_every
         )
-        return list(response.values)
+        return convert.gather_values(response)  # inflated to at most the size the service allows
 
     async def rendezvous_progress(
         self, task: TaskRef, name: str, *, kind: RendezvousKind = "barrier"
@@ -378,10 +399,23 @@ class CoordinationClient:
         )
         return convert.rendezvous_progress(response, kind=kind, name=name)
 
-    async def kv_set(self, key: str, value: bytes, *, allow_overwrite: bool = False) -> None:
+    async def kv_set(
+        self, key: str, value: bytes, *, allow_overwrite: bool = False, task: TaskRef | None = None
+    ) -> None:
         """Set ``key`` (at most 1,024 characters); an existing key raises ``ClusterError`` unless
-        ``allow_overwrite``."""
-        request = pb.KeyValueSetRequest(entry=pb.KeyValue(key=key, value=value), allow_overwrite=allow_overwrite)
+        ``allow_overwrite``. A write is charged to ``task`` (default: this client's registration), under
+        quotas: a value at most 1 MiB, per task 1,024 keys and 16 MiB, in all 65,536 keys and 64 MiB;
+        over one raises ``InputError`` naming the limit and the use."""
+        if task is None:
+            if self.membership is None:
+                raise InputError(
+                    f"set {shown(key)}: a key-value write is charged to a task, and this client has not registered",
+                    hint="register() first, or pass task= (the TaskRef a registration returned)",
+                )
+            task = self.membership.task
+        request = pb.KeyValueSetRequest(
+            entry=pb.KeyValue(key=key, value=value), allow_overwrite=allow_overwrite, task=convert.task_ref_pb(task)
+        )
         await self._call(self._stub.KeyValueSet, request, f"set {key!r}", self._rpc_timeout)
 
     async def kv_get(self, key: str, *, timeout: float) -> bytes:
@@ -414,6 +448,12 @@ class CoordinationClient:
 
     def _error(self, exc: grpc.aio.AioRpcError, call: str, timeout: float) -> TpuctlError:
         hint = convert.hint_from_metadata(exc.trailing_metadata())
+        if hint is None and self._tls is not None and exc.code() is grpc.StatusCode.UNAVAILABLE:
+            hint = (
+                f"this host talks TLS to {self.target}: check that the coordinator serves TLS, that its "
+                "certificate is signed by auth.tls.ca and names that address (or auth.tls.server_name), and "
+                "for mutual TLS that this host's client certificate is signed by the same CA"
+            )
         return convert.error_from_status(
             exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
         )

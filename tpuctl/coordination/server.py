@@ -16,6 +16,7 @@ import grpc
 from tpuctl.coordination.auth import TokenCheck
 from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
 from tpuctl.coordination.state import CoordinationState, ServiceConfig
+from tpuctl.coordination.tls import ServerTls, server_credentials
 from tpuctl.errors import StateError
 from tpuctl.proto import coordination_pb2 as pb
 
@@ -62,6 +63,7 @@ async def start_server(
     clock: Callable[[], float] = time.monotonic,
     service_incarnation: int | None = None,
     check_interval: float | None = None,
+    tls: ServerTls | None = None,
 ) -> CoordinationServer:
     """Serve ``config``'s cluster on ``host:port`` (port 0: any free port).
 
@@ -71,6 +73,9 @@ async def start_server(
 
     Raises ``StateError`` when the port is taken or the address is not this host's: both are facts about
     this host (most often another ``tpuctl init`` already serving), fixed here, not in the cluster.
+
+    ``tls``: serve over TLS (``tls.load_server_tls``; mutual TLS when it has a client CA) instead of
+    plaintext.
     """
     incarnation = service_incarnation or secrets.randbits(64) or 1
     state = CoordinationState(config, service_incarnation=incarnation)
@@ -83,7 +88,10 @@ async def start_server(
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
     try:
-        bound = server.add_insecure_port(host_port(host, port))
+        if tls is None:
+            bound = server.add_insecure_port(host_port(host, port))
+        else:
+            bound = server.add_secure_port(host_port(host, port), server_credentials(tls))
     except RuntimeError as exc:  # grpc says only "Failed to bind"; ask the OS why
         raise _bind_error(host, port) from exc
     if not bound:  # older grpcio returned 0 instead of raising
@@ -91,12 +99,13 @@ async def start_server(
     await server.start()
     service.start()
     log.info(
-        "coordination service for cluster %r (%d tasks) listening on %s, incarnation %d%s",
+        "coordination service for cluster %r (%d tasks) listening on %s, incarnation %d%s%s",
         config.cluster,
         len(config.tasks),
         host_port(host, bound),
         incarnation,
         ", token required" if config.token else "",
+        "" if tls is None else ", mutual TLS" if tls.client_ca else ", TLS",
     )
     return CoordinationServer(host, bound, service, server)
 

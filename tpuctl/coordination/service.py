@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import math
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any, NoReturn, TypeVar
 from google.protobuf.message import Message
 
 from tpuctl.coordination import convert
+from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.state import (
     ERRORS,
     REGISTRATION,
@@ -41,7 +43,7 @@ from tpuctl.coordination.state import (
     barrier_key,
     kv_key,
 )
-from tpuctl.coordination.values import SAMPLE
+from tpuctl.coordination.values import CREDENTIAL_BYTES, SAMPLE
 from tpuctl.proto import coordination_pb2 as pb
 
 log = logging.getLogger("tpuctl.coordination")
@@ -60,6 +62,7 @@ _MEMBERSHIP_REFUSALS = {
     Reason.UNKNOWN_TASK,
     Reason.TASK_TAKEN,
     Reason.STALE_INCARNATION,
+    Reason.NOT_PERMITTED,
 }
 
 _T = TypeVar("_T")
@@ -120,8 +123,12 @@ def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Reques
         try:
             return await method(self, request, context)
         except Refused as refused:
+            # One line per peer and reason every 10 s at most, whoever the caller (a stranger's flood).
             level = logging.WARNING if refused.reason in _MEMBERSHIP_REFUSALS else logging.INFO
-            log.log(level, "refused %s from %s: %s", method.__name__, context.peer(), refused.message)
+            peer = context.peer()
+            self.refusal_log.log(
+                level, peer, refused.reason.name, "refused %s from %s: %s", method.__name__, peer, refused.message
+            )
             await self._abort(context, refused)
         finally:
             self._wake()
@@ -145,6 +152,7 @@ class CoordinationServicer:
         self._error: tuple[ClusterFailure, bytes] | None = None
         self._gathered: dict[str, tuple[Gathered, bytes]] = {}
         self._kv_dirs: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self.refusal_log = RateLimitedLog(log)
 
     @property
     def state(self) -> CoordinationState:
@@ -174,16 +182,20 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Any) -> Answer:
-        membership = self._state.register(convert.registration(request, peer=context.peer()), now=self._clock())
+        # The credential is generated here, at the edge; the state keeps it (a retry gets the first one).
+        credential = secrets.token_bytes(CREDENTIAL_BYTES)
+        registration = convert.registration(request, peer=context.peer(), credential=credential)
+        membership = self._state.register(registration, now=self._clock())
         log.info(
-            "task %d registered from %s (%s), incarnation %d",
+            "task %d registered from %s (%s), fingerprint %s",
             request.task_id,
             request.hostname[:255],
             context.peer(),
-            request.incarnation,
+            self._state.status_fingerprint(request.task_id),
         )
         key = "register+tasks" if request.with_tasks else "register"
-        return self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
+        shared = self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
+        return shared + convert.credential_answer(membership.task.credential)
 
     @_refusals_as_status
     async def WaitForAllTasks(self, request: pb.WaitForAllTasksRequest, context: Any) -> Answer:
@@ -227,7 +239,9 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def ReportError(self, request: pb.ReportErrorRequest, context: Any) -> Answer:
-        failures = self._state.report_error(convert.task_ref(request.task), request.cause, now=self._clock())
+        failures = self._state.report_error(
+            convert.task_ref(request.task), request.cause, now=self._clock(), shutdown=request.shutdown
+        )
         self._log_failures(failures)
         return self._share("empty", lambda: pb.ReportErrorResponse())
 
@@ -271,7 +285,7 @@ class CoordinationServicer:
             self.counters.built += 1
             self.counters.encoded += 1
             self.counters.touched += len(gathered.values)
-            message = pb.GatherResponse(instance=gathered.instance, values=gathered.values)
+            message = convert.gather_response(gathered.instance, gathered.values)  # compressed once, for all
             cached = self._gathered[gather.name] = (gathered, message.SerializeToString())
         return cached[1]
 
@@ -286,7 +300,19 @@ class CoordinationServicer:
     @_refusals_as_status
     async def KeyValueSet(self, request: pb.KeyValueSetRequest, context: Any) -> Answer:
         entry = request.entry
-        self._state.kv_set(entry.key, entry.value, allow_overwrite=request.allow_overwrite, now=self._clock())
+        if not request.HasField("task"):
+            raise Refused(
+                Reason.NOT_PERMITTED,
+                "a key-value write must name its task and carry its credential (protocol v3)",
+                hint="register first and pass the TaskRef register() returned",
+            )
+        self._state.kv_set(
+            entry.key,
+            entry.value,
+            allow_overwrite=request.allow_overwrite,
+            now=self._clock(),
+            caller=convert.task_ref(request.task),
+        )
         return b""
 
     @_refusals_as_status

@@ -17,20 +17,28 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
   report) puts the cluster in error for good: every wait fails at once, naming the failed task.
 * Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error.
 * Key-value (``kv.py``): values are bytes; a blocking get waits for the key up to the caller's timeout.
+  Writes are charged to the writing task, under per-task and total quotas (``KvLimits``).
+* Identity: a new registration keeps the credential the executor generated for it (``Registration.
+  credential``) and answers it in ``Membership.task``; every task-scoped call must carry it (compared in
+  constant time, ``hmac.compare_digest``), else it is refused ``NOT_PERMITTED``. Nothing this state
+  answers contains another task's credential or incarnation (status has a fingerprint), and no refusal
+  echoes them.
 
 Cost: every call is O(1) or O(its answer); only ``status`` lists every task. ``counters`` counts the work.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.rendezvous import Rendezvous
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
+    CREDENTIAL_BYTES,
     ERRORS,
     PROTOCOL_VERSION,
     REGISTRATION,
@@ -64,6 +72,7 @@ from tpuctl.coordination.values import (
     check_timeout,
     clip,
     count,
+    fingerprint,
     kv_key,
     sample_text,
     shown,
@@ -101,6 +110,12 @@ __all__ = [
 ]
 
 
+def _random_credential() -> bytes:
+    import secrets
+
+    return secrets.token_bytes(CREDENTIAL_BYTES)
+
+
 @dataclass
 class _Task:
     info: TaskInfo
@@ -110,13 +125,24 @@ class _Task:
     peer: str = ""
     last_heartbeat: float = 0.0
     cause: str = ""
+    credential: bytes = b""
+    fingerprint: str = ""
 
 
 class CoordinationState:
     """Everything the coordination service knows. Not thread-safe: one executor drives it."""
 
-    def __init__(self, config: ServiceConfig, *, service_incarnation: int) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        service_incarnation: int,
+        new_credential: Callable[[], bytes] | None = None,
+    ) -> None:
+        """``new_credential``: the secret of a registration that brings none (the executor generates one
+        per registration at its edge; default: ``CREDENTIAL_BYTES`` from ``secrets``)."""
         self.config = config
+        self._new_credential = new_credential or _random_credential
         self.service_incarnation = service_incarnation
         self.counters = Counters()
         self.tasks = tuple(TaskInfo(i, spec.address) for i, spec in enumerate(config.tasks))
@@ -132,7 +158,7 @@ class CoordinationState:
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
         self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken)
-        self._kv = KeyValueStore(self.counters)
+        self._kv = KeyValueStore(self.counters, config.kv_limits)
 
     @property
     def failure(self) -> ClusterFailure | None:
@@ -174,13 +200,13 @@ class CoordinationState:
             if task.incarnation != registration.incarnation:
                 raise Refused(
                     Reason.TASK_TAKEN,
-                    f"task {task.info.task_id} is already registered by another live process (incarnation "
-                    f"{task.incarnation}, registered from {task.hostname} at {task.peer})",
+                    f"task {task.info.task_id} is already registered by another live process (registered "
+                    f"from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
                     hint=f"is `tpuctl init` already running for task {task.info.task_id} on {task.hostname}? "
                     f"Check this host's task id",
                 )
             self._heard_from(task, now)  # an RPC retry of our own registration: proof of life too
-            return self._membership(registration)
+            return self._membership(task)
         if self._failure is not None:
             raise Refused(Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}")
         if self._registration_closed(now):
@@ -189,13 +215,15 @@ class CoordinationState:
         task.incarnation = registration.incarnation
         task.hostname = clip(registration.hostname, 255)
         task.peer = clip(registration.peer, 255)
+        task.credential = registration.credential or self._new_credential()
+        task.fingerprint = fingerprint(task.credential)
         self._heard_from(task, now)
         self._disconnected.discard(task.info.task_id)
         if self._unregistered.discard(task.info.task_id) and not self._unregistered:
             self._woken.add(REGISTRATION)
         if self._register_deadline is None:
             self._register_deadline = now + self.config.register_timeout
-        return self._membership(registration)
+        return self._membership(task)
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:
         """Seconds until registration closes while tasks are missing; None once all registered.
@@ -252,14 +280,20 @@ class CoordinationState:
             late.append((task, self._silence_cause(now - task.last_heartbeat)))
         return self._fail(late)
 
-    def report_error(self, caller: TaskRef, cause: str, *, now: float) -> tuple[TaskFailure, ...]:
+    def report_error(
+        self, caller: TaskRef, cause: str, *, now: float, shutdown: bool = False
+    ) -> tuple[TaskFailure, ...]:
+        """The caller's own fatal error; with ``shutdown``, a deliberate shutdown of the whole cluster (the
+        cluster's error then says so in ``ClusterFailure.shutdown``, which hosts test instead of the text)."""
         task = self._live(caller)
+        if shutdown:
+            return self._fail([(task, f"shut the cluster down: {clip(cause) or 'no reason given'}")], shutdown=True)
         return self._fail([(task, f"reported an error: {clip(cause) or 'no cause given'}")])
 
     def disconnect(self, caller: TaskRef, *, now: float) -> None:
         """Leave gracefully. Barriers still waiting for this task fail at once (they can no longer pass)."""
         task = self._task(caller.task_id)
-        if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and task.incarnation == caller.incarnation:
+        if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._holds(task, caller):
             return  # a retry, or a failed task leaving: its failure stands
         self._live(caller)
         task.state = TaskState.DISCONNECTED
@@ -275,6 +309,8 @@ class CoordinationState:
             self._live(caller)
         elif task.incarnation != caller.incarnation:
             raise self._stale(task, caller)
+        elif not self._holds(task, caller):
+            raise self._not_permitted(task)
         return self._failure
 
     # --- barriers and gathers ----------------------------------------------------------------------
@@ -313,8 +349,13 @@ class CoordinationState:
 
     # --- key-value ---------------------------------------------------------------------------------
 
-    def kv_set(self, key: str, value: bytes, *, allow_overwrite: bool, now: float) -> None:
-        self._kv.set(key, value, allow_overwrite=allow_overwrite)
+    def kv_set(
+        self, key: str, value: bytes, *, allow_overwrite: bool, now: float, caller: TaskRef | None = None
+    ) -> None:
+        """Set ``key``, charged to ``caller``'s quota (the executor always names one: a write is
+        task-scoped; None is a write of the service's own, counted in the total only)."""
+        owner = None if caller is None else self._live(caller).info.task_id
+        self._kv.set(key, value, allow_overwrite=allow_overwrite, owner=owner)
         self._woken.add(kv_key(key))
 
     def kv_get(self, key: str, *, started: float, timeout: float, now: float) -> bytes | Pending:
@@ -339,6 +380,10 @@ class CoordinationState:
 
     # --- status ------------------------------------------------------------------------------------
 
+    def status_fingerprint(self, task_id: int) -> str:
+        """The fingerprint of ``task_id``'s registration (what status shows; "" if none)."""
+        return self._tasks[task_id].fingerprint if 0 <= task_id < len(self._tasks) else ""
+
     def status(self, *, now: float) -> ClusterStatus:
         """Every task, and the open barriers: the one O(tasks) answer."""
         self.counters.touched += len(self._tasks)
@@ -351,6 +396,7 @@ class CoordinationState:
                 peer=t.peer,
                 seconds_since_heartbeat=None if t.state is TaskState.WAITING else now - t.last_heartbeat,
                 cause=t.cause,
+                fingerprint=t.fingerprint,
             )
             for t in self._tasks
         )
@@ -398,23 +444,38 @@ class CoordinationState:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has not registered", hint="register first")
         if task.incarnation != caller.incarnation:
             raise self._stale(task, caller)
+        if not self._holds(task, caller):
+            raise self._not_permitted(task)
         if task.state is TaskState.FAILED:
             raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}")
         if task.state is TaskState.DISCONNECTED:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has disconnected")
         return task
 
+    @staticmethod
+    def _holds(task: _Task, caller: TaskRef) -> bool:
+        """The caller carries the task's credential (constant time: no timing oracle)."""
+        return bool(task.credential) and hmac.compare_digest(caller.credential, task.credential)
+
     def _stale(self, task: _Task, caller: TaskRef) -> Refused:
+        # The caller's own incarnation only: the task's is what a registration retry proves, never shown.
         return Refused(
             Reason.STALE_INCARNATION,
-            f"{task.info}: incarnation {caller.incarnation} is stale; the task is registered by incarnation "
-            f"{task.incarnation} (from {task.hostname} at {task.peer})",
+            f"{task.info}: incarnation {caller.incarnation} is stale; the task is registered by another "
+            f"process (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
             hint="another process registered for this task since; stop this one",
         )
 
-    def _membership(self, registration: Registration) -> Membership:
+    def _not_permitted(self, task: _Task) -> Refused:
+        return Refused(
+            Reason.NOT_PERMITTED,
+            f"{task.info}: the call does not carry the credential of the task's registration",
+            hint="only the process that registered a task may act for it: use the TaskRef its register() returned",
+        )
+
+    def _membership(self, task: _Task) -> Membership:
         return Membership(
-            task=TaskRef(registration.task_id, registration.incarnation),
+            task=TaskRef(task.info.task_id, task.incarnation, task.credential),
             service_incarnation=self.service_incarnation,
             tasks=self.tasks,
             heartbeat_timeout=self.config.heartbeat_timeout,
@@ -446,7 +507,7 @@ class CoordinationState:
     def _silence_cause(self, silence: float) -> str:
         return f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s)"
 
-    def _fail(self, failed: Iterable[tuple[_Task, str]]) -> tuple[TaskFailure, ...]:
+    def _fail(self, failed: Iterable[tuple[_Task, str]], *, shutdown: bool = False) -> tuple[TaskFailure, ...]:
         """Mark tasks failed; the first batch becomes the cluster's error. Returns the new failures."""
         failures = []
         for task, cause in failed:
@@ -456,7 +517,7 @@ class CoordinationState:
             failures.append(TaskFailure(task.info, cause))
         if failures:
             if self._failure is None:
-                self._failure = ClusterFailure(tuple(failures[:SAMPLE]), len(failures))
+                self._failure = ClusterFailure(tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown)
             self._wake_everyone = True
             self._woken.add(ERRORS)
         return tuple(failures)

@@ -15,12 +15,14 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
 carry the task count (the task list only on request); ``HeartbeatStream``, ``Gather`` and
-``RendezvousProgress`` were added."""
+``RendezvousProgress`` were added. v3: per-registration credentials on every task-scoped call; status
+shows credential fingerprints instead of incarnations; task-scoped key-value writes under quotas; the
+``shutdown`` flag of an error report; a gather's table sent compressed."""
 
 # --- limits ------------------------------------------------------------------------------------------
 
@@ -36,7 +38,28 @@ MAX_GATHER_VALUE = 64 * 1024
 """Longest value one host may publish to a gather ..."""
 MAX_GATHER_TABLE = 32 * 1024 * 1024
 """... and the most a whole gather may hold: each value is at most this divided by the host count."""
+MAX_GATHER_WIRE = MAX_GATHER_TABLE + 4 * 1024 * 1024
+"""The most a gather's serialized table may inflate to on a client: the values plus their framing (at
+most 4 bytes each, for up to a million hosts). A compressed table that would grow beyond is refused."""
+CREDENTIAL_BYTES = 32
+"""Length of a registration's credential (random, from ``secrets`` at the service's edge)."""
 ALL_HOSTS_HINT = "`tpuctl status --json` lists all"
+
+
+@dataclass(frozen=True)
+class KvLimits:
+    """The key-value store's quotas; a key's bytes count as much as its value's. Defaults:
+
+    * a value at most 1 MiB;
+    * per task at most 1,024 keys and 16 MiB (keys and values);
+    * in all at most 65,536 keys and 64 MiB (about the memory one coordinator may spend on it).
+    """
+
+    max_value: int = 1024 * 1024
+    task_keys: int = 1024
+    task_bytes: int = 16 * 1024 * 1024
+    total_keys: int = 65_536
+    total_bytes: int = 64 * 1024 * 1024
 
 
 # --- text ----------------------------------------------------------------------------------------------
@@ -97,6 +120,8 @@ class ServiceConfig:
     """Used when a barrier call asks for the default (timeout 0)."""
     token: str | None = field(default=None, repr=False)
     """When set, every call must carry it (``auth.py``); kept out of repr so logs never show it."""
+    kv_limits: KvLimits = KvLimits()
+    """The key-value store's quotas."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -128,10 +153,13 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class TaskRef:
-    """Who is calling: a task id and the incarnation (random per process, never 0) it registered with."""
+    """Who is calling: a task id, the incarnation (random per process, never 0) it registered with, and
+    the credential its registration returned (``Membership.task`` carries all three). A task-scoped call
+    without the credential is refused; ``repr`` never shows it."""
 
     task_id: int
     incarnation: int
+    credential: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -143,6 +171,16 @@ class Registration:
     hostname: str
     peer: str
     """The gRPC peer of the call, e.g. "ipv4:10.0.0.3:51234"."""
+    credential: bytes = field(default=b"", repr=False)
+    """The secret this registration gets if it is new (generated at the service's edge, ``secrets``); a
+    retry of a registration gets the first one's. Empty: refused."""
+
+
+def fingerprint(credential: bytes) -> str:
+    """8 hex digits that tell registrations apart; from a hash of the credential, so it reveals nothing."""
+    import hashlib
+
+    return hashlib.sha256(b"tpuctl fingerprint\0" + credential).hexdigest()[:8] if credential else ""
 
 
 @dataclass(frozen=True)
@@ -240,6 +278,8 @@ class ClusterFailure:
 
     failures: tuple[TaskFailure, ...]
     total: int = 0
+    shutdown: bool = False
+    """A deliberate shutdown of the whole cluster (``tpuctl down --all``), not a failure."""
 
     def __post_init__(self) -> None:
         if self.total < len(self.failures):
@@ -267,13 +307,15 @@ class TaskStatus:
     task: TaskInfo
     state: TaskState
     incarnation: int
-    """0 while waiting."""
+    """0 while waiting, and always 0 over the wire (a client never learns another task's)."""
     hostname: str
     peer: str
     seconds_since_heartbeat: float | None
     """By the service's clock; None while waiting."""
     cause: str
     """Why the task failed; empty unless FAILED."""
+    fingerprint: str = ""
+    """8 hex digits of a hash of the registration's credential (not a secret); empty while waiting."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +358,7 @@ class ClusterStatus:
                     "address": t.task.address,
                     "state": t.state.value,
                     "incarnation": str(t.incarnation) if t.incarnation else None,
+                    "fingerprint": t.fingerprint or None,
                     "hostname": t.hostname or None,
                     "peer": t.peer or None,
                     "heartbeat_age": t.seconds_since_heartbeat,
@@ -383,6 +426,9 @@ class Reason(enum.Enum):
     KEY_EXISTS = "key exists"
     NOT_CONNECTED = "not connected"
     STALE_INCARNATION = "stale incarnation"
+    NOT_PERMITTED = "no credential"
+    """The call does not carry the credential of the task it names."""
+    QUOTA = "over quota"
     CLUSTER_FAILED = "cluster failed"
     TIMED_OUT = "timed out"
 

@@ -23,13 +23,24 @@ is cut to fit in the trailers, so nothing grows with the cluster beyond `GetStat
 
 Errors are gRPC status codes with a readable message; a hint for the user, when there is one, travels in
 the trailing metadata key `x-tpuctl-hint-bin` (UTF-8). With an auth token configured, every call carries
-it in the metadata key `x-tpuctl-token`.
+it in the metadata key `x-tpuctl-token`. The service may be served over TLS (optionally mutual TLS); the
+protocol is the same.
+
+Identity: `RegisterTask` answers a `credential`, a random secret (32 bytes) that only that registration
+gets. Every task-scoped call carries it in its `TaskRef`; a call that does not is refused
+PERMISSION_DENIED. No answer carries another task's credential or incarnation (`GetStatus` shows a short
+fingerprint of the credential), and no refusal echoes either. The incarnation is what makes a
+registration's retry idempotent (the retry gets the same credential), so it is kept secret too.
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
 renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
 of progress, timeouts and failures became samples with counts; registration answers carry the task
-list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added.
+list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added. Version 3:
+per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
+shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
+(RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
+sent zlib-compressed (`GatherResponse.table`).
 """
 
 from collections import abc as _abc
@@ -88,24 +99,28 @@ Global___TaskState: _TypeAlias = TaskState  # noqa: Y015
 
 @_typing.final
 class TaskRef(_message.Message):
-    """Who is calling: the task id and the incarnation it registered with."""
+    """Who is calling: the task id, the incarnation it registered with, and the credential registration gave it."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     incarnation: _builtins.int
     """Random per process, never 0."""
+    credential: _builtins.bytes
+    """`RegisterTaskResponse.credential` of this registration; without it a task-scoped call is refused."""
     def __init__(
         self,
         *,
         task_id: _builtins.int = ...,
         incarnation: _builtins.int = ...,
+        credential: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "incarnation", b"incarnation", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -168,8 +183,11 @@ class ClusterFailure(_message.Message):
 
     FAILURES_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """How many tasks failed in that first batch (0: as many as listed)."""
+    shutdown: _builtins.bool
+    """The error is a deliberate shutdown of the whole cluster (`tpuctl down --all`), not a failure."""
     @_builtins.property
     def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]:
         """At most the first 10 of them."""
@@ -179,10 +197,11 @@ class ClusterFailure(_message.Message):
         *,
         failures: _abc.Iterable[Global___TaskFailure] | None = ...,
         total: _builtins.int = ...,
+        shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -233,11 +252,16 @@ class RegisterTaskResponse(_message.Message):
     HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     DEFAULT_BARRIER_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     NUM_TASKS_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     """Random per service start: a changed value means the coordinator restarted."""
     heartbeat_timeout_seconds: _builtins.float
     default_barrier_timeout_seconds: _builtins.float
     num_tasks: _builtins.int
+    credential: _builtins.bytes
+    """This registration's secret (32 random bytes): every task-scoped call carries it in `TaskRef`. A retry
+    of the same registration (same incarnation) gets the same one; nobody else ever does.
+    """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
         """Every task of the cluster, by id; only when the request set `with_tasks`."""
@@ -250,10 +274,11 @@ class RegisterTaskResponse(_message.Message):
         heartbeat_timeout_seconds: _builtins.float = ...,
         default_barrier_timeout_seconds: _builtins.float = ...,
         num_tasks: _builtins.int = ...,
+        credential: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -374,7 +399,10 @@ class ReportErrorRequest(_message.Message):
 
     TASK_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_FIELD_NUMBER: _builtins.int
     cause: _builtins.str
+    shutdown: _builtins.bool
+    """A deliberate shutdown of the cluster (`tpuctl down --all`): every host leaves without a failure."""
     @_builtins.property
     def task(self) -> Global___TaskRef: ...
     def __init__(
@@ -382,10 +410,11 @@ class ReportErrorRequest(_message.Message):
         *,
         task: Global___TaskRef | None = ...,
         cause: _builtins.str = ...,
+        shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "shutdown", b"shutdown", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -538,24 +567,56 @@ class GatherResponse(_message.Message):
 
     INSTANCE_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    TABLE_BYTES_FIELD_NUMBER: _builtins.int
     instance: _builtins.int
+    table: _builtins.bytes
+    """A `GatherTable`, serialized and zlib-compressed once for every caller; a client inflates it to at most
+    the size the service allows (32 MiB of values plus framing) and refuses one that would grow beyond.
+    """
+    table_bytes: _builtins.int
+    """Length of the serialized `GatherTable` before compression."""
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Every task's value, by task id."""
+        """Every task's value, by task id (protocol v2; v3 services send `table` instead)."""
 
     def __init__(
         self,
         *,
         instance: _builtins.int = ...,
         values: _abc.Iterable[_builtins.bytes] | None = ...,
+        table: _builtins.bytes = ...,
+        table_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "table", b"table", "table_bytes", b"table_bytes", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GatherResponse: _TypeAlias = GatherResponse  # noqa: Y015
+
+@_typing.final
+class GatherTable(_message.Message):
+    """The values of a passed gather, by task id: what `GatherResponse.table` inflates to."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GatherTable: _TypeAlias = GatherTable  # noqa: Y015
 
 @_typing.final
 class RendezvousProgressRequest(_message.Message):
@@ -650,23 +711,32 @@ Global___KeyValue: _TypeAlias = KeyValue  # noqa: Y015
 
 @_typing.final
 class KeyValueSetRequest(_message.Message):
+    """A write is task-scoped: the writer's task and credential, so quotas are per task (a value at most 1 MiB;
+    per task at most 1,024 keys and 16 MiB; in all at most 65,536 keys and 64 MiB, keys and values counted).
+    Over a quota: RESOURCE_EXHAUSTED, naming the limit and the current use.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRY_FIELD_NUMBER: _builtins.int
     ALLOW_OVERWRITE_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
     allow_overwrite: _builtins.bool
     """Without it, setting an existing key fails with ALREADY_EXISTS."""
     @_builtins.property
     def entry(self) -> Global___KeyValue: ...
+    @_builtins.property
+    def task(self) -> Global___TaskRef: ...
     def __init__(
         self,
         *,
         entry: Global___KeyValue | None = ...,
         allow_overwrite: _builtins.bool = ...,
+        task: Global___TaskRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_overwrite", b"allow_overwrite", "entry", b"entry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_overwrite", b"allow_overwrite", "entry", b"entry", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -781,9 +851,10 @@ class TaskStatus(_message.Message):
     PEER_FIELD_NUMBER: _builtins.int
     SECONDS_SINCE_HEARTBEAT_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
     incarnation: _builtins.int
-    """0 while waiting."""
+    """Not sent since protocol v3 (always 0): the incarnation makes a registration's retry idempotent."""
     hostname: _builtins.str
     peer: _builtins.str
     """The gRPC peer the task registered from, e.g. "ipv4:10.0.0.3:51234"."""
@@ -791,6 +862,10 @@ class TaskStatus(_message.Message):
     """By the service's clock; unset while waiting."""
     cause: _builtins.str
     """Why it failed (FAILED only)."""
+    fingerprint: _builtins.str
+    """A short fingerprint of the registration's credential (8 hex digits; not a secret): tells registrations
+    apart. Empty while waiting.
+    """
     @_builtins.property
     def task(self) -> Global___TaskInfo: ...
     def __init__(
@@ -803,10 +878,11 @@ class TaskStatus(_message.Message):
         peer: _builtins.str = ...,
         seconds_since_heartbeat: _builtins.float | None = ...,
         cause: _builtins.str = ...,
+        fingerprint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "hostname", b"hostname", "incarnation", b"incarnation", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "incarnation", b"incarnation", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["seconds_since_heartbeat"]  # noqa: Y015
     _WhichOneofArgType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat"]  # noqa: Y015

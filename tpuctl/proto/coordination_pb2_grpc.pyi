@@ -23,13 +23,24 @@ is cut to fit in the trailers, so nothing grows with the cluster beyond `GetStat
 
 Errors are gRPC status codes with a readable message; a hint for the user, when there is one, travels in
 the trailing metadata key `x-tpuctl-hint-bin` (UTF-8). With an auth token configured, every call carries
-it in the metadata key `x-tpuctl-token`.
+it in the metadata key `x-tpuctl-token`. The service may be served over TLS (optionally mutual TLS); the
+protocol is the same.
+
+Identity: `RegisterTask` answers a `credential`, a random secret (32 bytes) that only that registration
+gets. Every task-scoped call carries it in its `TaskRef`; a call that does not is refused
+PERMISSION_DENIED. No answer carries another task's credential or incarnation (`GetStatus` shows a short
+fingerprint of the credential), and no refusal echoes either. The incarnation is what makes a
+registration's retry idempotent (the retry gets the same credential), so it is kept secret too.
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
 renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
 of progress, timeouts and failures became samples with counts; registration answers carry the task
-list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added.
+list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added. Version 3:
+per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
+shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
+(RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
+sent zlib-compressed (`GatherResponse.table`).
 """
 
 from collections import abc as _abc
