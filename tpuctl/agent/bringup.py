@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tpuctl.agent.commands import SHUTDOWN_KEY, LocalCommands
+from tpuctl.agent.commands import LocalCommands
 from tpuctl.agent.controlserver import serve
 from tpuctl.agent.merge import commit, merge, remove, write_pending
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
@@ -138,10 +138,11 @@ class Agent:
 
         spec, task = self.spec, self.task
         token = _load_token(spec)
+        tls = spec.auth.tls if spec.auth is not None else None
         if task == 0:
             self._server = await _start_service(spec, token)
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}")
-        self.client = CoordinationClient(spec.coordinator_target, token=token)
+        self.client = CoordinationClient(spec.coordinator_target, token=token, tls=_client_tls(tls))
         client = self.client
         self.membership = await client.register(
             spec.cluster,
@@ -274,7 +275,7 @@ class Agent:
         if failure is None:
             return
         text = str(failure)
-        if SHUTDOWN_KEY in text:
+        if failure.shutdown:  # `tpuctl down --all` somewhere: the flag, never the cause's text
             log.info("cluster shut down: %s", text)
             self.shutdown_all = True
             self.stop.set()
@@ -358,7 +359,7 @@ class Agent:
 
 
 def _load_token(spec: ClusterSpec) -> str | None:
-    if spec.auth is None:
+    if spec.auth is None or spec.auth.token_file is None:
         return None
     from tpuctl.coordination.auth import load_token
 
@@ -377,7 +378,22 @@ async def _start_service(spec: ClusterSpec, token: str | None) -> Any:
         barrier_timeout=spec.barrier_timeout,
         token=token,
     )
-    return await start_server(config, host=spec.coordinator_address, port=spec.coordinator.port)
+    tls = spec.auth.tls if spec.auth is not None else None
+    server_tls = None
+    if tls is not None:
+        from tpuctl.coordination.tls import load_server_tls
+
+        server_tls = load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
+    return await start_server(config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls)
+
+
+def _client_tls(tls: Any) -> Any:
+    """The client side of the spec's ``auth.tls`` (None: plaintext)."""
+    if tls is None:
+        return None
+    from tpuctl.coordination.tls import load_client_tls
+
+    return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
 
 
 async def _serve_forever(server: asyncio.AbstractServer) -> None:

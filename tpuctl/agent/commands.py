@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
-SHUTDOWN_KEY = "tpuctl/shutdown"
 
 
 class LocalCommands:
@@ -49,8 +48,8 @@ class LocalCommands:
         if op is Op.DOWN:
             agent.shutdown_all = bool(args.get("all"))
             if agent.shutdown_all:
-                cause = f"{SHUTDOWN_KEY}: the cluster was shut down from task {agent.task} (tpuctl down --all)"
-                await agent.client.report_error(agent.membership.task, cause)
+                cause = f"the cluster was shut down from task {agent.task} (tpuctl down --all)"
+                await agent.client.report_error(agent.membership.task, cause, shutdown=True)
             agent.stop.set()
             agent.changed.set()
             return {"stopping": True}

@@ -20,6 +20,8 @@ A spec, in full::
       - {name: dp_mp, shape: {data: 4, model: 4}, mode: ring}
     output: /run/tpuctl/mapping.json
     auth: {token_file: /etc/tpuctl/token}
+    # or with TLS (client_cert + client_key: mutual TLS):
+    # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
 
 from __future__ import annotations
@@ -104,9 +106,31 @@ class CoordinatorSpec:
 
 
 @dataclass(frozen=True)
+class TlsSpec:
+    """The coordination service over TLS: PEM files (read by the agent, not here)."""
+
+    cert: str
+    """The service's certificate (task 0 serves with it; its subjectAltName names the coordinator address)."""
+    key: str
+    """Its private key (mode 600)."""
+    ca: str
+    """The CA every host verifies the service's certificate with (and, for mutual TLS, the service the hosts')."""
+    client_cert: str | None = None
+    """This host's certificate for mutual TLS (with ``client_key``): the service then refuses hosts without one."""
+    client_key: str | None = None
+    server_name: str | None = None
+    """The name the service's certificate carries, when it is not the coordinator address."""
+
+    @property
+    def mutual(self) -> bool:
+        return self.client_cert is not None
+
+
+@dataclass(frozen=True)
 class AuthSpec:
-    token_file: str
+    token_file: str | None = None
     """File holding the shared token every host presents (read by the agent, not here)."""
+    tls: TlsSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,12 +449,52 @@ def _file_path(ck: Checker, node: Node, path: str, example: str) -> str | None:
     return None
 
 
+_TLS_KEYS = ("cert", "key", "ca", "client_cert", "client_key", "server_name")
+_TLS_REQUIRED = {
+    "cert": "the coordination service's certificate (PEM)",
+    "key": "its private key (PEM)",
+    "ca": "the CA certificate (PEM) the hosts verify the service with",
+}
+
+
 def _auth(ck: Checker, node: Node) -> AuthSpec | None:
-    keys = ck.mapping(node, "auth", ("token_file",), {"token_file": "a file holding the cluster's shared token"})
-    if keys is None or "token_file" not in keys:
+    keys = ck.mapping(node, "auth", ("token_file", "tls"))
+    if keys is None:
         return None
-    token_file = _file_path(ck, keys["token_file"], "auth.token_file", "/etc/tpuctl/token")
-    return AuthSpec(token_file) if token_file is not None else None
+    if not keys:  # `auth:` written, with neither a token nor TLS in it
+        ck.add(node, "auth.token_file", "missing; expected a file holding the cluster's shared token")
+        return None
+    token_file = None
+    if "token_file" in keys:
+        token_file = _file_path(ck, keys["token_file"], "auth.token_file", "/etc/tpuctl/token")
+    tls = _tls(ck, keys["tls"]) if "tls" in keys else None
+    if token_file is None and tls is None:
+        return None
+    return AuthSpec(token_file, tls)
+
+
+def _tls(ck: Checker, node: Node) -> TlsSpec | None:
+    keys = ck.mapping(node, "auth.tls", _TLS_KEYS, _TLS_REQUIRED)
+    if keys is None:
+        return None
+    paths = {
+        name: _file_path(ck, keys[name], f"auth.tls.{name}", f"/etc/tpuctl/{name.replace('_', '-')}.pem")
+        for name in _TLS_KEYS[:5]
+        if name in keys
+    }
+    if ("client_cert" in keys) != ("client_key" in keys):
+        given, missing = ("client_cert", "client_key") if "client_cert" in keys else ("client_key", "client_cert")
+        ck.add(keys[given], f"auth.tls.{missing}", "missing; mutual TLS needs both client_cert and client_key")
+    server_name = None
+    if "server_name" in keys:
+        server_name = ck.string(keys["server_name"], "auth.tls.server_name", "a host name like coordinator.pod-a")
+        if server_name is not None and not 0 < len(server_name) <= 253:
+            ck.add(keys["server_name"], "auth.tls.server_name", "expected a host name of 1 to 253 characters")
+            server_name = None
+    cert, key, ca = paths.get("cert"), paths.get("key"), paths.get("ca")
+    if cert is None or key is None or ca is None:
+        return None
+    return TlsSpec(cert, key, ca, paths.get("client_cert"), paths.get("client_key"), server_name)
 
 
 # --- the whole spec --------------------------------------------------------------------------------
