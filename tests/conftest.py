@@ -12,6 +12,29 @@ from harness import Processes
 # libtpu (the oracle, via jax.experimental.topologies) takes a machine-wide lock file unless told
 # otherwise; several test processes on one machine (or a developer's second run) would then fail.
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+# The environment before any test module is imported (collection imports jax and libtpu, which set
+# TPU_* variables in this process as a side effect).
+_SUITE_ENVIRON = dict(os.environ)
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """Each test sees the environment the suite started with: importing jax or libtpu in this process
+    sets TPU_* variables (TPU_WORKER_ID to a warning text, TPU_SKIP_MDS_QUERY, ...), which would leak into
+    every later test and every tpuctl process it starts, and tpuctl reads those variables."""
+    _restore(_SUITE_ENVIRON)
+    try:
+        yield
+    finally:
+        _restore(_SUITE_ENVIRON)
+
+
+def _restore(before: dict[str, str]) -> None:
+    for name in [n for n in os.environ if n not in before and not n.startswith("PYTEST_")]:
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def new_state(tasks: int, **overrides: object) -> CoordinationState:
 def join(state: CoordinationState, task_ids: range | list[int], now: float = 0.0) -> list[TaskRef]:
     refs = []
     for i in task_ids:
-        registration = Registration(PROTOCOL_VERSION, "test", i, 1000 + i, f"host-{i}", f"ipv4:127.0.0.1:{i}")
+        registration = Registration(PROTOCOL_VERSION, "test", i, 1000 + i, f"host-{i}", f"ipv4:127.0.0.1:{i}", retry_secret=b"r" * 16)
         refs.append(state.register(registration, now=now).task)
     return refs
 
@@ -289,11 +289,11 @@ def test_thousands_failing_at_once_make_one_bounded_error() -> None:
 
 def test_client_text_is_clipped_where_it_is_kept() -> None:
     state = new_state(2)
-    registration = Registration(PROTOCOL_VERSION, "test", 0, 5, "h" * 60_000, "ipv4:127.0.0.1:1")
+    registration = Registration(PROTOCOL_VERSION, "test", 0, 5, "h" * 60_000, "ipv4:127.0.0.1:1", retry_secret=b"r" * 16)
     ref = state.register(registration, now=0.0).task
     assert len(state.status(now=0.0).tasks[0].hostname) < 300
     with pytest.raises(Refused) as wrong:
-        state.register(Registration(PROTOCOL_VERSION, "c" * 60_000, 1, 6, "h", "p"), now=0.0)
+        state.register(Registration(PROTOCOL_VERSION, "c" * 60_000, 1, 6, "h", "p", retry_secret=b"r" * 16), now=0.0)
     assert len(wrong.value.message) < 400 and "(60,000 characters)" in wrong.value.message
     state.report_error(ref, "boom " * 20_000, now=0.0)
     assert len(str(state.failure)) < 1_200

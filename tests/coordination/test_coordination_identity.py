@@ -20,7 +20,7 @@ from tpuctl.coordination.convert import gather_response, gather_values
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.logs import RateLimitedLog, peer_host
 from tpuctl.coordination.state import CoordinationState, Reason, Refused, Registration
-from tpuctl.coordination.values import PROTOCOL_VERSION, Counters, KvLimits, TaskRef
+from tpuctl.coordination.values import PROTOCOL_VERSION, Counters, KvLimits, TaskRef, fingerprint
 from tpuctl.errors import ClusterError, InputError
 from tpuctl.proto import coordination_pb2 as pb
 
@@ -86,6 +86,26 @@ def test_a_registration_retry_gets_the_same_credential_and_a_new_registration_an
             assert other.task.credential != member.task.credential
             with pytest.raises(ClusterError, match="is stale"):  # the old registration is no one's now
                 await client.heartbeat(member.task)
+
+    run(body())
+
+
+def test_a_replayed_registration_with_the_real_incarnation_gets_no_credential() -> None:
+    """Another process that learned a live task's incarnation cannot replay its registration: a retry must
+    bring the retry secret the registering client chose (never answered), so the replay is refused."""
+
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            _, member = await cluster.join(1, heartbeat_interval=None)
+            with pytest.raises(ClusterError, match="already registered by another live process") as excinfo:
+                await cluster.client().register("test", 1, incarnation=member.task.incarnation)
+            assert str(member.task.incarnation) not in excinfo.value.message
+            raw = pb.RegisterTaskRequest(protocol_version=PROTOCOL_VERSION, cluster_name="test", task_id=1,
+                                         incarnation=member.task.incarnation, hostname="h")  # fmt: skip
+            with pytest.raises(Exception, match="retry secret of 16 to 64 random bytes"):
+                await cluster.client()._stub.RegisterTask(raw)  # none at all: refused, not a free retry
+            status = await cluster.client().status()
+            assert [t.fingerprint for t in status.tasks][1] == fingerprint(member.task.credential)
 
     run(body())
 
@@ -226,7 +246,7 @@ def test_a_shutdown_report_is_a_flag_of_the_clusters_error() -> None:
 
 def test_an_error_whose_cause_names_the_old_shutdown_key_is_not_a_shutdown() -> None:
     state = CoordinationState(make_config(2), service_incarnation=7)
-    member = state.register(Registration(PROTOCOL_VERSION, "test", 1, 11, "h", "p", b"c" * 32), now=0.0)
+    member = state.register(Registration(PROTOCOL_VERSION, "test", 1, 11, "h", "p", b"c" * 32, b"r" * 16), now=0.0)
     state.report_error(member.task, "tpuctl/shutdown: a lie", now=0.1)
     assert state.failure is not None and not state.failure.shutdown
 

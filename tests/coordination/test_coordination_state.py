@@ -31,6 +31,11 @@ from tpuctl.coordination.values import fingerprint
 from tpuctl.errors import InputError
 
 
+def retry_secret(incarnation: int) -> bytes:
+    """A registering process's retry secret (one per incarnation: a retry brings the same)."""
+    return b"retry" + (incarnation % 2**88).to_bytes(11, "big")
+
+
 def new_state(tasks: int = 4, **overrides: object) -> CoordinationState:
     return CoordinationState(make_config(tasks, **overrides), service_incarnation=77)
 
@@ -45,6 +50,7 @@ def registration(task_id: int, incarnation: int | None = None, **overrides: obje
         "peer": f"ipv4:127.0.0.1:{5000 + task_id}",
     }
     fields["credential"] = credential(task_id, int(fields["incarnation"]))  # type: ignore[call-overload]
+    fields["retry_secret"] = retry_secret(int(fields["incarnation"]))  # type: ignore[call-overload]
     fields.update(overrides)
     return Registration(**fields)  # type: ignore[arg-type]
 

@@ -52,7 +52,7 @@ timeouts = st.one_of(
 )
 values = st.one_of(st.binary(max_size=16), st.sampled_from([b"", b"v" * (64 * 1024 + 1)]))
 task_ids = st.sampled_from([*range(TASKS)] * 5 + [-1, TASKS, -(2**31), 2**31 - 1, 2**63])
-incarnation_picks: st.SearchStrategy[str | int] = st.sampled_from(["live"] * 10 + ["stale", "zero", "any"]).flatmap(
+incarnation_picks: st.SearchStrategy[str | int] = st.sampled_from(["live"] * 10 + ["stale", "zero", "borrowed", "any"]).flatmap(
     lambda pick: st.integers(min_value=0, max_value=2**64 - 1) if pick == "any" else st.just(pick)
 )
 
@@ -96,16 +96,20 @@ class Run:
     now: float = 100.0
     incarnations: dict[int, int] = field(default_factory=dict)
     """The incarnation each task last registered with (what its real process holds)."""
-    stale: dict[int, int] = field(default_factory=dict)
+    credentials: dict[int, bytes] = field(default_factory=dict)
+    """The credential each task's last registration returned."""
+    stale: dict[int, TaskRef] = field(default_factory=dict)
     barriers: list[BarrierId] = field(default_factory=list)
     counter: int = 1
 
     def ref(self, args: dict[str, Any]) -> TaskRef:
         task_id, pick = args["task_id"], args["incarnation"]
         if pick == "live":
-            return TaskRef(task_id, self.incarnations.get(task_id, 1))
+            return TaskRef(task_id, self.incarnations.get(task_id, 1), self.credentials.get(task_id, b""))
+        if pick == "borrowed":  # a stranger who learnt the incarnation but not the credential
+            return TaskRef(task_id, self.incarnations.get(task_id, 1), b"\0" * 32)
         if pick == "stale":
-            return TaskRef(task_id, self.stale.get(task_id, 12345))
+            return self.stale.get(task_id, TaskRef(task_id, 12345))
         if pick == "zero":
             return TaskRef(task_id, 0)
         return TaskRef(task_id, pick)
@@ -142,12 +146,14 @@ def call(run: Run, method: str, args: dict[str, Any]) -> object:
         registration = Registration(
             protocol_version=args["version"], cluster=args["cluster"], task_id=args["task_id"],
             incarnation=incarnation, hostname=args["name"][:300], peer="ipv4:127.0.0.1:1",
+            retry_secret=b"retry" + (incarnation % 2**88).to_bytes(11, "big"),  # a retry brings the same
         )  # fmt: skip
         member = state.register(registration, now=now)
         old = run.incarnations.get(member.task.task_id)
         if old is not None and old != member.task.incarnation:
-            run.stale[member.task.task_id] = old
+            run.stale[member.task.task_id] = run.ref({"task_id": member.task.task_id, "incarnation": "live"})
         run.incarnations[member.task.task_id] = member.task.incarnation
+        run.credentials[member.task.task_id] = member.task.credential
         return member
     if method == "registration_progress":
         return state.registration_progress(ref, now=now)
@@ -177,7 +183,7 @@ def call(run: Run, method: str, args: dict[str, Any]) -> object:
         kind = "gather" if args["pick"] % 2 else "barrier"
         return state.rendezvous_progress(ref, args["name"], kind=kind, now=now)
     if method == "kv_set":
-        return state.kv_set(args["name"], args["value"], allow_overwrite=args["overwrite"], now=now)
+        return state.kv_set(args["name"], args["value"], allow_overwrite=args["overwrite"], now=now, caller=ref)
     if method == "kv_get":
         return state.kv_get(args["name"], started=now - args["step"], timeout=args["timeout"], now=now)
     if method == "kv_dir":
@@ -208,11 +214,12 @@ def drive(sequence: list[tuple[str, dict[str, Any]]], registered: bool = False) 
         member = run.state.register(
             Registration(
                 protocol_version=PROTOCOL_VERSION, cluster=CLUSTER, task_id=task_id, incarnation=500 + task_id,
-                hostname=f"h{task_id}", peer="p",
+                hostname=f"h{task_id}", peer="p", retry_secret=b"r" * 16,
             ),
             now=run.now,
         )
         run.incarnations[task_id] = member.task.incarnation
+        run.credentials[task_id] = member.task.credential
     outcomes = {"answered": 0, "refused": 0}
     for method, args in sequence:
         run.now += args["step"]
@@ -259,4 +266,5 @@ def test_the_fuzzer_reaches_both_answers_and_refusals() -> None:
     sequence += [("barrier_outcome", {**base, "task_id": 0, "incarnation": "live"})]
     sequence += [("heartbeat", {**base, "task_id": 1, "incarnation": 999}), ("kv_set", {**base, "task_id": 0, "incarnation": "live", "name": ""})]
     sequence += [("register", {**base, "task_id": 2, "incarnation": 5, "cluster": "other"})]
-    assert drive(sequence) == {"answered": 7, "refused": 3}
+    sequence += [("report_error", {**base, "task_id": 2, "incarnation": "borrowed"})]  # no credential
+    assert drive(sequence) == {"answered": 7, "refused": 4}

@@ -31,6 +31,7 @@ from tpuctl.coordination import convert
 from tpuctl.coordination.auth import TOKEN_KEY
 from tpuctl.coordination.tls import ClientTls, channel_credentials
 from tpuctl.coordination.values import (
+    CREDENTIAL_BYTES,
     PROTOCOL_VERSION,
     ClusterFailure,
     ClusterStatus,
@@ -115,6 +116,9 @@ class CoordinationClient:
         self._tls = tls
         self.membership: Membership | None = None
         """The latest registration this client made (``register``'s answer)."""
+        self._retry_secret: tuple[int, bytes] = (0, b"")
+        """The incarnation this client last registered with and the random bytes that prove a retry is
+        this client's (another process that learns the incarnation cannot replay the registration)."""
         if tls is None:
             self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         else:
@@ -156,6 +160,8 @@ class CoordinationClient:
         cluster in error), ``InputError`` (unknown task id), ``DeadlineError`` (registration closed).
         """
         task = TaskRef(task_id, incarnation or new_incarnation())
+        if task.incarnation != self._retry_secret[0]:  # a new registration: new secret; a retry: the same
+            self._retry_secret = (task.incarnation, secrets.token_bytes(CREDENTIAL_BYTES))
         request = pb.RegisterTaskRequest(
             protocol_version=PROTOCOL_VERSION,
             cluster_name=cluster,
@@ -163,6 +169,7 @@ class CoordinationClient:
             incarnation=task.incarnation,
             hostname=hostname or socket.gethostname(),
             with_tasks=with_tasks,
+            retry_secret=self._retry_secret[1],
         )
         give_up_at = time.monotonic() + connect_timeout
         attempt = 0

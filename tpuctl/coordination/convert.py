@@ -118,6 +118,7 @@ def registration(request: pb.RegisterTaskRequest, *, peer: str, credential: byte
         incarnation=request.incarnation,
         hostname=request.hostname,
         peer=peer,
+        retry_secret=request.retry_secret,
         credential=credential,
     )
 

@@ -73,12 +73,12 @@ class KeyValueStore:
                 raise self._over(key, f"task {owner} holds {count(self._task_keys[who])} keys", "keys per task",
                                  count(limits.task_keys))  # fmt: skip
             if mine_bytes > limits.task_bytes:
-                raise self._over(key, f"task {owner} holds {_size(self._task_bytes[who])}", "bytes per task",
+                raise self._over(key, f"task {owner} holds {_size(self._task_bytes[who])}", "per task",
                                  _size(limits.task_bytes))  # fmt: skip
         if all_keys > limits.total_keys:
             raise self._over(key, f"the store holds {count(self.total_keys)} keys", "keys in all", count(limits.total_keys))
         if all_bytes > limits.total_bytes:
-            raise self._over(key, f"the store holds {_size(self.total_bytes)}", "bytes in all", _size(limits.total_bytes))
+            raise self._over(key, f"the store holds {_size(self.total_bytes)}", "in all", _size(limits.total_bytes))
         if old is None:
             bisect.insort(self._keys, key)
         else:

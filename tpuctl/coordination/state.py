@@ -40,6 +40,8 @@ from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
     ERRORS,
+    MAX_RETRY_SECRET,
+    MIN_RETRY_SECRET,
     PROTOCOL_VERSION,
     REGISTRATION,
     SAMPLE,
@@ -127,6 +129,7 @@ class _Task:
     cause: str = ""
     credential: bytes = b""
     fingerprint: str = ""
+    retry_secret: bytes = b""
 
 
 class CoordinationState:
@@ -196,8 +199,17 @@ class CoordinationState:
         task = self._task(registration.task_id)
         if registration.incarnation == 0:
             raise Refused(Reason.INVALID, "incarnation 0 is reserved; a registration needs a random non-zero one")
+        if not MIN_RETRY_SECRET <= len(registration.retry_secret) <= MAX_RETRY_SECRET:
+            raise Refused(
+                Reason.INVALID,
+                f"a registration needs a retry secret of {MIN_RETRY_SECRET} to {MAX_RETRY_SECRET} random bytes "
+                f"(it brought {len(registration.retry_secret)})",
+                hint="run the same tpuctl version on every host",
+            )
         if task.state is TaskState.CONNECTED:
-            if task.incarnation != registration.incarnation:
+            if task.incarnation != registration.incarnation or not hmac.compare_digest(
+                task.retry_secret, registration.retry_secret
+            ):
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is already registered by another live process (registered "
@@ -215,6 +227,7 @@ class CoordinationState:
         task.incarnation = registration.incarnation
         task.hostname = clip(registration.hostname, 255)
         task.peer = clip(registration.peer, 255)
+        task.retry_secret = registration.retry_secret
         task.credential = registration.credential or self._new_credential()
         task.fingerprint = fingerprint(task.credential)
         self._heard_from(task, now)

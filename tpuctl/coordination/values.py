@@ -43,6 +43,9 @@ MAX_GATHER_WIRE = MAX_GATHER_TABLE + 4 * 1024 * 1024
 most 4 bytes each, for up to a million hosts). A compressed table that would grow beyond is refused."""
 CREDENTIAL_BYTES = 32
 """Length of a registration's credential (random, from ``secrets`` at the service's edge)."""
+MIN_RETRY_SECRET = 16
+MAX_RETRY_SECRET = 64
+"""Bounds on a registration's retry secret (random bytes the client chose; tpuctl sends 32)."""
 ALL_HOSTS_HINT = "`tpuctl status --json` lists all"
 
 
@@ -174,6 +177,9 @@ class Registration:
     credential: bytes = field(default=b"", repr=False)
     """The secret this registration gets if it is new (generated at the service's edge, ``secrets``); a
     retry of a registration gets the first one's. Empty: refused."""
+    retry_secret: bytes = field(default=b"", repr=False)
+    """Random bytes the registering process chose: a retry of the registration must bring the same ones
+    (so knowing a task's incarnation is not enough to get its credential)."""
 
 
 def fingerprint(credential: bytes) -> str:

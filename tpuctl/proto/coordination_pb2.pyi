@@ -217,6 +217,7 @@ class RegisterTaskRequest(_message.Message):
     INCARNATION_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
     WITH_TASKS_FIELD_NUMBER: _builtins.int
+    RETRY_SECRET_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     cluster_name: _builtins.str
     task_id: _builtins.int
@@ -225,6 +226,10 @@ class RegisterTaskRequest(_message.Message):
     """The registering host's own name, for messages and status (the service keeps 255 characters)."""
     with_tasks: _builtins.bool
     """Send the whole task list in the answer (O(tasks) bytes); without it, only `num_tasks`."""
+    retry_secret: _builtins.bytes
+    """Random bytes the registering process chose once (16 to 64): a retry of this registration (same
+    incarnation) must carry the same ones to get its credential again; the service never answers them.
+    """
     def __init__(
         self,
         *,
@@ -234,10 +239,11 @@ class RegisterTaskRequest(_message.Message):
         incarnation: _builtins.int = ...,
         hostname: _builtins.str = ...,
         with_tasks: _builtins.bool = ...,
+        retry_secret: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "hostname", b"hostname", "incarnation", b"incarnation", "protocol_version", b"protocol_version", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "hostname", b"hostname", "incarnation", b"incarnation", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -260,7 +266,7 @@ class RegisterTaskResponse(_message.Message):
     num_tasks: _builtins.int
     credential: _builtins.bytes
     """This registration's secret (32 random bytes): every task-scoped call carries it in `TaskRef`. A retry
-    of the same registration (same incarnation) gets the same one; nobody else ever does.
+    of the same registration (same incarnation and retry_secret) gets the same one; nobody else ever does.
     """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
