@@ -151,3 +151,36 @@ def test_an_unwritable_place_raises_oserror(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         atomic_write(blocker / "m.json", "x")
     assert only(tmp_path) == ["file"]
+
+
+def test_a_folder_that_is_a_file_is_named_as_the_cause(tmp_path: Path) -> None:
+    """``mkdir`` says only "File exists" about the folder it was asked for; the cause is the part of the
+    path that is a regular file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    for target in (blocker / "out.json", blocker / "deeper" / "out.json"):
+        with pytest.raises(NotADirectoryError) as excinfo:
+            atomic_write(target, "x")
+        assert excinfo.value.strerror == f"Not a directory: {blocker} is a regular file"
+    assert blocker.read_text() == "not a folder\n"
+    assert only(tmp_path) == ["a-file"]
+
+
+def test_read_regular_file_bounds(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert files.read_regular_file(small, 3) == b"abc"
+    with pytest.raises(files.FileTooLarge) as too_big:
+        files.read_regular_file(small, 2)
+    assert (too_big.value.size, too_big.value.limit) == ("3 bytes", 2)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (tmp_path, "a folder"), ("/dev/zero", "a character device")):
+        with pytest.raises(files.NotRegularFile) as refused:
+            files.read_regular_file(path, 1 << 20)
+        assert refused.value.kind == kind and refused.value.strerror == f"it is {kind}, not a regular file"
+    seen: list[int] = []
+    assert files.read_regular_file(small, 10, check=lambda info: seen.append(info.st_size)) == b"abc"
+    assert seen == [3]
+    with pytest.raises(FileNotFoundError):
+        files.read_regular_file(tmp_path / "nope", 10)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from tpuctl.coordination.auth import load_token
+from tpuctl.coordination.auth import MAX_TOKEN_BYTES, load_token
 from tpuctl.errors import InputError
 
 
@@ -56,5 +58,38 @@ def test_unusable_token_content(tmp_path: Path, content: bytes, problem: str) ->
 
 
 def test_a_directory_is_not_a_token_file(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="is not a regular file"):
+    with pytest.raises(InputError) as excinfo:
         load_token(tmp_path)
+    assert excinfo.value.message == f"token file {tmp_path} is a folder, not a regular file"
+
+
+def test_a_fifo_or_a_device_is_refused_at_once_unread(tmp_path: Path) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo, 0o600)  # no writer: a plain open() would wait forever
+    started = time.monotonic()
+    with pytest.raises(InputError) as excinfo:
+        load_token(fifo)
+    assert excinfo.value.message == f"token file {fifo} is a FIFO (named pipe), not a regular file"
+    with pytest.raises(InputError) as excinfo:
+        load_token("/dev/zero")  # endless: read whole, it would fill the memory
+    assert excinfo.value.message == "token file /dev/zero is a character device, not a regular file"
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_oversized_token_file_is_refused_unread(tmp_path: Path) -> None:
+    path = token_file(tmp_path, b"x" * (MAX_TOKEN_BYTES + 1))
+    with pytest.raises(InputError) as excinfo:
+        load_token(path)
+    assert excinfo.value.message == (
+        f"token file {path} is over {MAX_TOKEN_BYTES:,} bytes ({MAX_TOKEN_BYTES + 1:,} bytes): not a token"
+    )
+    assert load_token(token_file(tmp_path, b"y" * MAX_TOKEN_BYTES)) == "y" * MAX_TOKEN_BYTES
+
+
+def test_the_mode_is_checked_on_the_file_opened(tmp_path: Path) -> None:
+    """A symlink to a shared file: its own bits say nothing, the file read is what counts."""
+    shared = token_file(tmp_path, b"s3cret\n", 0o644)
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    with pytest.raises(InputError, match=r"accessible by group or others \(mode 0644\)"):
+        load_token(link)

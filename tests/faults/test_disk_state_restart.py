@@ -180,11 +180,6 @@ def test_read_only_output(make_cluster, tmp_path: Path, victim: int, request) ->
                       ("read-only",), request, phase=CLEARING, workers_first=victim == 0)  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wrong cause named: an output whose folder is a regular file is reported as 'cannot write device "
-    "mapping DIR/a-file/.mapping.json.pending: File exists' (the real cause: its folder is not a directory)",
-)
 def test_output_under_a_regular_file(make_cluster, tmp_path: Path, request) -> None:
     c = make_cluster("v4-32", **SPEC)
     blocker = tmp_path / "a-file"

@@ -20,9 +20,12 @@ import grpc
 from tpuctl.coordination.convert import hint_metadata
 from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.errors import InputError
+from tpuctl.files import FileTooLarge, NotRegularFile, read_regular_file
 
 TOKEN_KEY = "x-tpuctl-token"
 """Metadata key of the token on every call."""
+MAX_TOKEN_BYTES = 4096
+"""Largest token file read: a token is one word (``secrets.token_urlsafe(32)`` is 43 characters)."""
 
 log = logging.getLogger("tpuctl.coordination")
 
@@ -32,28 +35,38 @@ _CREATE_HINT = "create one with: (umask 077; python3 -c 'import secrets; print(s
 def load_token(path: str | os.PathLike[str]) -> str:
     """The token in ``path``, stripped of surrounding whitespace.
 
-    Refused (``InputError``) when the file is missing, not a regular file, readable or writable by group
-    or others (a shared secret must not be), empty, or not one word of printable ASCII (gRPC metadata).
+    Refused (``InputError``) when the file is missing, not a regular file (a FIFO, a device: refused
+    unread, never waited on), over ``MAX_TOKEN_BYTES``, readable or writable by group or others (a shared
+    secret must not be; checked on the file opened), empty, or not one word of printable ASCII (gRPC
+    metadata).
     """
     path = Path(path)
+
+    def private(info: os.stat_result) -> None:
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise InputError(
+                f"token file {path} is accessible by group or others (mode {mode:04o}); a shared secret must not be",
+                hint=f"chmod 600 {path}",
+            )
+
     try:
-        info = path.stat()
+        raw = read_regular_file(path, MAX_TOKEN_BYTES, check=private)
     except FileNotFoundError:
         raise InputError(f"token file {path} does not exist", hint=_CREATE_HINT.format(path=path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"token file {path} is not a regular file")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
+    except NotRegularFile as exc:
         raise InputError(
-            f"token file {path} is accessible by group or others (mode {mode:04o}); a shared secret must not be",
-            hint=f"chmod 600 {path}",
-        )
-    try:
-        token = path.read_bytes().decode("ascii").strip()
+            f"token file {path} is {exc.kind}, not a regular file", hint=_CREATE_HINT.format(path=path)
+        ) from None
+    except FileTooLarge as exc:
+        raise InputError(
+            f"token file {path} is over {MAX_TOKEN_BYTES:,} bytes ({exc.size}): not a token",
+            hint=_CREATE_HINT.format(path=path),
+        ) from None
     except OSError as exc:
-        raise InputError(f"cannot read token file {path}: {exc.strerror}") from exc
+        raise InputError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
+    try:
+        token = raw.decode("ascii").strip()
     except UnicodeDecodeError:
         raise InputError(f"token file {path} is not ASCII text", hint=_CREATE_HINT.format(path=path)) from None
     if not token:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,7 +18,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 
 from tpuctl.errors import MappingError, StateError
-from tpuctl.files import atomic_write
+from tpuctl.files import FileTooLarge, atomic_write, read_regular_file
 from tpuctl.mapping.model import KNOWN_SCHEMA_VERSIONS, MAX_LISTED, DeviceMapping, mapping_problems
 from tpuctl.mapping.protobuf import _mesh_record_problems, _pb, from_proto, to_proto
 from tpuctl.messages import closest, listed, suggestion
@@ -242,11 +241,16 @@ def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:
     """
     source = os.fspath(path)
     try:
-        raw = _read_regular_file(source, MAX_MAPPING_BYTES)
+        raw = read_regular_file(source, MAX_MAPPING_BYTES)
     except FileNotFoundError as exc:
         raise MappingError(
             f"no device mapping file at {source}", hint="run `tpuctl init` on this host first, or fix the path"
         ) from exc
+    except FileTooLarge:
+        raise MappingError(
+            f"cannot read device mapping {source}: it is over {MAX_MAPPING_BYTES // 2**20} MiB: not a device mapping file",
+            hint=_FILE_HINT,
+        ) from None
     except OSError as exc:
         raise MappingError(f"cannot read device mapping {source}: {exc.strerror or exc}", hint=_FILE_HINT) from exc
     try:
@@ -259,56 +263,3 @@ def read_mapping(path: str | os.PathLike[str]) -> DeviceMapping:
 
 
 _FILE_HINT = "pass the path of the mapping file tpuctl init wrote (a regular file)"
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _not_regular(mode: int) -> OSError:
-    kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
-    return OSError(0, f"it is {kind}, not a regular file")
-
-
-def _read_regular_file(path: str, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit``, never blocking (the twin of
-    :func:`tpuctl.spec.yamlfile.read_regular_file`, which this job-side module may not import: yaml).
-
-    O_NONBLOCK, so a FIFO opens at once; then fstat: anything but a regular file (a folder, a FIFO,
-    /dev/zero) is refused unread, and a file over ``limit`` bytes (by size, or as read) too.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        try:  # a socket cannot be opened (ENXIO): say what it is
-            mode = os.stat(path).st_mode
-        except OSError:
-            raise exc from None
-        if not stat.S_ISREG(mode):
-            raise _not_regular(mode) from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _not_regular(info.st_mode)
-        too_big = OSError(0, f"it is over {limit // 2**20} MiB: not a device mapping file")
-        if info.st_size > limit:
-            raise too_big
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise too_big
-        return b"".join(chunks)
-    finally:
-        os.close(fd)

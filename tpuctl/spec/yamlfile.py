@@ -13,12 +13,12 @@ values (a "billion laughs" is one problem, not gigabytes); a number is at most `
 from __future__ import annotations
 
 import os
-import stat
 
 import yaml
 from yaml.constructor import SafeConstructor
 
 from tpuctl.errors import InputError
+from tpuctl.files import FileTooLarge, NotRegularFile, read_regular_file
 from tpuctl.spec.checker import Node, Problem, Scalar
 from tpuctl.spec.model import TOP_SUMMARY, ClusterSpec, SpecCheck, check_spec
 
@@ -273,72 +273,6 @@ def read_spec_file(path: str | os.PathLike[str]) -> bytes:
             f"cannot read cluster spec {source}: {reason}",
             hint="check the path, and that this user may read the file",
         ) from exc
-
-
-class NotRegularFile(OSError):
-    """``kind``: ``a folder``, ``a FIFO (named pipe)``, ``a character device`` ..."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-class FileTooLarge(OSError):
-    def __init__(self, size: str) -> None:
-        super().__init__(size)
-        self.size = size
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def file_kind(mode: int) -> str:
-    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
-
-
-def read_regular_file(path: str, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them, without ever blocking.
-
-    Opened with O_NONBLOCK (a FIFO opens at once instead of waiting for a writer), then fstat: anything but
-    a regular file is NotRegularFile, unread; a file over ``limit`` bytes (by its size or, for files that
-    do not know it, as read) is FileTooLarge. Other failures are the OSError of open or read.
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        try:  # a socket cannot be opened (ENXIO): say what it is
-            mode = os.stat(path).st_mode
-        except OSError:
-            raise exc from None
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(file_kind(mode)) from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(file_kind(info.st_mode))
-        if info.st_size > limit:
-            raise FileTooLarge(f"{info.st_size:,} bytes")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise FileTooLarge(f"more than {limit:,} bytes read")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def check_spec_file(path: str | os.PathLike[str]) -> SpecCheck:
