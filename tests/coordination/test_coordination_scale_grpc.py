@@ -205,7 +205,7 @@ def test_an_unreachable_coordinator_ends_the_heartbeat_loop_after_give_up_after(
             await asyncio.sleep(0.3)
             stopped = time.monotonic()
             await cluster.server.stop(grace=None)
-            with pytest.raises(ClusterError, match="no heartbeat reached the coordinator"):
+            with pytest.raises(ClusterError, match="unreachable/frozen: no heartbeat confirmed for"):
                 await asyncio.wait_for(beating, 5.0)
             assert time.monotonic() - stopped < 3.0
 

@@ -4,7 +4,10 @@ Each test brings up (part of) a v4-32 cluster of real ``tpuctl init`` processes 
 victim's agent, and watches what runs on every host: the waiting ``init``s (registering, merging), parked
 ``tpuctl barrier``s (inside a barrier), the agents' logs then ``tpuctl status`` (steady state), ``tpuctl
 run`` jobs (under run). Required: every host exits non-zero (the job is stopped) within heartbeat timeout
-+ 2 s of the fault (+ the run grace), each peer naming the victim host and the cause.
++ 2 s of the fault (+ the run grace), each peer naming the victim host and the cause. That includes the
+victim's own waiting ``init`` when its agent is frozen (it hears from its agent a few times a second), and
+the peers of a frozen coordinator (their heartbeat confirmations are due within the heartbeat timeout + 1 s,
+not the 10 s RPC timeout).
 """
 
 from __future__ import annotations
@@ -37,23 +40,8 @@ pytestmark = pytest.mark.slow
 
 PHASES = ["registering", "merging", "barrier", "steady", "run"]
 VICTIMS = {"worker": 2, "coordinator": 0}
-FROZEN_HOST_INIT = (
-    "`tpuctl init` on the host whose agent is frozen never exits: it waits for its agent's report "
-    "(up to register_timeout + 3 x barrier_timeout), while its peers fail in ~3.2 s"
-)
-FROZEN_COORDINATOR = (
-    "a frozen (SIGSTOP) coordinator is noticed only when a heartbeat confirmation times out (the 10 s RPC "
-    "timeout), not within heartbeat timeout + 2 s: "
-)
-KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {
-    ("stop", "registering", "worker"): FROZEN_HOST_INIT,
-    ("stop", "merging", "worker"): FROZEN_HOST_INIT,
-    ("stop", "registering", "coordinator"): FROZEN_COORDINATOR + "no waiting `init` exits within 12.5 s",
-    ("stop", "merging", "coordinator"): FROZEN_COORDINATOR + "waiting `init`s exit after 10.1-11.6 s",
-    ("stop", "barrier", "coordinator"): FROZEN_COORDINATOR + "parked `tpuctl barrier`s still wait 12.5 s later",
-    ("stop", "steady", "coordinator"): FROZEN_COORDINATOR + "the peers' agents log it after ~11.5 s",
-    ("stop", "run", "coordinator"): FROZEN_COORDINATOR + "the peers' `tpuctl run` jobs still run 12.5 s later",
-}
+KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {}
+"""(kind, phase, role) -> the defect observed, for a fault the code does not handle yet (an xfail)."""
 
 
 def _params() -> list[object]:

@@ -47,6 +47,8 @@ INIT_DONE_BARRIER = "tpuctl/init/done"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
+ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
+# shortest heartbeat timeout, 1 s, at most)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Agent:
         self.failures: tuple[Failure, ...] = ()
         self.failed_at: float | None = None
         self.changed = asyncio.Event()  # set when the cluster errs or this agent stops
+        self.failed = asyncio.Event()  # set when the cluster errs (``cluster_error``)
         self.job_ports: JobPorts | None = None
         self.info: AgentInfo | None = None
         self.job_env: dict[str, Any] = {}  # the answer to Op.ENV, computed once the mapping exists
@@ -102,6 +105,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        alive = asyncio.create_task(self._say_alive(), name="alive")
         try:
             await self._bring_up()
         except TpuctlError as exc:
@@ -116,6 +120,7 @@ class Agent:
             await self._tear_down(leaving=False)
             return reason.exit_code
         finally:
+            alive.cancel()
             with contextlib.suppress(StateError):
                 remove(self._pending)
         await self.stop.wait()
@@ -137,6 +142,7 @@ class Agent:
         from tpuctl.coordination.client import CoordinationClient
 
         spec, task = self.spec, self.task
+        self.reporter.phase("registering", spec.coordinator.register_timeout)
         token = _load_token(spec)
         tls = spec.auth.tls if spec.auth is not None else None
         if task == 0:
@@ -154,6 +160,7 @@ class Agent:
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
+        self.reporter.phase("waiting for every host", spec.coordinator.register_timeout)
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}; waiting for every host")
         await client.wait_for_all(
             self.membership.task,
@@ -162,6 +169,7 @@ class Agent:
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
         self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
+        self.reporter.phase("merging core IDs", _probe_limit(spec) + spec.barrier_timeout)
         mapping, self.job_ports = await merge(
             self.client,
             self.membership.task,
@@ -178,6 +186,7 @@ class Agent:
         self.job_env = self._job_env(self.info, mapping)
         control = await serve(self.options.state.socket, LocalCommands(self).handle)
         self._tasks.append(asyncio.create_task(_serve_forever(control), name="control"))
+        self.reporter.phase("the final barrier", spec.barrier_timeout)
         await self.barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
         # Every host has its mapping: only now does it take the place jobs read it from, so a cluster
         # that never came up leaves no mapping that loads as valid.
@@ -240,6 +249,13 @@ class Agent:
 
     # --- background work -------------------------------------------------------------------------
 
+    async def _say_alive(self) -> None:
+        """Tell the waiting ``init`` that this event loop runs: a frozen agent (SIGSTOP) goes silent."""
+        every = min(ALIVE_EVERY_S, self.spec.coordinator.heartbeat_timeout / 4)
+        while True:
+            self.reporter.alive()
+            await asyncio.sleep(every)
+
     async def _watch_state_dir(self) -> None:
         """Leave the cluster cleanly when this agent's state dir is deleted or replaced: without it no
         local command can reach or stop this agent, and it would hold the task for nobody."""
@@ -291,14 +307,28 @@ class Agent:
             self.cluster_error = exc
             self.failed_at = time.time()
             self.changed.set()
+            self.failed.set()
             log.error("task %d: %s", self.task, exc.message)
             if not self._ready and self._main_task is not None:
                 self._main_task.cancel()  # init cannot finish: report the cluster's error now
 
     async def barrier(self, name: str, timeout: float) -> int:
+        """Wait at barrier ``name``; this agent's own failure verdict ends the wait too (a frozen or
+        cut-off coordinator never answers a parked call: the heartbeat loop is what notices)."""
         if self.cluster_error is not None:
             raise self.cluster_error
-        return int(await self.client.barrier(self.membership.task, name, timeout=timeout))
+        waiting = asyncio.ensure_future(self.client.barrier(self.membership.task, name, timeout=timeout))
+        failed = asyncio.ensure_future(self.failed.wait())
+        try:
+            await asyncio.wait({waiting, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+            if not waiting.done():
+                waiting.cancel()
+        if waiting.done() and not waiting.cancelled():
+            return int(waiting.result())
+        assert self.cluster_error is not None
+        raise self.cluster_error
 
     # --- local commands --------------------------------------------------------------------------
 
@@ -356,6 +386,15 @@ class Agent:
             "mapping": str(self.options.output),
             "pid": os.getpid(),
         }
+
+
+def _probe_limit(spec: ClusterSpec) -> float:
+    """The longest a real backend's core-ID probe may take (the sim backend answers in-process)."""
+    if spec.backend == "sim":
+        return 0.0
+    from tpuctl.backends.probe import PROBE_TIMEOUT_S
+
+    return PROBE_TIMEOUT_S
 
 
 def _load_token(spec: ClusterSpec) -> str | None:

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 from tpuctl.agent.control import Op
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
 from tpuctl.coordination.values import MAX_NAME_CHARS
-from tpuctl.errors import ClusterError, InputError, StateError, TpuctlError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, InputError, StateError, TpuctlError
 
 if TYPE_CHECKING:
     from tpuctl.agent.bringup import Agent
 
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
+PROGRESS_RPC_S = 3.0  # where a barrier stands, for its progress line
 
 
 class LocalCommands:
@@ -81,11 +82,22 @@ class LocalCommands:
         timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
         waiter = asyncio.create_task(agent.barrier(name, timeout))
         started = time.monotonic()
-        while True:
-            done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
-            if done:
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
+                if not done:
+                    # Ask where the barrier stands, but never let the question hold up its answer (a
+                    # coordinator that stopped answering would, for the RPC timeout).
+                    asking = asyncio.create_task(self._barrier_progress(name, time.monotonic() - started))
+                    either: set[asyncio.Task[Any]] = {waiter, asking}
+                    done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                    if waiter not in done:
+                        await progress(asking.result())
+                        continue
+                    asking.cancel()
                 return BarrierPassed(name=name, instance=waiter.result(), hosts=len(agent.spec.hosts))
-            await progress(await self._barrier_progress(name, time.monotonic() - started))
+        finally:
+            waiter.cancel()
 
     async def _barrier_progress(self, name: str, waited: float) -> str:
         agent = self.agent
@@ -93,8 +105,10 @@ class LocalCommands:
         (the service's progress: counts and the first ten missing hosts, O(10) whatever the cluster size)."""
         text = f"waiting at barrier {name!r} for {waited:.0f} s"
         try:
-            progress = await agent.client.rendezvous_progress(agent.membership.task, name)
-        except TpuctlError:
+            progress = await asyncio.wait_for(
+                agent.client.rendezvous_progress(agent.membership.task, name), PROGRESS_RPC_S
+            )
+        except (TpuctlError, asyncio.TimeoutError):
             return text
         if progress is None or progress.done:
             return text
@@ -108,6 +122,10 @@ class LocalCommands:
             "coordinator": agent.spec.coordinator_target,
             "mapping": str(agent.options.output),
         }
+        if isinstance(agent.cluster_error, CoordinatorUnreachable):
+            # This agent already gave up on the coordinator (gone, frozen or cut off): asking it again
+            # would only make `tpuctl status` (and `tpuctl run`'s report) wait for nothing.
+            return {**base, "tasks": [], "error": agent.cluster_error.message}
         try:
             info = (await asyncio.wait_for(agent.client.status(), STATUS_RPC_S)).as_dict()
         except (TpuctlError, asyncio.TimeoutError) as exc:

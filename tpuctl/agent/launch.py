@@ -2,7 +2,9 @@
 
 ``launch`` forks the agent (it keeps the spec already loaded: no second interpreter start), detaches
 it into its own session with its output in the state dir's log, and relays its JSON-line events from a
-pipe until it reports ready or failed, within a deadline derived from the spec. ``run_foreground``
+pipe until it reports ready or failed, within deadlines derived from the spec: the whole of init, the
+phase the agent is in, and the agent's liveness (an agent silent for the heartbeat timeout, frozen by
+SIGSTOP or stuck, is named as such and sent SIGTERM). ``run_foreground``
 runs it attached instead. Callable without click; ``tpuctl init`` is a thin command over it.
 """
 
@@ -26,6 +28,8 @@ from tpuctl.errors import DeadlineError, StateError, TpuctlError
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
 STARTUP_SLACK_S = 30.0
+# Beyond a phase's own timeout (the service's verdict comes back within the client's RPC slack of 10 s).
+PHASE_SLACK_S = 15.0
 LOG_TAIL_LINES = 20
 
 
@@ -99,26 +103,94 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
             os._exit(code)
     os.close(write_fd)
     os.close(log_fd)
-    deadline = time.monotonic() + _init_limit(options)
-    for message in _events(read_fd, deadline):
-        if message.get("event") == "progress":
+    wait = _Wait(options, pid)
+    for message in _events(read_fd, wait.until):
+        wait.heard()
+        event = message.get("event")
+        if event == "progress":
             progress(str(message.get("text", "")))
-        elif message.get("event") == "ready":
+        elif event == "phase":
+            wait.enter(str(message.get("phase", "")), message.get("limit"))
+        elif event == "ready":
             return dict(message.get("summary", {}))
-        elif message.get("event") == "failed":
-            _reap(pid, deadline)
+        elif event == "failed":
+            _reap(pid, wait.deadline)
             raise error_from_payload(message.get("error", {}))
-    if time.monotonic() >= deadline and _reap(pid, time.monotonic() + 0.1) is None:
-        os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly
-        raise DeadlineError(
-            f"task {options.task}: the cluster was not up within {_init_limit(options):.0f} s; stopped this host's agent",
-            hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
-        )
-    exit_code = _reap(pid, deadline)
+    if _reap(pid, time.monotonic() + 0.1) is None:  # still there, but silent or out of time
+        os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly (a stopped agent: once continued)
+        raise wait.overrun()
+    exit_code = _reap(pid, wait.deadline)
     raise StateError(
         f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
         hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
     )
+
+
+class _Wait:
+    """How long ``init`` waits for its agent: the whole of init (``_init_limit``), the phase the agent
+    says it is in (its own timeout + ``PHASE_SLACK_S``), and the agent's liveness: an agent silent for
+    longer than the heartbeat timeout is frozen or stuck (its peers have declared it failed by then)."""
+
+    def __init__(self, options: AgentOptions, pid: int) -> None:
+        self.options = options
+        self.pid = pid
+        now = time.monotonic()
+        self.deadline = now + _init_limit(options)
+        self.phase = "starting"
+        self.phase_limit = STARTUP_SLACK_S
+        self.phase_deadline = now + STARTUP_SLACK_S
+        self.silence = options.spec.coordinator.heartbeat_timeout
+        self.last_heard = now + STARTUP_SLACK_S - self.silence  # the first word may take the start-up
+
+    def heard(self) -> None:
+        self.last_heard = time.monotonic()
+
+    def enter(self, phase: str, limit: object) -> None:
+        seconds = float(limit) if isinstance(limit, (int, float)) and 0 <= limit < 1e9 else 0.0
+        self.phase, self.phase_limit = phase or "?", seconds + PHASE_SLACK_S
+        self.phase_deadline = time.monotonic() + self.phase_limit
+
+    def until(self) -> float:
+        """When to stop waiting unless the agent says something first."""
+        return min(self.deadline, self.phase_deadline, self.last_heard + self.silence)
+
+    def overrun(self) -> TpuctlError:
+        """Why the wait ended without an outcome (the agent was sent SIGTERM)."""
+        task, state = self.options.task, self.options.state
+        tail = f"its log {state.log_file} ends with:\n" + _tail(state.log_file)
+        now = time.monotonic()
+        if now >= self.last_heard + self.silence and now < min(self.deadline, self.phase_deadline):
+            stopped = _stopped(self.pid)
+            how = "frozen (stopped by a signal: SIGSTOP, a debugger or job control)" if stopped else "stuck"
+            return StateError(
+                f"task {task}: this host's tpuctl agent (pid {self.pid}) is {how}: no word from it for "
+                f"{now - self.last_heard:.1f} s during {self.phase}, more than the heartbeat timeout "
+                f"({self.silence:g} s), so the cluster counts this host as failed; sent it SIGTERM "
+                + ("(it leaves when continued)" if stopped else "(it leaves the cluster)"),
+                hint="`kill -CONT` a stopped agent, or check this host's load; " + tail,
+            )
+        if self.phase_deadline < self.deadline:
+            return DeadlineError(
+                f"task {task}: {self.phase} did not end within {self.phase_limit:.0f} s (its timeout and "
+                f"{PHASE_SLACK_S:.0f} s slack); stopped this host's agent",
+                hint=tail,
+            )
+        return DeadlineError(
+            f"task {task}: the cluster was not up within {_init_limit(self.options):.0f} s; stopped this host's agent",
+            hint=tail,
+        )
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP, SIGTSTP, a tracer): state T or t in /proc (False where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat_line = handle.read(4096)
+    except OSError:
+        return False
+    # "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so read after the last ")"
+    fields = stat_line[stat_line.rfind(b")") + 1 :].split()
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def _init_limit(options: AgentOptions) -> float:
@@ -131,12 +203,13 @@ def _init_limit(options: AgentOptions) -> float:
     return spec.coordinator.register_timeout + 3 * spec.barrier_timeout + probe + STARTUP_SLACK_S
 
 
-def _events(fd: int, deadline: float) -> Iterator[dict[str, Any]]:
-    """The agent's JSON-line events until it closes the pipe or ``deadline`` passes."""
+def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, Any]]:
+    """The agent's JSON-line events until it closes the pipe or ``until()`` (asked again after every
+    event) passes."""
     buffer = b""
     try:
         while True:
-            left = deadline - time.monotonic()
+            left = until() - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 return
             chunk = os.read(fd, 65536)

@@ -1,7 +1,9 @@
 """Where an agent says how init is going: progress lines, then ready or failed.
 
 ``tpuctl init`` reads the agent's events from a pipe (:class:`PipeReporter`); ``--foreground`` prints them
-directly; tests collect them.
+directly; tests collect them. On the pipe the agent also says which phase it is in and how long that
+phase may take (``phase``), and that its event loop still runs (``alive``, a few times a second): the
+waiting ``init`` bounds its wait by both (:mod:`tpuctl.agent.launch`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ class Reporter:
     def failed(self, exc: TpuctlError) -> None:
         raise NotImplementedError
 
+    def phase(self, name: str, limit: float) -> None:
+        """Init enters phase ``name``, which ends (one way or the other) within ``limit`` s."""
+
+    def alive(self) -> None:
+        """The agent's event loop still runs (sent every ``ALIVE_EVERY_S``)."""
+
 
 class PipeReporter(Reporter):
     """JSON lines on a pipe to the waiting ``tpuctl init`` process; closed after the outcome."""
@@ -53,6 +61,12 @@ class PipeReporter(Reporter):
     def progress(self, text: str) -> None:
         log.info("%s", text)
         self._send({"event": "progress", "text": text})
+
+    def phase(self, name: str, limit: float) -> None:
+        self._send({"event": "phase", "phase": name, "limit": limit})
+
+    def alive(self) -> None:
+        self._send({"event": "alive"})
 
     def ready(self, summary: dict[str, Any]) -> None:
         self._send({"event": "ready", "summary": summary})

@@ -55,6 +55,12 @@ WATCH_POLL_S = 55.0
 """How long one error poll is held by the service (it caps polls at 60 s). Each host's watch costs the
 service one answer per poll: 10,000 hosts, about 180 a second. A dropped connection fails the poll at
 once; a silent one after the poll plus ``rpc_timeout`` (the heartbeat loop notices sooner)."""
+CONFIRM_GRACE_S = 0.5
+"""How long past the heartbeat timeout a heartbeat confirmation may still arrive before the coordinator
+counts as unreachable or frozen. After a short cut TCP retransmits with backoff (0.2, 0.4, 0.8, 1.6 s), so
+a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (measured between network namespaces);
+confirmations asked at least every quarter of the timeout leave a host with a 5 s timeout room for that
+(1 s heartbeats: 1 + 3.4 < 5 + 0.5)."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
 PROGRESS_POLLS_PER_S = 1000.0
@@ -236,11 +242,17 @@ class CoordinationClient:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
         Heartbeats travel on one stream (``HeartbeatStream``), which costs the service a fifth to a third of
-        a call each; the service confirms the first and then one every ``give_up_after / 2`` s (a
-        confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
+        a call each; the service confirms the first and then every k-th, k = ``give_up_after / (4 * interval)``
+        rounded down, at least 1 (a confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
         ``give_up_after`` s (default: the heartbeat timeout), reopening the stream, then raises
         ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a heartbeat
         (this task was declared failed, or replaced) or has restarted.
+
+        A coordinator that is frozen (SIGSTOP, a stalled machine) or cut off keeps the connection open and
+        answers nothing: every write and confirmation has a deadline of the last confirmation plus
+        ``give_up_after`` plus ``CONFIRM_GRACE_S`` (a confirmation in flight after a short cut arrives late,
+        behind TCP's retransmission backoff), so such a coordinator is noticed within ``give_up_after +
+        CONFIRM_GRACE_S`` s of its last confirmation, not after the ``rpc_timeout``.
         """
         interval = interval or membership.heartbeat_timeout / 3
         give_up_after = give_up_after or membership.heartbeat_timeout
@@ -248,12 +260,15 @@ class CoordinationClient:
         attempt = 0
         while True:
             try:
-                await self._heartbeat_stream(membership, interval, max(interval, give_up_after / 2), confirmed)
+                await self._heartbeat_stream(
+                    membership, interval, max(1, int(give_up_after / (4 * interval))), confirmed, give_up_after
+                )
             except (CoordinatorUnreachable, DeadlineError) as exc:
                 silent = time.monotonic() - confirmed[0]
                 if silent > give_up_after:
                     raise CoordinatorUnreachable(
-                        f"no heartbeat reached the coordinator at {self.target} for {silent:.1f} s: {exc.message}",
+                        f"coordinator at {self.target} unreachable/frozen: no heartbeat confirmed for {silent:.1f} s "
+                        f"(heartbeat timeout {give_up_after:g} s): {exc.message}",
                         hint=exc.hint,
                     ) from exc
                 log.warning("heartbeat failed (will retry): %s", exc.message)
@@ -261,22 +276,27 @@ class CoordinationClient:
                 attempt += 1
 
     async def _heartbeat_stream(
-        self, membership: Membership, interval: float, confirm_every: float, confirmed: list[float]
+        self, membership: Membership, interval: float, confirm_every: int, confirmed: list[float], give_up: float
     ) -> NoReturn:
-        """Heartbeats on one stream until it fails; ``confirmed[0]``: when the service last confirmed one."""
+        """Heartbeats on one stream until it fails, every ``confirm_every``-th one confirmed (the first too);
+        ``confirmed[0]``: when the service last confirmed one."""
         call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
         task = convert.task_ref_pb(membership.task)
-        asked: float | None = None
+        sent = 0
+        waited_from = time.monotonic()
         try:
             while True:
-                ask = asked is None or time.monotonic() - asked >= confirm_every
-                request = pb.HeartbeatRequest(
-                    task=task, ack=ask, service_incarnation=membership.service_incarnation
-                )
-                await asyncio.wait_for(call.write(request), self._rpc_timeout)
+                now = time.monotonic()
+                ask = sent % confirm_every == 0
+                sent += 1
+                request = pb.HeartbeatRequest(task=task, ack=ask, service_incarnation=membership.service_incarnation)
+                # Due by the last confirmation + give_up (+ grace); a heartbeat sent long after it (an
+                # interval over the timeout) gets half the timeout. Never more than the rpc_timeout.
+                deadline = max(confirmed[0] + give_up + CONFIRM_GRACE_S, now + give_up / 2)
+                waited_from = now
+                await asyncio.wait_for(call.write(request), _left(deadline, self._rpc_timeout))
                 if ask:
-                    asked = time.monotonic()
-                    response = await asyncio.wait_for(call.read(), self._rpc_timeout)
+                    response = await asyncio.wait_for(call.read(), _left(deadline, self._rpc_timeout))
                     if not isinstance(response, pb.HeartbeatResponse):  # EOF: the service ended the stream
                         ended = await _finished(call)
                         if ended.code() is not grpc.StatusCode.OK:
@@ -297,8 +317,9 @@ class CoordinationClient:
             raise self._error(await _finished(call), "HeartbeatStream", self._rpc_timeout) from exc
         except asyncio.TimeoutError as exc:
             raise DeadlineError(
-                f"the coordinator at {self.target} did not confirm a heartbeat within {self._rpc_timeout:.1f} s",
-                hint="it may be overloaded or stuck; `tpuctl status` shows what it sees",
+                f"the coordinator at {self.target} did not confirm a heartbeat within "
+                f"{time.monotonic() - waited_from:.1f} s",
+                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
             ) from exc
         finally:
             call.cancel()
@@ -504,6 +525,11 @@ async def _report(outcome: Awaitable[None] | None) -> None:
     """A progress callback may be a plain function or a coroutine function."""
     if outcome is not None:
         await outcome
+
+
+def _left(deadline: float, cap: float) -> float:
+    """Seconds until ``deadline`` (at least a few milliseconds: an immediate timeout still gets asked), at most ``cap``."""
+    return max(0.01, min(cap, deadline - time.monotonic()))
 
 
 def _progress_interval(requested: float, hosts: int) -> float:
