@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -18,11 +19,18 @@ _SUITE_ENVIRON = dict(os.environ)
 
 
 @pytest.fixture(autouse=True)
-def _environment_kept() -> Iterator[None]:
+def _environment_kept(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each test sees the environment the suite started with: importing jax or libtpu in this process
-    sets TPU_* variables (TPU_WORKER_ID to a warning text, TPU_SKIP_MDS_QUERY, ...), which would leak into
-    every later test and every tpuctl process it starts, and tpuctl reads those variables."""
+    sets TPU_* variables (TPU_WORKER_ID to a warning text, TPU_SKIP_MDS_QUERY, ...), some of them with
+    C's setenv behind os.environ's back, which would leak into every later test and every tpuctl
+    process it starts, and tpuctl reads those variables.
+
+    Oracle tests (libtpu's compile-only topologies) get TPU_SKIP_MDS_QUERY=1, as jax sets it itself on a
+    machine without TPU chips: off a TPU VM libtpu would otherwise ask the GCE metadata server for each
+    topology variable, 30 tries each (minutes, where a metadata address answers at all)."""
     _restore(_SUITE_ENVIRON)
+    if request.node.get_closest_marker("oracle") is not None:
+        os.environ["TPU_SKIP_MDS_QUERY"] = "1"
     try:
         yield
     finally:
@@ -30,11 +38,35 @@ def _environment_kept() -> Iterator[None]:
 
 
 def _restore(before: dict[str, str]) -> None:
+    """Make os.environ, and the C environment children inherit, equal ``before`` (pytest's own names
+    kept)."""
     for name in [n for n in os.environ if n not in before and not n.startswith("PYTEST_")]:
         del os.environ[name]
     for name, value in before.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
+    for name, value in _c_environ().items():
+        if name.startswith("PYTEST_"):
+            continue
+        if name not in os.environ:
+            os.unsetenv(name)
+        elif os.environ[name] != value:
+            os.putenv(name, os.environ[name])
+
+
+def _c_environ() -> dict[str, str]:
+    """The process's C environment (what a child started without ``env=`` inherits), which a library's
+    setenv can change without os.environ knowing."""
+    libc = ctypes.CDLL(None)
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
+    found: dict[str, str] = {}
+    for i in range(100_000):  # bounded: an environment has far fewer entries
+        entry = environ[i]
+        if entry is None:
+            break
+        name, _, value = entry.decode("utf-8", "surrogateescape").partition("=")
+        found[name] = value
+    return found
 
 
 @pytest.fixture

@@ -221,3 +221,18 @@ def test_a_call_the_coordinator_dropped_is_retried_like_an_unreachable_one() -> 
     error = error_from_status(grpc.StatusCode.CANCELLED, "CANCELLED", None, target="h:1", call="PollForError", timeout=1)
     assert isinstance(error, CoordinatorUnreachable)  # watch_errors and heartbeat_loop ride it out
     assert error.message == "the coordinator at h:1 dropped PollForError (CANCELLED: CANCELLED)"
+
+
+def test_a_stream_broken_by_grpc_core_is_retried_and_any_other_internal_error_is_not() -> None:
+    import grpc
+
+    from tpuctl.coordination.convert import error_from_status
+    from tpuctl.errors import CoordinatorUnreachable
+
+    broken = error_from_status(
+        grpc.StatusCode.INTERNAL, "Internal error from Core", None, target="h:1", call="HeartbeatStream", timeout=1
+    )
+    assert isinstance(broken, CoordinatorUnreachable)  # a coordinator stopped mid-stream, on a loaded machine
+    assert broken.message == "the coordinator at h:1 broke off HeartbeatStream (INTERNAL: Internal error from Core)"
+    other = error_from_status(grpc.StatusCode.INTERNAL, "a bug", None, target="h:1", call="Barrier", timeout=1)
+    assert not isinstance(other, CoordinatorUnreachable)

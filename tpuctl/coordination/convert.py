@@ -66,6 +66,7 @@ _STATES = {
 _STATES_BACK = {wire: state for state, wire in _STATES.items()}
 
 # grpc core's own text for a deadline the *client* set; the service's DEADLINE_EXCEEDED carries a message.
+_CORE_INTERNAL_DETAILS = "Internal error from Core"
 _CLIENT_DEADLINE_DETAILS = "Deadline Exceeded"
 
 
@@ -364,6 +365,13 @@ def error_from_status(
         # was reset under the call, as by an overloaded or restarting coordinator. Retried like UNAVAILABLE.
         return CoordinatorUnreachable(
             f"the coordinator at {target} dropped {call} (CANCELLED: {details})",
+            hint=hint or "it may be overloaded or restarting; `tpuctl status` shows what it sees",
+        )
+    if code is grpc.StatusCode.INTERNAL and details == _CORE_INTERNAL_DETAILS:
+        # gRPC's own, never the service's (it sends no INTERNAL): a stream broken under the call, as when
+        # the coordinator stops mid-stream (seen on a loaded machine instead of UNAVAILABLE). Retried.
+        return CoordinatorUnreachable(
+            f"the coordinator at {target} broke off {call} (INTERNAL: {details})",
             hint=hint or "it may be overloaded or restarting; `tpuctl status` shows what it sees",
         )
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
