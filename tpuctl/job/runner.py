@@ -11,6 +11,14 @@ SIGKILL when it is still running ``--grace`` later (TensorFlow catches SIGTERM a
 On a terminal, the job's group becomes the terminal's foreground group, so the job reads the terminal
 and Ctrl-C / Ctrl-Z reach it as they would without tpuctl.
 
+Orphans: on Linux ``tpuctl run`` always makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``),
+so processes the job leaves behind (double forks, ``cmd &`` in a job script that exits) are re-parented to
+it rather than to the container's PID 1, and it reaps them once a second while the job runs and once more
+when it ends; as PID 1 of a container it is their reaper anyway. Only exited children other than the job
+are reaped (peeked at with ``waitid(WNOWAIT)`` first, or, while the job's own zombie is the first child
+the kernel reports, reaped one by one from ``/proc/self/task/*/children``), so the job's exit status stays
+with the thread that waits for it. ``tpuctl run`` starts no other children of its own.
+
 Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
 """
 
@@ -20,6 +28,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +52,7 @@ STRAGGLER_KILL_WAIT_S = 10.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 # --- the watcher -----------------------------------------------------------------------------------
@@ -129,6 +139,7 @@ class JobRunner:
             return EXIT_CLUSTER
         environ = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S)).apply(hostenv.environ())
         agent_pid = info.pid if info.pid is not None else self.state.live_pid()
+        become_subreaper()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
         try:
             try:
@@ -147,6 +158,7 @@ class JobRunner:
                 return self._supervise()
             finally:
                 watcher.stopped.set()
+                self._reap_orphans()
         finally:
             self._take_terminal_back()
             for sig, handler in previous.items():
@@ -156,6 +168,7 @@ class JobRunner:
         while True:
             self.wake.wait(timeout=1.0)
             self.wake.clear()
+            self._reap_orphans()
             if self.exited.is_set():
                 return self._finished()
             if self.down is not None:
@@ -200,6 +213,10 @@ class JobRunner:
             self.exited.set()
             self.wake.set()
             return
+
+    def _reap_orphans(self) -> None:
+        if self.proc is not None:
+            reap_orphans(self.proc.pid)
 
     def _job_stopped(self, stopsig: int) -> None:
         """The job stopped for its terminal (Ctrl-Z, or reading it from the background): stop too, so the
@@ -311,6 +328,74 @@ class JobRunner:
                 status = call(self.state, Op.STATUS, timeout=STATUS_TIMEOUT_S)
         assert self.info is not None
         return root_cause_table(down, self.info, status, time.time())
+
+
+# --- orphans ---------------------------------------------------------------------------------------
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux >= 3.4): orphaned descendants are re-parented to it.
+
+    False where the call is not available (not Linux, no libc, refused); tpuctl works on without it.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # only here: the rest of tpuctl run does without it
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no prctl in this process's libraries
+        return False
+
+
+def reap_orphans(job_pid: int) -> list[int]:
+    """Reap every exited child of this process except ``job_pid``; the pids reaped.
+
+    Each exited child is looked at with ``waitid(P_ALL, WNOWAIT)`` (which leaves it waitable) and reaped by
+    its pid only when it is not the job, so a thread blocked in ``waitpid(job_pid)`` still gets the job's
+    status. ``waitid`` reports the first waitable child in the kernel's list, which is the job (the oldest
+    child) once it has exited: from then until its thread reaps it, every exited orphan behind it is
+    reaped by its pid instead, from the list of this process's children (:func:`children`).
+    """
+    waitid = getattr(os, "waitid", None)
+    nowait = getattr(os, "WNOWAIT", None)
+    if waitid is None or nowait is None:  # pragma: no cover - not Linux/BSD
+        return []
+    reaped: list[int] = []
+    while True:
+        try:
+            found = waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | nowait)
+        except ChildProcessError:
+            return reaped  # no children at all
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+        if found is None or found.si_pid == 0:
+            return reaped
+        if found.si_pid == job_pid:  # the job's zombie hides the rest: reap them one by one
+            return reaped + [pid for pid in children() if pid != job_pid and _reap_exited(pid)]
+        if _reap_exited(found.si_pid):
+            reaped.append(found.si_pid)
+
+
+def children() -> list[int]:
+    """This process's children, from ``/proc/self/task/*/children`` (Linux 3.5+; each thread lists the
+    children it forked or adopted); empty where the files do not exist."""
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.scandir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"{task.path}/children") as listing:  # OSError: a thread ended
+                pids += [int(p) for p in listing.read().split()]
+    return pids
+
+
+def _reap_exited(pid: int) -> bool:
+    """Reap ``pid`` if it has exited; False while it runs (or when it is not our child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == pid
 
 
 def _stdin_is_tty() -> bool:
