@@ -162,8 +162,13 @@ class SimCluster(_Cluster):
         super().__init__(root, accelerator, processes)
         self.num_hosts = 0
 
+    @property
+    def env(self) -> dict[str, str]:
+        """For ``sim up`` / ``sim down``: the record of simulated clusters' roots is the test's, not this user's."""
+        return {"TPUCTL_STATE_DIR": str(self.root.parent / f"{self.root.name}-state")}
+
     def up(self, timeout: float = 120.0) -> None:
-        done = self.tpuctl("sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout)
+        done = self.tpuctl("sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout, env=self.env)
         assert done.code == 0, f"tpuctl sim up {self.accelerator} failed:\n{self.logs()}"
         self.num_hosts = len(list(self.root.glob("host-*")))
 
@@ -180,5 +185,5 @@ class SimCluster(_Cluster):
         self.stop_started()
         self.processes.stop_recorded(self.root.glob("*.pids"))
         if self.num_hosts:
-            self.tpuctl("sim", "down", "--root", str(self.root), timeout=30)
+            self.tpuctl("sim", "down", "--root", str(self.root), timeout=30, env=self.env)
         self.stop_agents()

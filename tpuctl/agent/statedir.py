@@ -174,6 +174,58 @@ def lock_holder(lock_file: Path) -> int | None:
         os.close(fd)
 
 
+def live_pids(states: list[StateDir]) -> list[int | None]:
+    """:meth:`StateDir.live_pid` of each state dir, reading ``/proc/locks`` once for all of them (linear in
+    their number, where one call each would read the whole lock table each time)."""
+    held: list[tuple[int, str] | None] = []
+    for i, state in enumerate(states):
+        state.check()
+        try:
+            fd = os.open(state.lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            held.append(None)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append((i, _lock_key(os.fstat(fd))))
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            held.append(None)
+        finally:
+            os.close(fd)
+    holders = _flock_holders()
+    out: list[int | None] = []
+    for state, lock in zip(states, held, strict=True):
+        if lock is None:
+            out.append(None)
+        elif holders.get(lock[1]):
+            out.append(holders[lock[1]])
+        else:
+            pid = state.read_pid()
+            out.append(pid if pid is not None and pid_alive(pid) else None)
+    return out
+
+
+def _lock_key(st: os.stat_result) -> str:
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
+def _flock_holders() -> dict[str, int]:
+    """Every FLOCK in ``/proc/locks``: ``MAJ:MIN:INODE`` -> pid (empty when the file cannot be read)."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
+            out.setdefault(fields[5], int(fields[4]))
+    return out
+
+
 def _holder_from_proc(st: os.stat_result) -> int | None:
     """The pid ``/proc/locks`` gives for a FLOCK on this inode (``1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...``)."""
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
@@ -189,10 +241,83 @@ def _holder_from_proc(st: os.stat_result) -> int | None:
 
 
 def not_running(state: StateDir) -> StateError:
-    return StateError(
-        f"no tpuctl agent is running for state dir {state.path}",
-        hint="run `tpuctl init --config FILE` first, with the same --state-dir",
-    )
+    """No agent for ``state``; the hint names a running simulated cluster (its exact commands) if there is one."""
+    hint = "run `tpuctl init --config FILE` first, with the same --state-dir"
+    sims = [(root, hosts) for root, hosts in running_sims() if state.path.parent != root]
+    if sims:
+        root, hosts = sims[0]
+        flag = "" if root == default_sim_root() else f" --root {root}"
+        more = f" ({len(sims) - 1} more: `tpuctl sim status --root DIR`)" if len(sims) > 1 else ""
+        hint = (
+            f"a simulated cluster of {hosts} hosts is running under {root}{more}: "
+            f"`tpuctl status --state-dir {root / 'host-0'}`, or `tpuctl sim status{flag}`; " + hint
+        )
+    return StateError(f"no tpuctl agent is running for state dir {state.path}", hint=hint)
+
+
+# --- simulated clusters' state dirs ----------------------------------------------------------------
+# `tpuctl sim up` gives each host the state dir ROOT/host-N. Roots other than the default are recorded in
+# DEFAULT_SIM_ROOT/roots (owner-only, like a state dir) so that a command run without --state-dir can point
+# at a running simulated cluster wherever it is.
+
+SIM_ROOTS_FILE = "roots"
+MAX_SIM_ROOTS = 32  # recorded roots kept (the oldest dropped first); each is one line
+
+
+def default_sim_root(environ: dict[str, str] | os._Environ[str] | None = None, uid: int | None = None) -> Path:
+    """Where ``tpuctl sim up`` puts its hosts' state dirs: ``$TPUCTL_STATE_DIR/sim``, else /tmp/tpuctl-sim-UID."""
+    env = os.environ if environ is None else environ
+    base = env.get(STATE_DIR_ENV)
+    return Path(base) / "sim" if base else Path(f"/tmp/tpuctl-sim-{os.getuid() if uid is None else uid}")
+
+
+def sim_host_count(root: Path) -> int:
+    """How many hosts of a simulated cluster run under ``root``: 0 unless host-0's agent is alive (then the
+    number of ``host-N`` folders). One liveness check, so this costs the same for any size."""
+    try:
+        alive = StateDir(root / "host-0").live_pid() is not None
+    except StateError:
+        return 0
+    return sum(1 for _ in root.glob("host-*")) if alive else 0
+
+
+def recorded_sim_roots() -> list[Path]:
+    """The roots ``tpuctl sim up`` recorded, oldest first; empty when the registry is missing or not ours."""
+    registry = StateDir(default_sim_root())
+    try:
+        registry.check()
+        lines = (registry.path / SIM_ROOTS_FILE).read_text(errors="replace").splitlines()[:MAX_SIM_ROOTS]
+    except (StateError, OSError):
+        return []
+    return [Path(line) for line in lines if line.startswith("/")]
+
+
+def running_sims() -> list[tuple[Path, int]]:
+    """(root, hosts) of every simulated cluster running for this user: the default root, then the recorded ones."""
+    roots = [default_sim_root(), *recorded_sim_roots()]
+    out = []
+    for root in dict.fromkeys(roots):
+        hosts = sim_host_count(root)
+        if hosts:
+            out.append((root, hosts))
+    return out
+
+
+def record_sim_root(root: Path, *, keep: bool = True) -> None:
+    """Add ``root`` to the registry (``keep=False``: remove it), dropping roots with no cluster running."""
+    registry = StateDir(default_sim_root())
+    if root == registry.path:
+        return
+    roots = [r for r in recorded_sim_roots() if r != root and sim_host_count(r)]
+    if keep:
+        roots.append(root)
+    from tpuctl.files import atomic_write
+
+    try:
+        registry.ensure()
+        atomic_write(registry.path / SIM_ROOTS_FILE, "".join(f"{r}\n" for r in roots[-MAX_SIM_ROOTS:]), mode=0o600)
+    except (StateError, OSError):
+        pass  # only the hint of a command without --state-dir depends on it
 
 
 def default_state_dir(environ: dict[str, str] | os._Environ[str], uid: int) -> Path:

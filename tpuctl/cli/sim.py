@@ -1,31 +1,63 @@
-"""``tpuctl sim up`` / ``tpuctl sim down``: a whole simulated cluster on this machine."""
+"""``tpuctl sim up|status|run|down``: a whole simulated cluster on this machine, and commands across it."""
 
 from __future__ import annotations
 
-import os
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from tpuctl.agent.statedir import STATE_DIR_ENV
-from tpuctl.cli.common import say
-from tpuctl.errors import ClusterError, InputError
+from tpuctl.agent.statedir import default_sim_root
+from tpuctl.cli.common import parse_duration_option, say
+from tpuctl.errors import EXIT_CLUSTER, ClusterError, InputError
 
 INIT_TIMEOUT_S = 180.0
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def default_root() -> Path:
-    base = os.environ.get(STATE_DIR_ENV)
-    return Path(base) / "sim" if base else Path(f"/tmp/tpuctl-sim-{os.getuid()}")
+    return default_sim_root()
+
+
+def root_flag(root: Path) -> str:
+    """`` --root ROOT`` for a command line, or nothing for the default root."""
+    return "" if root == default_root() else f" --root {root}"
+
+
+def next_commands(root: Path) -> list[str]:
+    """What to do with a running simulated cluster, as exact command lines (real paths)."""
+    flag = root_flag(root)
+    return [
+        f"tpuctl sim status{flag}",
+        f"tpuctl sim run{flag} -- python job.py",
+        f"tpuctl status --state-dir {root / 'host-0'}",
+        f"tpuctl sim down{flag}",
+    ]
 
 
 root_option = click.option(
     "--root",
     metavar="DIR",
     type=click.Path(path_type=Path),
-    help="Where the hosts' state dirs go (default /tmp/tpuctl-sim-UID).",
+    help=f"The hosts' state dirs are DIR/host-N (default {default_root()}: $TPUCTL_STATE_DIR/sim, else /tmp/tpuctl-sim-UID).",
 )
+
+
+def format_options(command: F) -> F:
+    """``--format text|json`` (``-o FORMAT``) and ``--json``, as every data command takes them."""
+    command = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(command)
+    return click.option(
+        "--format",
+        "-o",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="text: a table; json: one document (schema tpuctl.sim-status/1).",
+    )(command)
 
 
 @click.group("sim")
@@ -33,7 +65,20 @@ def sim() -> None:
     """A whole cluster on this machine: real tpuctl processes on 127.0.0.x, simulated TPUs."""
 
 
-@sim.command("up")
+_UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), show the topology, pass a barrier.
+
+    \b
+      tpuctl sim up v4-32                  # 4 hosts on 127.0.0.2-5, state dirs {default_root()}/host-N
+      tpuctl sim status                    # every host's agent, as the coordinator sees it
+      tpuctl sim run -- python job.py      # job.py on every host at once, under `tpuctl run`
+      tpuctl status --state-dir {default_root()}/host-2
+      tpuctl sim down
+    With --root DIR, pass the same --root to sim status, sim run and sim down.
+    Ctrl-C during start-up (or with --hold, at any time) tears everything down.
+    """
+
+
+@sim.command("up", help=_UP_HELP)
 @click.argument("accelerator", required=False)
 @click.option(
     "--config", "-c", metavar="FILE", help="Use this spec (backend sim, loopback hosts) instead of generating one."
@@ -41,14 +86,7 @@ def sim() -> None:
 @root_option
 @click.option("--hold", is_flag=True, help="Stay in the foreground; Ctrl-C tears the cluster down.")
 def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool) -> None:
-    """Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), show the topology, pass a barrier.
-
-    \b
-      tpuctl sim up v4-32          # 4 hosts on 127.0.0.2-5
-      tpuctl --state-dir /tmp/tpuctl-sim-$UID/host-2 status   (or: tpuctl sim status)
-      tpuctl sim down
-    Ctrl-C during start-up (or with --hold, at any time) tears everything down.
-    """
+    from tpuctl.agent.statedir import record_sim_root
     from tpuctl.render.text import render_text
     from tpuctl.sim import cluster as sc
     from tpuctl.spec.yamlfile import load_spec, load_spec_text
@@ -78,7 +116,7 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
     try:
         procs = sc.start_inits(root, spec_path, len(hosts))
         runs = sc.wait_all(procs, INIT_TIMEOUT_S)
-        sc.require_up(runs, hosts)
+        sc.require_up(runs, hosts, root)
         elapsed = time.monotonic() - started
         digests = set(sc.mapping_digests(root, len(hosts)))
         if len(digests) != 1:
@@ -87,13 +125,14 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
         say(f"all {len(hosts)} hosts up in {elapsed:.2f} s; every host wrote the same mapping")
         barrier_started = time.monotonic()
         barrier_runs = sc.wait_all(sc.start_barriers(root, len(hosts), "sim-up", "60s"), 60.0)
-        sc.require_up(barrier_runs, hosts)
+        sc.require_up(barrier_runs, hosts, root)
         say(f"barrier 'sim-up' passed on all {len(hosts)} hosts in {time.monotonic() - barrier_started:.2f} s")
     except BaseException:
         say("tearing the simulated cluster down")
         sc.stop_hosts(root)
         raise
-    say(f"status: tpuctl status --state-dir {sc.host_dir(root, 0)}    stop: tpuctl sim down --root {root}")
+    record_sim_root(root)
+    say("next:\n" + "\n".join(f"  {line}" for line in next_commands(root)))
     if hold:
         say("holding; Ctrl-C tears the cluster down")
         try:
@@ -108,8 +147,57 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
 @root_option
 def down(root: Path | None) -> None:
     """Stop every agent of the simulated cluster (SIGTERM, then SIGKILL after 10 s)."""
+    from tpuctl.agent.statedir import record_sim_root
     from tpuctl.sim import cluster as sc
 
     root = (root or default_root()).absolute()
     stopped = sc.stop_hosts(root)
+    record_sim_root(root, keep=False)
     say(f"stopped {len(stopped)} agents under {root}" if stopped else f"no simulated hosts running under {root}")
+
+
+@sim.command("status")
+@root_option
+@format_options
+def status(root: Path | None, fmt: str, as_json: bool) -> int:
+    """Every simulated host in one table: its agent (running or not, pid), its state and last heartbeat
+    as the coordinator sees them, its state dir.
+
+    Exit code 0 when every agent runs and every task is connected, 3 when not (a host failed, left, or
+    its agent stopped), 5 when no simulated cluster runs under the root.
+    """
+    from tpuctl.sim.status import render, sim_status
+
+    doc = sim_status((root or default_root()).absolute())
+    click.echo(json.dumps(doc, indent=2) if as_json or fmt == "json" else render(doc))
+    return 0 if doc["healthy"] else EXIT_CLUSTER
+
+
+@sim.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@root_option
+@click.option(
+    "--grace",
+    metavar="DURATION",
+    default="10s",
+    show_default=True,
+    help="After SIGTERM, how long each job may take to exit before SIGKILL (as `tpuctl run --grace`).",
+)
+@click.option("--timeout", metavar="DURATION", help="Stop the jobs (SIGTERM) after this long; exit code 4.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] CMD [ARGS]...")
+def run(root: Path | None, grace: str, timeout: str | None, command: tuple[str, ...]) -> int:
+    """Run CMD under `tpuctl run` on every simulated host at once; each output line is prefixed [task N].
+
+    \b
+      tpuctl sim run -- python job.py            # jax.distributed.initialize() needs no arguments
+      tpuctl sim run --timeout 5m -- sh -c 'echo $TPUCTL_TASK_ID'
+    A simulated host has no TPU: JAX_PLATFORMS=cpu, JAX_NUM_CPU_DEVICES (the host's device count) and
+    JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo are set unless already set. Ctrl-C and SIGTERM are forwarded to every job; whatever still runs --grace
+    + 10 s later gets SIGKILL. Exit code: the highest of the hosts' (0 when every job exited 0; 3 when
+    the cluster failed), 4 after --timeout, 130 after Ctrl-C, 5 when no simulated cluster runs.
+    """
+    from tpuctl.sim.run import SimRun
+
+    grace_s = parse_duration_option(grace, "--grace")
+    assert grace_s is not None
+    timeout_s = parse_duration_option(timeout, "--timeout")
+    return SimRun((root or default_root()).absolute(), list(command), grace=grace_s, timeout=timeout_s, say=say).run()

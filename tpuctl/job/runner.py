@@ -19,6 +19,9 @@ are reaped (peeked at with ``waitid(WNOWAIT)`` first, or, while the job's own zo
 the kernel reports, reaped one by one from ``/proc/self/task/*/children``), so the job's exit status stays
 with the thread that waits for it. ``tpuctl run`` starts no other children of its own.
 
+A Python job finds ``tpuctl/job/startup`` first on its ``PYTHONPATH``: its ``sitecustomize`` registers tpuctl's
+JAX cluster detector (:mod:`tpuctl.job.jaxcluster`), so ``jax.distributed.initialize()`` needs no arguments.
+
 Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
 """
 
@@ -53,6 +56,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")  # its sitecustomize: jaxcluster
 
 
 # --- the watcher -----------------------------------------------------------------------------------
@@ -138,6 +142,7 @@ class JobRunner:
             self.say("tpuctl: the job was not started")
             return EXIT_CLUSTER
         environ = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S)).apply(hostenv.environ())
+        environ = with_python_startup(environ)
         agent_pid = info.pid if info.pid is not None else self.state.live_pid()
         become_subreaper()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
@@ -328,6 +333,16 @@ class JobRunner:
                 status = call(self.state, Op.STATUS, timeout=STATUS_TIMEOUT_S)
         assert self.info is not None
         return root_cause_table(down, self.info, status, time.time())
+
+
+# --- the job's Python ------------------------------------------------------------------------------
+
+
+def with_python_startup(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with ``tpuctl/job/startup`` first on ``PYTHONPATH``: a Python job then has tpuctl's JAX
+    cluster detector, so plain ``jax.distributed.initialize()`` works (:mod:`tpuctl.job.jaxcluster`)."""
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != STARTUP_DIR]
+    return {**environ, "PYTHONPATH": os.pathsep.join([STARTUP_DIR, *rest])}
 
 
 # --- orphans ---------------------------------------------------------------------------------------

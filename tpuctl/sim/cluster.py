@@ -182,14 +182,16 @@ def check_root(root: Path) -> None:
     if running:
         raise StateError(
             f"a simulated cluster is already running under {root} ({len(running)} hosts up)",
-            hint="`tpuctl sim down` stops it, or pass another --root",
+            hint=f"`tpuctl sim down --root {root}` stops it (`tpuctl sim status --root {root}` shows it), "
+            "or pass another --root",
         )
 
 
-def require_up(runs: list[HostRun], hosts: list[str]) -> None:
+def require_up(runs: list[HostRun], hosts: list[str], root: Path) -> None:
     failed = [r for r in runs if r.code != 0]
     if failed:
         raise ClusterError(
             f"{len(failed)} of {len(runs)} hosts failed to come up:\n" + failure_table(runs, hosts),
-            hint="each host's agent log is ROOT/host-N/agent.log",
+            hint=f"each host's agent log is {root}/host-N/agent.log (task {failed[0].task}: "
+            f"{host_dir(root, failed[0].task) / 'agent.log'})",
         )

@@ -1,0 +1,138 @@
+"""``tpuctl sim status``: every simulated host's agent and what the coordinator says of it, in one table.
+
+Each host's state dir (``ROOT/host-N``) says whether its agent runs (the lock, :func:`live_pids`, one read
+of ``/proc/locks`` for all hosts) and what it is (``agent.json``); one live agent is asked for the
+cluster's status (one call, as ``tpuctl status``), which gives every task's state and heartbeat. The
+cluster is healthy when every agent runs, the coordinator sees every task connected, and there is no
+cluster error. Linear in the number of hosts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tpuctl.agent.control import Op, call
+from tpuctl.agent.statedir import StateDir, live_pids
+from tpuctl.coordination.values import TaskState
+from tpuctl.errors import StateError, TpuctlError
+from tpuctl.messages import table
+
+SCHEMA = "tpuctl.sim-status/1"
+STATUS_TIMEOUT_S = 10.0
+_HOST_DIR = re.compile(r"host-(\d+)")
+
+
+def host_dirs(root: Path) -> list[tuple[int, Path]]:
+    """``(task, ROOT/host-TASK)`` for every host folder under ``root``, by task."""
+    found = []
+    for path in root.glob("host-*"):
+        match = _HOST_DIR.fullmatch(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def no_sim(root: Path, why: str) -> StateError:
+    return StateError(f"no simulated cluster is running under {root}: {why}", hint=f"start one: {up_command(root)}")
+
+
+def up_command(root: Path) -> str:
+    from tpuctl.agent.statedir import default_sim_root
+
+    return "tpuctl sim up v4-32" + ("" if root == default_sim_root() else f" --root {root}")
+
+
+def sim_status(root: Path) -> dict[str, Any]:
+    """The ``--format json`` document (schema ``tpuctl.sim-status/1``); StateError (exit 5) when no agent
+    of a simulated cluster runs under ``root``."""
+    dirs = host_dirs(root)
+    if not dirs:
+        raise no_sim(root, "it has no host-N state dirs")
+    states = [StateDir(path) for _, path in dirs]
+    pids = live_pids(states)
+    if not any(pids):
+        raise no_sim(root, f"none of its {len(dirs)} hosts' agents runs")
+    infos: list[Any] = []
+    for state, pid in zip(states, pids, strict=True):
+        try:
+            infos.append(state.read_info() if pid is not None else None)
+        except TpuctlError:
+            infos.append(None)
+    asked, cluster, problem = None, None, None
+    for (task, _), state, pid in zip(dirs, states, pids, strict=True):
+        if pid is None:
+            continue
+        try:
+            cluster = call(state, Op.STATUS, timeout=STATUS_TIMEOUT_S)
+            asked = task
+            break
+        except TpuctlError as exc:
+            problem = f"task {task}'s agent did not answer: {exc.message}"
+    seen = {t.get("task"): t for t in (cluster or {}).get("tasks", [])}
+    hosts = []
+    for (task, path), pid, info in zip(dirs, pids, infos, strict=True):
+        view = seen.get(task, {})
+        hosts.append(
+            {
+                "task": task,
+                "state_dir": str(path),
+                "address": info.address if info else view.get("address"),
+                "agent_pid": pid,
+                "agent": "running" if pid is not None else "stopped",
+                "state": view.get("state"),
+                "heartbeat_age": view.get("heartbeat_age"),
+                "cause": view.get("cause"),
+            }
+        )
+    first = next((i for i in infos if i is not None), None)
+    error = (cluster or {}).get("error") or problem
+    healthy = (
+        cluster is not None
+        and not error
+        and all(h["agent"] == "running" and h["state"] == TaskState.CONNECTED.value for h in hosts)
+        and len(seen) == len(hosts)
+    )
+    return {
+        "schema": SCHEMA,
+        "root": str(root),
+        "cluster": first.cluster if first else None,
+        "accelerator": first.accelerator if first else None,
+        "coordinator": (cluster or {}).get("coordinator") or (first.coordinator if first else None),
+        "asked_task": asked,
+        "healthy": healthy,
+        "error": error,
+        "hosts": hosts,
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The document as text: a header, one row per host, the verdict (and the cluster's error)."""
+    lines = [
+        f"cluster      {doc['cluster']}  ({doc['accelerator']}, {len(doc['hosts'])} hosts under {doc['root']})",
+        f"coordinator  {doc['coordinator']}  (as task {doc['asked_task']}'s agent sees it)"
+        if doc["asked_task"] is not None
+        else f"coordinator  {doc['coordinator']}  (no agent answered)",
+        "",
+    ]
+    rows = [("TASK", "ADDRESS", "AGENT", "PID", "STATE", "HEARTBEAT", "STATE DIR")]
+    for host in doc["hosts"]:
+        age = host["heartbeat_age"]
+        rows.append(
+            (
+                str(host["task"]),
+                str(host["address"] or "-"),
+                host["agent"],
+                str(host["agent_pid"] or "-"),
+                str(host["state"] or "-") + (f" ({host['cause']})" if host["cause"] else ""),
+                "-" if age is None else f"{age:.1f}s ago",
+                host["state_dir"],
+            )
+        )
+    lines += table(rows)
+    lines.append("")
+    if doc["error"]:
+        lines.append(f"cluster error: {doc['error']}")
+    lines.append("healthy: every agent runs and every task is connected" if doc["healthy"] else "NOT healthy")
+    return "\n".join(lines)
