@@ -4,6 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 DEMO_ROOT ?= /tmp/tpuctl-demo-$(shell id -u)
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: install bytecode test test-fast lint protos check-protos demo bench bench-scale clean
 
@@ -41,10 +43,20 @@ lint: install
 	$(VENV)/bin/mypy tpuctl
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py
 
-demo: install bytecode
-	$(VENV)/bin/tpuctl sim up v4-32 --root $(DEMO_ROOT)
-	$(VENV)/bin/tpuctl status --state-dir $(DEMO_ROOT)/host-0
-	$(VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
+## The demo needs tpuctl's runtime dependencies only (click, grpcio, protobuf, pyyaml): a light venv of its
+## own, seconds to make, not the dev extra's TensorFlow / JAX / libtpu.
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/tpuctl sim up v4-32 --root $(DEMO_ROOT)
+	$(DEMO_VENV)/bin/tpuctl sim status --root $(DEMO_ROOT) || { $(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT); exit 1; }
+	$(DEMO_VENV)/bin/tpuctl sim run --root $(DEMO_ROOT) --timeout 1m -- \
+	  sh -c 'echo "task $$TPUCTL_TASK_ID of $$JAX_NUM_PROCESSES, mapping $$TPUCTL_MAPPING"' \
+	  || { $(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT); exit 1; }
+	$(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
 bench: install bytecode
 	$(PY) bench/run.py
@@ -55,4 +67,4 @@ bench-scale: install bytecode
 	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --json /tmp/tpuctl-bench-scale-$(shell id -u).json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
