@@ -4,11 +4,10 @@ whole of init, the phase the agent says it is in, and the agent's liveness (a st
 from __future__ import annotations
 
 import os
-import time
-
 import signal
 import subprocess
 import sys
+import time
 
 from tpuctl.agent.launch import PHASE_SLACK_S, _events, _stopped, _Wait
 from tpuctl.agent.statedir import StateDir

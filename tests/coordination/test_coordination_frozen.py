@@ -78,22 +78,24 @@ TIMEOUT_S = 1.5
 
 def test_a_frozen_coordinator_ends_the_heartbeat_loop_within_the_heartbeat_timeout() -> None:
     async def body() -> None:
-        async with serving(make_config(1, heartbeat_timeout=TIMEOUT_S)) as cluster:
-            async with FreezingProxy(cluster.server.port) as proxy:
-                client = CoordinationClient(proxy.target)
-                try:
-                    member = await client.register("test", 0)
-                    beating = asyncio.create_task(client.heartbeat_loop(member, interval=0.1))
-                    await asyncio.sleep(1.0)  # confirmations flowing
-                    assert not beating.done()
-                    proxy.freeze()
-                    frozen = time.monotonic()
-                    with pytest.raises(CoordinatorUnreachable) as excinfo:
-                        await asyncio.wait_for(beating, 8.0)  # the RPC timeout (10 s) would overrun this
-                    took = time.monotonic() - frozen
-                    proxy.thaw()
-                finally:
-                    await client.close()
+        async with (
+            serving(make_config(1, heartbeat_timeout=TIMEOUT_S)) as cluster,
+            FreezingProxy(cluster.server.port) as proxy,
+        ):
+            client = CoordinationClient(proxy.target)
+            try:
+                member = await client.register("test", 0)
+                beating = asyncio.create_task(client.heartbeat_loop(member, interval=0.1))
+                await asyncio.sleep(1.0)  # confirmations flowing
+                assert not beating.done()
+                proxy.freeze()
+                frozen = time.monotonic()
+                with pytest.raises(CoordinatorUnreachable) as excinfo:
+                    await asyncio.wait_for(beating, 8.0)  # the RPC timeout (10 s) would overrun this
+                took = time.monotonic() - frozen
+                proxy.thaw()
+            finally:
+                await client.close()
         message = excinfo.value.message
         assert message.startswith(f"coordinator at {proxy.target} unreachable/frozen: no heartbeat confirmed for ")
         assert f"(heartbeat timeout {TIMEOUT_S:g} s)" in message and "did not confirm a heartbeat within" in message

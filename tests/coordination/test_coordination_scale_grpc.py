@@ -176,7 +176,40 @@ def test_a_restarted_coordinator_is_noticed_by_the_heartbeat_stream() -> None:
             try:
                 with pytest.raises(ClusterError) as excinfo:
                     await asyncio.wait_for(beating, 5.0)
-                assert excinfo.value.message.startswith("the coordinator restarted (service incarnation ")
+                assert excinfo.value.message.startswith(f"the coordinator at {first.target} restarted (service incarnation ")
+                assert excinfo.value.hint == "restart `tpuctl init` on every host"
+            finally:
+                await second.stop(grace=None)
+        finally:
+            await client.close()
+
+    run(body())
+
+
+def test_a_restarted_coordinator_is_named_by_the_error_watch_not_as_an_unregistered_task() -> None:
+    """The new coordinator never saw this host: its refusal says "task 0 has not registered". With the
+    registration's service incarnation the watch asks the status and names the restart instead."""
+
+    async def body() -> None:
+        config = make_config(1, heartbeat_timeout=2.0)
+        first = await start_server(config, host="127.0.0.1", port=0)
+        port = first.port
+        client = CoordinationClient(first.target)
+        try:
+            member = await client.register("test", 0)
+            await first.stop(grace=None)
+            second = await start_server(config, host="127.0.0.1", port=port)
+            try:
+                with pytest.raises(ClusterError, match=r"task 0 \(127.0.0.1\) has not registered"):
+                    await client.watch_errors(member.task, timeout=5.0)  # without: the refusal as it is
+                with pytest.raises(ClusterError) as excinfo:
+                    await client.watch_errors(
+                        member.task, timeout=5.0, service_incarnation=member.service_incarnation
+                    )
+                assert excinfo.value.message.startswith(
+                    f"the coordinator at {first.target} restarted (service incarnation "
+                    f"{second.service.state.service_incarnation}, was {member.service_incarnation})"
+                )
                 assert excinfo.value.hint == "restart `tpuctl init` on every host"
             finally:
                 await second.stop(grace=None)

@@ -46,6 +46,8 @@ log = logging.getLogger("tpuctl.agent.bringup")
 INIT_DONE_BARRIER = "tpuctl/init/done"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
+TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
+TELL_PEERS_POLL_S = 0.05
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
 # shortest heartbeat timeout, 1 s, at most)
@@ -111,11 +113,13 @@ class Agent:
         except TpuctlError as exc:
             log.error("init failed: %s", exc)
             await self._tell_the_cluster(exc)
+            await self._until_every_host_heard()
             self.reporter.failed(exc)
             await self._tear_down(leaving=False)
             return exc.exit_code
         except asyncio.CancelledError:
             reason = self.cluster_error or StateError(f"task {self.task}: init interrupted by a signal")
+            await self._until_every_host_heard()
             self.reporter.failed(reason)
             await self._tear_down(leaving=False)
             return reason.exit_code
@@ -247,6 +251,27 @@ class Agent:
                 REPORT_TIMEOUT_S,
             )
 
+    async def _until_every_host_heard(self) -> None:
+        """On task 0, whose init is failing: keep the coordination service up until every host has heard
+        the cluster's error (``untold``), for at most ``TELL_PEERS_S`` (and the register timeout). Without
+        it a host between two calls, or still retrying its registration, finds the port closed and can
+        only say "coordinator unreachable", never the cause. Not after a signal: the user wants out."""
+        if self._server is None or self.stop.is_set():
+            return
+        state = self._server.service.state
+        if not state.untold():
+            return
+        limit = min(TELL_PEERS_S, self.spec.coordinator.register_timeout)
+        self.reporter.progress(
+            f"task 0: keeping the coordination service up until every host has heard why "
+            f"({state.untold():,} have not yet; at most {limit:g} s)"
+        )
+        deadline = time.monotonic() + limit
+        while state.untold() and time.monotonic() < deadline:
+            await asyncio.sleep(TELL_PEERS_POLL_S)
+        if state.untold():
+            log.warning("task 0: %d hosts had not heard the cluster's error after %g s", state.untold(), limit)
+
     # --- background work -------------------------------------------------------------------------
 
     async def _say_alive(self) -> None:
@@ -284,7 +309,7 @@ class Agent:
 
     async def _watch_errors(self) -> None:
         try:
-            failure = await self.client.watch_errors(self.membership.task)
+            failure = await self.client.watch_errors(self.membership.task, service_incarnation=self.service_incarnation)
         except TpuctlError as exc:
             self._fail(exc)
             return

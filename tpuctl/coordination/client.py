@@ -61,6 +61,8 @@ counts as unreachable or frozen. After a short cut TCP retransmits with backoff 
 a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (measured between network namespaces);
 confirmations asked at least every quarter of the timeout leave a host with a 5 s timeout room for that
 (1 s heartbeats: 1 + 3.4 < 5 + 0.5)."""
+RESTART_PROBE_S = 2.0
+"""How long a refused call waits for the coordinator's status, to tell a restarted coordinator's refusal."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
 PROGRESS_POLLS_PER_S = 1000.0
@@ -263,17 +265,51 @@ class CoordinationClient:
                 await self._heartbeat_stream(
                     membership, interval, max(1, int(give_up_after / (4 * interval))), confirmed, give_up_after
                 )
-            except (CoordinatorUnreachable, DeadlineError) as exc:
+            except ClusterError as exc:
+                if not isinstance(exc, CoordinatorUnreachable):
+                    await self._raise_if_restarted(membership.service_incarnation, exc)
+                    raise
                 silent = time.monotonic() - confirmed[0]
                 if silent > give_up_after:
-                    raise CoordinatorUnreachable(
-                        f"coordinator at {self.target} unreachable/frozen: no heartbeat confirmed for {silent:.1f} s "
-                        f"(heartbeat timeout {give_up_after:g} s): {exc.message}",
-                        hint=exc.hint,
-                    ) from exc
+                    raise self._unconfirmed(silent, give_up_after, exc) from exc
                 log.warning("heartbeat failed (will retry): %s", exc.message)
                 await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
                 attempt += 1
+            except DeadlineError as exc:
+                silent = time.monotonic() - confirmed[0]
+                if silent > give_up_after:
+                    raise self._unconfirmed(silent, give_up_after, exc) from exc
+                log.warning("heartbeat failed (will retry): %s", exc.message)
+                await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
+                attempt += 1
+
+    def _unconfirmed(self, silent: float, give_up_after: float, exc: TpuctlError) -> CoordinatorUnreachable:
+        return CoordinatorUnreachable(
+            f"coordinator at {self.target} unreachable/frozen: no heartbeat confirmed for {silent:.1f} s "
+            f"(heartbeat timeout {give_up_after:g} s): {exc.message}",
+            hint=exc.hint,
+        )
+
+    def _restart_error(self, now: int, was: int) -> ClusterError:
+        return ClusterError(
+            f"the coordinator at {self.target} restarted (service incarnation {now}, was {was}); this host's "
+            "registration is gone",
+            hint="restart `tpuctl init` on every host",
+        )
+
+    async def _raise_if_restarted(self, service_incarnation: int, refusal: TpuctlError) -> None:
+        """Raise the error naming a restarted coordinator when the one answering at ``target`` is not the
+        one registered with (``service_incarnation``; its status says which it is); return when it is, or
+        cannot say within ``RESTART_PROBE_S``. Asked once, after a refusal: a restarted coordinator refuses
+        a call as "task N has not registered", which names the wrong culprit."""
+        if not service_incarnation:
+            return
+        try:
+            now = (await asyncio.wait_for(self.status(), RESTART_PROBE_S)).service_incarnation
+        except (TpuctlError, asyncio.TimeoutError):
+            return
+        if now not in (0, service_incarnation):
+            raise self._restart_error(now, service_incarnation) from refusal
 
     async def _heartbeat_stream(
         self, membership: Membership, interval: float, confirm_every: int, confirmed: list[float], give_up: float
@@ -303,12 +339,7 @@ class CoordinationClient:
                             raise self._error(ended, "HeartbeatStream", self._rpc_timeout)
                         raise ClusterError(f"the coordinator at {self.target} ended the heartbeat stream")
                     if response.service_incarnation != membership.service_incarnation:
-                        raise ClusterError(
-                            f"the coordinator at {self.target} restarted (service incarnation "
-                            f"{response.service_incarnation}, was {membership.service_incarnation}); this host's "
-                            "registration is gone",
-                            hint="restart `tpuctl init` on every host",
-                        )
+                        raise self._restart_error(int(response.service_incarnation), membership.service_incarnation)
                     confirmed[0] = time.monotonic()
                 await asyncio.sleep(interval)
         except grpc.aio.AioRpcError as exc:
@@ -325,12 +356,20 @@ class CoordinationClient:
             call.cancel()
 
     async def watch_errors(
-        self, task: TaskRef, *, timeout: float | None = None, give_up_after: float = 10.0
+        self,
+        task: TaskRef,
+        *,
+        timeout: float | None = None,
+        give_up_after: float = 10.0,
+        service_incarnation: int = 0,
     ) -> ClusterFailure | None:
         """The cluster's error, as soon as there is one; None if ``timeout`` s pass first (None: no limit).
 
         Parks one long poll at a time in the service, which answers the moment a task fails. Rides out an
-        unreachable coordinator for ``give_up_after`` s, then raises ``CoordinatorUnreachable``.
+        unreachable coordinator for ``give_up_after`` s, then raises ``CoordinatorUnreachable``. With
+        ``service_incarnation`` (``Membership.service_incarnation``), a refusal by a coordinator that has
+        restarted since raises "the coordinator at ... restarted", not the refusal ("task N has not
+        registered": the new one never saw this host).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         failing_since: float | None = None  # a parked poll is healthy: count from the first failure
@@ -350,6 +389,9 @@ class CoordinationClient:
                 await asyncio.sleep(RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)])
                 failures += 1
                 continue
+            except ClusterError as exc:
+                await self._raise_if_restarted(service_incarnation, exc)
+                raise
             failing_since, failures = None, 0
             if response.HasField("failure"):
                 return convert.cluster_failure(response.failure)

@@ -158,6 +158,9 @@ class CoordinationState:
         """Connected tasks, least recently heard from first."""
         self._disconnected: set[int] = set()
         self._failure: ClusterFailure | None = None
+        self._told: set[int] = set()
+        """Tasks with nothing left to hear about the cluster's error: answered it (a refused registration,
+        a registration wait, an error poll), failed themselves, or gone (disconnected)."""
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
         self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken)
@@ -220,6 +223,7 @@ class CoordinationState:
             self._heard_from(task, now)  # an RPC retry of our own registration: proof of life too
             return self._membership(task)
         if self._failure is not None:
+            self._told.add(task.info.task_id)
             raise Refused(Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}")
         if self._registration_closed(now):
             raise self._registration_timeout().refused()
@@ -232,6 +236,7 @@ class CoordinationState:
         task.fingerprint = fingerprint(task.credential)
         self._heard_from(task, now)
         self._disconnected.discard(task.info.task_id)
+        self._told.discard(task.info.task_id)
         if self._unregistered.discard(task.info.task_id) and not self._unregistered:
             self._woken.add(REGISTRATION)
         if self._register_deadline is None:
@@ -243,6 +248,7 @@ class CoordinationState:
         Raises once it closed with tasks missing, or the cluster failed. O(1)."""
         self._live(caller)
         if self._failure is not None:
+            self._told.add(caller.task_id)
             raise Refused(Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}")
         if not self._unregistered:
             return None
@@ -312,6 +318,7 @@ class CoordinationState:
         task.state = TaskState.DISCONNECTED
         self._by_heartbeat.pop(task.info.task_id, None)
         self._disconnected.add(task.info.task_id)
+        self._told.add(task.info.task_id)
         self._rendezvous.task_left(task.info, now=now)
 
     def poll_error(self, caller: TaskRef, *, now: float) -> ClusterFailure | None:
@@ -324,7 +331,15 @@ class CoordinationState:
             raise self._stale(task, caller)
         elif not self._holds(task, caller):
             raise self._not_permitted(task)
+        if self._failure is not None:
+            self._told.add(task.info.task_id)
         return self._failure
+
+    def untold(self) -> int:
+        """How many tasks have not heard the cluster's error yet (0 without one): neither answered it (a
+        refused registration, a registration wait, an error poll) nor failed nor disconnected. A host whose
+        init failed keeps its service up until this is 0 (bounded), so no peer finds the port closed. O(1)."""
+        return 0 if self._failure is None else len(self._tasks) - len(self._told)
 
     # --- barriers and gathers ----------------------------------------------------------------------
 
@@ -526,6 +541,7 @@ class CoordinationState:
         for task, cause in failed:
             task.state = TaskState.FAILED
             task.cause = cause
+            self._told.add(task.info.task_id)
             self._by_heartbeat.pop(task.info.task_id, None)
             failures.append(TaskFailure(task.info, cause))
         if failures:
