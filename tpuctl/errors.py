@@ -77,6 +77,11 @@ class CoordinatorUnreachable(ClusterError):
     """No coordination service answers at the spec's address."""
 
 
+class GenerationOver(ClusterError):
+    """The call was of a cluster generation that ended (the cluster re-forms, or the coordinator
+    restarted): the caller must register into the current one."""
+
+
 class DeadlineError(TpuctlError):
     """A wait ran past its deadline (registration, barrier, key-value get)."""
 

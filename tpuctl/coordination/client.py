@@ -42,7 +42,14 @@ from tpuctl.coordination.values import (
     TaskRef,
     shown,
 )
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
+from tpuctl.errors import (
+    ClusterError,
+    CoordinatorUnreachable,
+    DeadlineError,
+    GenerationOver,
+    InputError,
+    TpuctlError,
+)
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
@@ -158,6 +165,8 @@ class CoordinationClient:
         hostname: str | None = None,
         connect_timeout: float = 0.0,
         with_tasks: bool = False,
+        generation: int = 0,
+        previous_credential: bytes = b"",
     ) -> Membership:
         """Register as ``task_id`` of ``cluster``; retry for ``connect_timeout`` s while nobody answers.
 
@@ -166,6 +175,11 @@ class CoordinationClient:
         ``with_tasks``: also fetch every task's address into ``Membership.tasks`` (O(hosts) bytes; the
         cluster spec usually has them). Refusals: ``ClusterError`` (wrong cluster, protocol version,
         cluster in error), ``InputError`` (unknown task id), ``DeadlineError`` (registration closed).
+
+        ``generation``: the last generation this host was in (0: none); ``previous_credential``: the
+        credential of this host's previous registration (a survivor re-registering after its generation
+        ended, or a new process replacing its dead predecessor, whose registration then fails at once).
+        The answer's ``Membership.generation`` is the generation registered into.
         """
         task = TaskRef(task_id, incarnation or new_incarnation())
         if task.incarnation != self._retry_secret[0]:  # a new registration: new secret; a retry: the same
@@ -178,6 +192,8 @@ class CoordinationClient:
             hostname=hostname or socket.gethostname(),
             with_tasks=with_tasks,
             retry_secret=self._retry_secret[1],
+            generation=generation,
+            previous_credential=previous_credential,
         )
         give_up_at = time.monotonic() + connect_timeout
         attempt = 0
@@ -291,7 +307,7 @@ class CoordinationClient:
         )
 
     def _restart_error(self, now: int, was: int) -> ClusterError:
-        return ClusterError(
+        return GenerationOver(  # this host's generation is gone: under restart policy rejoin it re-registers
             f"the coordinator at {self.target} restarted (service incarnation {now}, was {was}); this host's "
             "registration is gone",
             hint="restart `tpuctl init` on every host",
@@ -488,17 +504,18 @@ class CoordinationClient:
         )
         await self._call(self._stub.KeyValueSet, request, f"set {key!r}", self._rpc_timeout)
 
-    async def kv_get(self, key: str, *, timeout: float) -> bytes:
-        """The value of ``key``, waiting up to ``timeout`` s for it to be set."""
-        request = pb.KeyValueGetRequest(key=key, timeout_seconds=timeout)
+    async def kv_get(self, key: str, *, timeout: float, generation: int = 0) -> bytes:
+        """The value of ``key``, waiting up to ``timeout`` s for it to be set. ``generation`` (0: the
+        current one): the store is per generation; a get of an ended one raises ``GenerationOver``."""
+        request = pb.KeyValueGetRequest(key=key, timeout_seconds=timeout, generation=generation)
         response = await self._call(self._stub.KeyValueGet, request, f"get {key!r}", timeout + self._rpc_timeout)
         return bytes(response.value)
 
-    async def kv_dir(self, prefix: str) -> list[tuple[str, bytes]]:
+    async def kv_dir(self, prefix: str, *, generation: int = 0) -> list[tuple[str, bytes]]:
         """Every entry whose key starts with ``prefix``, sorted by key; does not wait. The service answers
         in O(entries listed), and every caller the same bytes until the next write; for a table every
         host publishes to, ``gather`` is the one-call form."""
-        request = pb.KeyValueDirRequest(prefix=prefix)
+        request = pb.KeyValueDirRequest(prefix=prefix, generation=generation)
         response = await self._call(self._stub.KeyValueDir, request, f"list {prefix!r}", self._rpc_timeout)
         return [(entry.key, bytes(entry.value)) for entry in response.entries]
 

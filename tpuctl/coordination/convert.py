@@ -29,7 +29,14 @@ from tpuctl.coordination.values import (
     TaskStatus,
     count,
 )
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
+from tpuctl.errors import (
+    ClusterError,
+    CoordinatorUnreachable,
+    DeadlineError,
+    GenerationOver,
+    InputError,
+    TpuctlError,
+)
 from tpuctl.proto import coordination_pb2 as pb
 
 HINT_KEY = "x-tpuctl-hint-bin"
@@ -55,6 +62,7 @@ STATUS_CODES: dict[Reason, grpc.StatusCode] = {
     Reason.QUOTA: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.CLUSTER_FAILED: grpc.StatusCode.ABORTED,
     Reason.TIMED_OUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Reason.OLD_GENERATION: grpc.StatusCode.OUT_OF_RANGE,
 }
 
 _STATES = {
@@ -74,11 +82,13 @@ _CLIENT_DEADLINE_DETAILS = "Deadline Exceeded"
 
 
 def task_ref(message: pb.TaskRef) -> TaskRef:
-    return TaskRef(message.task_id, message.incarnation, message.credential)
+    return TaskRef(message.task_id, message.incarnation, message.credential, message.generation or 1)
 
 
 def task_ref_pb(task: TaskRef) -> pb.TaskRef:
-    return pb.TaskRef(task_id=task.task_id, incarnation=task.incarnation, credential=task.credential)
+    return pb.TaskRef(
+        task_id=task.task_id, incarnation=task.incarnation, credential=task.credential, generation=task.generation
+    )
 
 
 def _task_info(message: pb.TaskInfo) -> TaskInfo:
@@ -97,12 +107,20 @@ def cluster_failure_pb(failure: ClusterFailure) -> pb.ClusterFailure:
         ],
         total=failure.total,
         shutdown=failure.shutdown,
+        generation=failure.generation,
+        rejoin=failure.rejoin,
+        earlier=failure.earlier,
     )
 
 
 def cluster_failure(message: pb.ClusterFailure) -> ClusterFailure:
     return ClusterFailure(
-        tuple(TaskFailure(_task_info(f.task), f.cause) for f in message.failures), message.total, message.shutdown
+        tuple(TaskFailure(_task_info(f.task), f.cause) for f in message.failures),
+        message.total,
+        message.shutdown,
+        generation=message.generation or 1,
+        rejoin=message.rejoin,
+        earlier=message.earlier,
     )
 
 
@@ -121,6 +139,8 @@ def registration(request: pb.RegisterTaskRequest, *, peer: str, credential: byte
         peer=peer,
         retry_secret=request.retry_secret,
         credential=credential,
+        generation=request.generation,
+        previous_credential=request.previous_credential,
     )
 
 
@@ -133,6 +153,7 @@ def register_response(membership: Membership, *, with_tasks: bool) -> pb.Registe
         heartbeat_timeout_seconds=membership.heartbeat_timeout,
         default_barrier_timeout_seconds=membership.barrier_timeout,
         num_tasks=membership.num_tasks,
+        generation=membership.generation,
     )
 
 
@@ -147,7 +168,7 @@ def credential_answer(credential: bytes) -> bytes:
 def membership(response: pb.RegisterTaskResponse, task: TaskRef) -> Membership:
     """``task`` with the credential the service answered (what every later task-scoped call carries)."""
     return Membership(
-        task=TaskRef(task.task_id, task.incarnation, bytes(response.credential)),
+        task=TaskRef(task.task_id, task.incarnation, bytes(response.credential), response.generation or 1),
         service_incarnation=response.service_incarnation,
         tasks=tuple(_task_info(t) for t in response.tasks),
         heartbeat_timeout=response.heartbeat_timeout_seconds,
@@ -228,6 +249,9 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
         cluster_name=status.cluster,
         service_incarnation=status.service_incarnation,
         protocol_version=status.protocol_version,
+        generation=status.generation,
+        forming=status.forming,
+        ended=status.ended,
     )
     for task in status.tasks:
         entry = response.tasks.add(
@@ -272,7 +296,15 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         OpenBarrier(b.name, b.instance, tuple(b.arrived), b.seconds_left, kind(b.kind)) for b in response.barriers
     )
     return ClusterStatus(
-        response.cluster_name, response.service_incarnation, tasks, failure, response.protocol_version, barriers
+        response.cluster_name,
+        response.service_incarnation,
+        tasks,
+        failure,
+        response.protocol_version,
+        barriers,
+        generation=response.generation or 1,
+        forming=response.forming,
+        ended=tuple(response.ended),
     )
 
 
@@ -383,6 +415,8 @@ def error_from_status(
         return DeadlineError(details, hint=hint)
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         return InputError(details, hint=hint)
+    if code is grpc.StatusCode.OUT_OF_RANGE:
+        return GenerationOver(details, hint=hint)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         # The service's quotas name the limit and the use; gRPC's own (a message over its size limit) not.
         return InputError(f"the coordinator at {target} refused {call}: {details}", hint=hint)

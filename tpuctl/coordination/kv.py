@@ -30,7 +30,9 @@ def _size(n: int) -> str:
 
 
 class KeyValueStore:
-    def __init__(self, counters: Counters, limits: KvLimits | None = None) -> None:
+    def __init__(self, counters: Counters, limits: KvLimits | None = None, *, version: int = 0) -> None:
+        """``version``: where ``version`` starts (a new generation's store continues its predecessor's,
+        so a listing cached for the old store never passes for the new one)."""
         self._values: dict[str, bytes] = {}
         self._owners: dict[str, int] = {}
         self._keys: list[str] = []
@@ -40,7 +42,7 @@ class KeyValueStore:
         self._task_bytes: Counter[int] = Counter()
         self.total_keys = 0
         self.total_bytes = 0
-        self.version = 0
+        self.version = version
 
     def set(self, key: str, value: bytes, *, allow_overwrite: bool, owner: int | None = None) -> None:
         """Store ``value`` at ``key``, charged to task ``owner`` (None: the service's own write)."""

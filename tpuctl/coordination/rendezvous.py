@@ -65,7 +65,11 @@ class _Instance:
 class Rendezvous:
     """Every barrier and gather instance of one cluster."""
 
-    def __init__(self, tasks: Sequence[TaskInfo], counters: Counters, woken: set[WaitKey]) -> None:
+    def __init__(
+        self, tasks: Sequence[TaskInfo], counters: Counters, woken: set[WaitKey], *, generation: int = 1
+    ) -> None:
+        """``generation``: the cluster generation these instances belong to (every one a new ``Rendezvous``)."""
+        self._generation = generation
         self._tasks = tasks
         self._counters = counters
         self._woken = woken
@@ -106,7 +110,7 @@ class Rendezvous:
         calls = (kind, name, task_id)
         number = self._calls.get(calls, 0) + 1
         self._calls[calls] = number
-        barrier = BarrierId(name, number, kind)
+        barrier = BarrierId(name, number, kind, self._generation)
         instance = self._instances.get(barrier)
         if instance is None:
             timeout = timeout or default_timeout
@@ -153,7 +157,7 @@ class Rendezvous:
         number = self._calls.get((kind, name, task_id))
         if number is None:
             return None
-        barrier = BarrierId(name, number, kind)
+        barrier = BarrierId(name, number, kind, self._generation)
         instance = self._instances.get(barrier)
         total = len(self._tasks)
         if instance is None or instance.decided or self._time_out_if_late(barrier, instance, now) is not None:
@@ -212,7 +216,7 @@ class Rendezvous:
         # that passed (failed ones stay: they are rare and keep their verdict).
         series = (barrier.kind, barrier.name)
         for number in range(self._floor.get(series, 1), barrier.instance):
-            earlier = BarrierId(barrier.name, number, barrier.kind)
+            earlier = BarrierId(barrier.name, number, barrier.kind, barrier.generation)
             if (old := self._instances.get(earlier)) is not None and old.passed:
                 del self._instances[earlier]
         self._floor[series] = barrier.instance

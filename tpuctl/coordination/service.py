@@ -187,13 +187,14 @@ class CoordinationServicer:
         registration = convert.registration(request, peer=context.peer(), credential=credential)
         membership = self._state.register(registration, now=self._clock())
         log.info(
-            "task %d registered from %s (%s), fingerprint %s",
+            "task %d registered into generation %d from %s (%s), fingerprint %s",
             request.task_id,
+            membership.generation,
             request.hostname[:255],
             context.peer(),
             self._state.status_fingerprint(request.task_id),
         )
-        key = "register+tasks" if request.with_tasks else "register"
+        key = f"register+tasks/{membership.generation}" if request.with_tasks else f"register/{membership.generation}"
         shared = self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
         return shared + convert.credential_answer(membership.task.credential)
 
@@ -317,9 +318,10 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def KeyValueGet(self, request: pb.KeyValueGetRequest, context: Any) -> Answer:
-        key, timeout, started = request.key, request.timeout_seconds, self._clock()
+        key, timeout, started, generation = request.key, request.timeout_seconds, self._clock(), request.generation
         value = await self._wait(
-            kv_key(key), lambda now: self._state.kv_get(key, started=started, timeout=timeout, now=now)
+            kv_key(key),
+            lambda now: self._state.kv_get(key, started=started, timeout=timeout, now=now, generation=generation),
         )
         self.counters.built += 1
         return pb.KeyValueGetResponse(value=value)
@@ -327,6 +329,7 @@ class CoordinationServicer:
     @_refusals_as_status
     async def KeyValueDir(self, request: pb.KeyValueDirRequest, context: Any) -> Answer:
         prefix, version = request.prefix, self._state.kv_version
+        self._state.check_kv_generation(request.generation)  # the cached listing is the current generation's
         cached = self._kv_dirs.get(prefix)
         if cached is not None and cached[0] == version:
             self._kv_dirs.move_to_end(prefix)

@@ -18,13 +18,29 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
 * Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error.
 * Key-value (``kv.py``): values are bytes; a blocking get waits for the key up to the caller's timeout.
   Writes are charged to the writing task, under per-task and total quotas (``KvLimits``).
+* Generations (``ServiceConfig.restart``): under policy fail (the default) the first failure is final,
+  as above. Under policy rejoin, a failure of a formed generation g (no heartbeat, an error report, a
+  disconnect) *ends* g instead, while restarts are left: every wait of g fails at once with the
+  failure (``ClusterFailure.rejoin``), and generation g + 1 starts forming at once. Every task registers
+  into g + 1: a survivor with the incarnation and retry secret (or the previous credential) it held, so
+  nobody else can take its place; a failed task's new process afresh. While a generation forms, a
+  registrant that fails only becomes missing again. A generation that has not formed ``restart.timeout``
+  after it started, or a failure with no restarts left, is final, naming what ended every generation.
+  Everything task-scoped is per generation: a call carries its generation (``TaskRef.generation``) and
+  one of another generation is refused ``OLD_GENERATION`` naming both; barrier and gather counts and the
+  key-value store start empty in every generation. An ended generation's error stays readable by
+  ``poll_error`` (it is public, like status), so a late watcher learns why its generation ended.
+* Reclaiming a task: a registration that brings the credential of the task's live registration
+  (``Registration.previous_credential``, kept in the host's state dir) is that host's new process: the
+  old registration fails at once ("restarted") instead of a heartbeat timeout later, under either policy.
 * Identity: a new registration keeps the credential the executor generated for it (``Registration.
   credential``) and answers it in ``Membership.task``; every task-scoped call must carry it (compared in
   constant time, ``hmac.compare_digest``), else it is refused ``NOT_PERMITTED``. Nothing this state
   answers contains another task's credential or incarnation (status has a fingerprint), and no refusal
   echoes them.
 
-Cost: every call is O(1) or O(its answer); only ``status`` lists every task. ``counters`` counts the work.
+Cost: every call is O(1) or O(its answer); only ``status`` lists every task, and starting a generation
+visits every task once. ``counters`` counts the work.
 """
 
 from __future__ import annotations
@@ -57,6 +73,7 @@ from tpuctl.coordination.values import (
     Refused,
     Registration,
     RegistrationProgress,
+    RestartPolicy,
     RendezvousKind,
     RendezvousProgress,
     ServiceConfig,
@@ -98,6 +115,7 @@ __all__ = [
     "Registration",
     "RegistrationProgress",
     "RendezvousProgress",
+    "RestartPolicy",
     "ServiceConfig",
     "TaskFailure",
     "TaskInfo",
@@ -130,6 +148,9 @@ class _Task:
     credential: bytes = b""
     fingerprint: str = ""
     retry_secret: bytes = b""
+    reserved: bool = False
+    """A survivor of the last generation: only its own process (incarnation and retry secret, or its
+    credential) may register it into this one, keeping its credential."""
 
 
 class CoordinationState:
@@ -151,6 +172,15 @@ class CoordinationState:
         self.tasks = tuple(TaskInfo(i, spec.address) for i, spec in enumerate(config.tasks))
         """Every task of the cluster, by id (one shared tuple)."""
         self._tasks = [_Task(info) for info in self.tasks]
+        self.generation = config.first_generation
+        """The current generation: 1, then one more after every restart."""
+        self._first_generation = config.first_generation
+        self._ended: dict[int, ClusterFailure] = {}
+        """What ended each earlier generation of this service (at most ``restart.max_restarts``)."""
+        self._formed = False
+        """Every task registered into the current generation (from then on a failure ends it)."""
+        self._restart_deadline: float | None = None
+        """When the current generation must have formed (restarts only; generation 1 has the register timeout)."""
         self._register_deadline: float | None = None
         self._unregistered = Missing(len(self._tasks))
         self._registration_verdict: Verdict | None = None
@@ -163,12 +193,21 @@ class CoordinationState:
         a registration wait, an error poll), failed themselves, or gone (disconnected)."""
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
-        self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken)
+        self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=self.generation)
         self._kv = KeyValueStore(self.counters, config.kv_limits)
 
     @property
     def failure(self) -> ClusterFailure | None:
         return self._failure
+
+    @property
+    def restarts(self) -> int:
+        """Restarts used so far (a restarted coordinator's predecessors' count too)."""
+        return self.generation - 1
+
+    def ended(self, generation: int) -> ClusterFailure | None:
+        """What ended ``generation`` (None: it is the current one, or this service never had it)."""
+        return self._ended.get(generation)
 
     @property
     def kv_version(self) -> int:
@@ -209,10 +248,14 @@ class CoordinationState:
                 f"(it brought {len(registration.retry_secret)})",
                 hint="run the same tpuctl version on every host",
             )
+        if self._fresh() and registration.generation >= self.generation:
+            # Task 0's new process lost its state dir but a host remembers: continue above it.
+            self._restart_at(registration.generation + 1)
         if task.state is TaskState.CONNECTED:
-            if task.incarnation != registration.incarnation or not hmac.compare_digest(
-                task.retry_secret, registration.retry_secret
-            ):
+            if self._same_process(task, registration):
+                self._heard_from(task, now)  # an RPC retry of our own registration: proof of life too
+                return self._membership(task)
+            if not self._proves(task, registration.previous_credential):
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is already registered by another live process (registered "
@@ -220,27 +263,48 @@ class CoordinationState:
                     hint=f"is `tpuctl init` already running for task {task.info.task_id} on {task.hostname}? "
                     f"Check this host's task id",
                 )
-            self._heard_from(task, now)  # an RPC retry of our own registration: proof of life too
-            return self._membership(task)
+            # The host's new process, holding its predecessor's credential: the old registration is dead.
+            cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
+            self._fail([(task, cause)], now=now)
         if self._failure is not None:
             self._told.add(task.info.task_id)
             raise Refused(Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}")
         if self._registration_closed(now):
             raise self._registration_timeout().refused()
+        self._check_restart_deadline(now)
+        keep = False
+        if task.reserved:
+            keep = self._same_process(task, registration) or self._proves(task, registration.previous_credential)
+            if not keep:
+                raise Refused(
+                    Reason.TASK_TAKEN,
+                    f"task {task.info.task_id} is held for the process that registered it in generation "
+                    f"{self.generation - 1} (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
+                    hint=f"that process re-registers by itself; a new `tpuctl init` for task {task.info.task_id} "
+                    "must run on its host, with its state dir",
+                )
+        task.reserved = False
         task.state = TaskState.CONNECTED
         task.incarnation = registration.incarnation
         task.hostname = clip(registration.hostname, 255)
         task.peer = clip(registration.peer, 255)
         task.retry_secret = registration.retry_secret
-        task.credential = registration.credential or self._new_credential()
-        task.fingerprint = fingerprint(task.credential)
+        task.cause = ""
+        if not keep:
+            task.credential = registration.credential or self._new_credential()
+            task.fingerprint = fingerprint(task.credential)
         self._heard_from(task, now)
         self._disconnected.discard(task.info.task_id)
         self._told.discard(task.info.task_id)
         if self._unregistered.discard(task.info.task_id) and not self._unregistered:
+            self._formed = True
+            self._restart_deadline = None
             self._woken.add(REGISTRATION)
         if self._register_deadline is None:
-            self._register_deadline = now + self.config.register_timeout
+            # A restarted coordinator's cluster re-forms within the restart timeout, a new one registers
+            # within the register timeout.
+            first = self._first_generation == 1
+            self._register_deadline = now + (self.config.register_timeout if first else self.config.restart.timeout)
         return self._membership(task)
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:
@@ -252,6 +316,9 @@ class CoordinationState:
             raise Refused(Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}")
         if not self._unregistered:
             return None
+        if self._restart_deadline is not None:
+            self._check_restart_deadline(now)
+            return self._restart_deadline - now
         assert self._register_deadline is not None  # set by the caller's own registration
         if now >= self._register_deadline:
             raise self._registration_timeout().refused()
@@ -272,7 +339,7 @@ class CoordinationState:
         the one the caller registered with: another one means this coordinator is a restarted one."""
         if service_incarnation and service_incarnation != self.service_incarnation:
             raise Refused(
-                Reason.STALE_INCARNATION,
+                Reason.OLD_GENERATION,
                 f"the coordinator restarted (service incarnation {self.service_incarnation}, task "
                 f"{caller.task_id} registered with {service_incarnation}); this host's registration is gone",
                 hint="restart `tpuctl init` on every host",
@@ -281,14 +348,16 @@ class CoordinationState:
         silence = now - task.last_heartbeat
         if silence > self.config.heartbeat_timeout:
             # Late by its own account: decide now rather than depend on when ``expire`` last ran.
-            self._fail([(task, self._silence_cause(silence))])
-            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}")
+            cause = self._silence_cause(silence)
+            self._fail([(task, cause)], now=now)
+            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {cause}")
         self._heard_from(task, now)
         return self.service_incarnation
 
     def expire(self, *, now: float) -> tuple[TaskFailure, ...]:
         """Declare failed every connected task silent for longer than the heartbeat timeout.
         O(1 + late tasks): tasks are ordered by their last heartbeat."""
+        self._check_restart_deadline(now, refuse=False)
         late = []
         limit = self.config.heartbeat_timeout
         for task_id in self._by_heartbeat:
@@ -297,7 +366,7 @@ class CoordinationState:
             if now - task.last_heartbeat <= limit:
                 break
             late.append((task, self._silence_cause(now - task.last_heartbeat)))
-        return self._fail(late)
+        return self._fail(late, now=now)
 
     def report_error(
         self, caller: TaskRef, cause: str, *, now: float, shutdown: bool = False
@@ -306,15 +375,24 @@ class CoordinationState:
         cluster's error then says so in ``ClusterFailure.shutdown``, which hosts test instead of the text)."""
         task = self._live(caller)
         if shutdown:
-            return self._fail([(task, f"shut the cluster down: {clip(cause) or 'no reason given'}")], shutdown=True)
-        return self._fail([(task, f"reported an error: {clip(cause) or 'no cause given'}")])
+            return self._fail(
+                [(task, f"shut the cluster down: {clip(cause) or 'no reason given'}")], shutdown=True, now=now
+            )
+        return self._fail([(task, f"reported an error: {clip(cause) or 'no cause given'}")], now=now)
 
     def disconnect(self, caller: TaskRef, *, now: float) -> None:
         """Leave gracefully. Barriers still waiting for this task fail at once (they can no longer pass)."""
         task = self._task(caller.task_id)
+        if caller.generation != self.generation and caller.generation in self._ended:
+            return  # leaving a generation that already ended
         if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._holds(task, caller):
             return  # a retry, or a failed task leaving: its failure stands
         self._live(caller)
+        if self.config.restart.rejoin and self._failure is None:
+            # Under policy rejoin a host that leaves ends a formed generation (the rest re-form without
+            # waiting for a barrier to time out); while forming, it is only missing again.
+            self._fail([(task, "left the cluster (its agent disconnected: `tpuctl down`, or a signal)")], now=now)
+            return
         task.state = TaskState.DISCONNECTED
         self._by_heartbeat.pop(task.info.task_id, None)
         self._disconnected.add(task.info.task_id)
@@ -324,6 +402,11 @@ class CoordinationState:
     def poll_error(self, caller: TaskRef, *, now: float) -> ClusterFailure | None:
         """The cluster's error, if any (the same object every time). A task declared failed may still
         poll: that is how it learns."""
+        if caller.generation != self.generation:
+            ended = self._ended.get(caller.generation)
+            if ended is not None:
+                return ended  # what ended it: public, like status
+            raise self._other_generation(caller)
         task = self._task(caller.task_id)
         if task.state is not TaskState.FAILED:
             self._live(caller)
@@ -349,6 +432,7 @@ class CoordinationState:
 
     def barrier_outcome(self, barrier: BarrierId, *, now: float) -> int | Pending:
         """The instance number once it passed; raises once it timed out or cannot pass."""
+        self._check_generation_of(barrier)
         outcome = self._rendezvous.outcome(barrier, failure=self._failure, now=now)
         assert not isinstance(outcome, Gathered)
         return outcome
@@ -359,6 +443,7 @@ class CoordinationState:
 
     def gather_outcome(self, gather: BarrierId, *, now: float) -> Gathered | Pending:
         """Every task's value once all published (the same object for every caller); raises like a barrier."""
+        self._check_generation_of(gather)
         outcome = self._rendezvous.outcome(gather, failure=self._failure, now=now)
         assert not isinstance(outcome, int)
         return outcome
@@ -386,9 +471,14 @@ class CoordinationState:
         self._kv.set(key, value, allow_overwrite=allow_overwrite, owner=owner)
         self._woken.add(kv_key(key))
 
-    def kv_get(self, key: str, *, started: float, timeout: float, now: float) -> bytes | Pending:
-        """The key's value, or Pending until ``started + timeout``; then it raises, naming the key."""
+    def kv_get(
+        self, key: str, *, started: float, timeout: float, now: float, generation: int = 0
+    ) -> bytes | Pending:
+        """The key's value, or Pending until ``started + timeout``; then it raises, naming the key.
+        ``generation`` (0: the current one): the key-value store is per generation, and a get of a
+        generation that ended is refused."""
         check_timeout("key-value", timeout)
+        self.check_kv_generation(generation)
         value = self._kv.get(key)
         if value is not None:
             return value
@@ -400,8 +490,9 @@ class CoordinationState:
             raise Refused(Reason.TIMED_OUT, f"key {shown(key)} was not set within {timeout:.1f} s")
         return Pending(started + timeout)
 
-    def kv_dir(self, prefix: str) -> list[tuple[str, bytes]]:
+    def kv_dir(self, prefix: str, *, generation: int = 0) -> list[tuple[str, bytes]]:
         """Every entry whose key starts with ``prefix`` (a plain string prefix), sorted by key. O(answer)."""
+        self.check_kv_generation(generation)
         if len(prefix) > 1024:
             check_name("key prefix", prefix)
         return self._kv.dir(prefix)
@@ -429,7 +520,16 @@ class CoordinationState:
             for t in self._tasks
         )
         barriers = self._rendezvous.open_instances(now=now)
-        return ClusterStatus(self.config.cluster, self.service_incarnation, tasks, self._failure, barriers=barriers)
+        return ClusterStatus(
+            self.config.cluster,
+            self.service_incarnation,
+            tasks,
+            self._failure,
+            barriers=barriers,
+            generation=self.generation,
+            forming=bool(self._unregistered) and self._failure is None,
+            ended=tuple(f"generation {g}: {clip(str(f), 400)}" for g, f in sorted(self._ended.items())),
+        )
 
     # --- internals ---------------------------------------------------------------------------------
 
@@ -468,6 +568,8 @@ class CoordinationState:
     def _live(self, caller: TaskRef) -> _Task:
         """The caller's record if it is the connected process of its task; refuses otherwise."""
         task = self._task(caller.task_id)
+        if caller.generation != self.generation:
+            raise self._other_generation(caller)
         if task.state is TaskState.WAITING:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has not registered", hint="register first")
         if task.incarnation != caller.incarnation:
@@ -503,7 +605,7 @@ class CoordinationState:
 
     def _membership(self, task: _Task) -> Membership:
         return Membership(
-            task=TaskRef(task.info.task_id, task.incarnation, task.credential),
+            task=TaskRef(task.info.task_id, task.incarnation, task.credential, self.generation),
             service_incarnation=self.service_incarnation,
             tasks=self.tasks,
             heartbeat_timeout=self.config.heartbeat_timeout,
@@ -512,6 +614,8 @@ class CoordinationState:
         )
 
     def _registration_closed(self, now: float) -> bool:
+        if self._ended:
+            return False  # after a restart the restart deadline rules (``_check_restart_deadline``)
         deadline = self._register_deadline
         return deadline is not None and now >= deadline and bool(self._unregistered)
 
@@ -535,8 +639,11 @@ class CoordinationState:
     def _silence_cause(self, silence: float) -> str:
         return f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s)"
 
-    def _fail(self, failed: Iterable[tuple[_Task, str]], *, shutdown: bool = False) -> tuple[TaskFailure, ...]:
-        """Mark tasks failed; the first batch becomes the cluster's error. Returns the new failures."""
+    def _fail(
+        self, failed: Iterable[tuple[_Task, str]], *, now: float, shutdown: bool = False
+    ) -> tuple[TaskFailure, ...]:
+        """Mark tasks failed; the first batch ends the generation (a restart) or the cluster (final).
+        Returns the new failures."""
         failures = []
         for task, cause in failed:
             task.state = TaskState.FAILED
@@ -544,9 +651,135 @@ class CoordinationState:
             self._told.add(task.info.task_id)
             self._by_heartbeat.pop(task.info.task_id, None)
             failures.append(TaskFailure(task.info, cause))
-        if failures:
-            if self._failure is None:
-                self._failure = ClusterFailure(tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown)
-            self._wake_everyone = True
-            self._woken.add(ERRORS)
+        if not failures:
+            return ()
+        if self._failure is None:
+            policy = self.config.restart
+            if policy.rejoin and not shutdown and not self._formed:
+                # Still forming: the failed registrants are only missing again (their slots are free).
+                for failure in failures:
+                    self._missing_again(self._tasks[failure.task.task_id])
+                return tuple(failures)
+            rejoin = policy.rejoin and not shutdown and self.restarts < policy.max_restarts
+            earlier = self._earlier() if rejoin or not policy.rejoin or shutdown else self._earlier(exhausted=True)
+            failure = ClusterFailure(
+                tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown, generation=self.generation,
+                rejoin=rejoin, earlier="" if rejoin else earlier,
+            )  # fmt: skip
+            if rejoin:
+                self._ended[self.generation] = failure
+                self._start_generation(self.generation + 1, now)
+            else:
+                self._failure = failure
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
         return tuple(failures)
+
+    # --- generations -------------------------------------------------------------------------------
+
+    def _fresh(self) -> bool:
+        """No task has registered with this service yet."""
+        return not self._ended and len(self._unregistered) == len(self._tasks) and self._register_deadline is None
+
+    def _restart_at(self, generation: int) -> None:
+        self.generation = generation
+        self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=generation)
+
+    def _start_generation(self, generation: int, now: float) -> None:
+        """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""
+        self.counters.touched += len(self._tasks)
+        for task in self._tasks:
+            task.reserved = task.state is TaskState.CONNECTED  # survivors keep their place
+            task.state = TaskState.WAITING
+        self._by_heartbeat.clear()
+        self._disconnected.clear()
+        self._unregistered = Missing(len(self._tasks))
+        self._formed = False
+        self._restart_deadline = now + self.config.restart.timeout
+        self._registration_verdict = None
+        self._restart_at(generation)
+        self._kv = KeyValueStore(self.counters, self.config.kv_limits, version=self._kv.version + 1)
+
+    def _missing_again(self, task: _Task) -> None:
+        task.state = TaskState.WAITING
+        task.reserved = False
+        self._unregistered.add(task.info.task_id)
+
+    def _check_restart_deadline(self, now: float, *, refuse: bool = True) -> None:
+        """A generation after a restart that has not formed in time fails the cluster for good."""
+        deadline = self._restart_deadline
+        if deadline is None or now < deadline or self._failure is not None or not self._unregistered:
+            return
+        missing = len(self._unregistered)
+        sample = [self._tasks[i] for i in self._unregistered.first(SAMPLE)]
+        self.counters.touched += len(sample) + 1
+        cause = (
+            f"did not rejoin generation {self.generation} within the restart timeout "
+            f"({self.config.restart.timeout:g} s)"
+        )
+        for task in sample:
+            task.cause = cause
+        self._failure = ClusterFailure(
+            tuple(TaskFailure(t.info, cause) for t in sample), missing, generation=self.generation,
+            earlier=self._earlier(),
+        )  # fmt: skip
+        self._restart_deadline = None
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
+        if refuse:
+            raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}")
+
+    def _earlier(self, *, exhausted: bool = False) -> str:
+        """What ended the earlier generations, for a final failure (bounded: at most ``max`` restarts)."""
+        parts = [f"generation {g} ended: {clip(str(f), 300)}" for g, f in sorted(self._ended.items())]
+        if self._first_generation > 1:
+            before = self._first_generation - 1
+            span = "generation 1" if before == 1 else f"generations 1 to {before}"
+            parts.insert(0, f"{span} ended before this coordinator started (task 0 restarted)")
+        if exhausted:
+            used = self.restarts
+            parts.append(f"no restarts left ({used} of {self.config.restart.max_restarts} used)")
+        return clip("; ".join(parts), 2000)
+
+    def _other_generation(self, caller: TaskRef) -> Refused:
+        ended = self._ended.get(caller.generation)
+        if ended is not None:
+            why = f"generation {caller.generation} ended: {clip(str(ended), 500)}"
+        elif caller.generation > self.generation or caller.generation < self._first_generation:
+            why = f"this coordinator (service incarnation {self.service_incarnation}) never had generation {caller.generation}: it restarted"
+        else:
+            why = f"generation {caller.generation} is not one of this coordinator's"
+        return Refused(
+            Reason.OLD_GENERATION,
+            f"task {caller.task_id}: the call is of generation {caller.generation}, the cluster is at generation "
+            f"{self.generation} ({why})",
+            hint="this host's agent re-registers into the current generation by itself; restart the job under it",
+        )
+
+    def _check_generation_of(self, barrier: BarrierId) -> None:
+        if barrier.generation != self.generation:
+            ended = self._ended.get(barrier.generation)
+            raise Refused(
+                Reason.CLUSTER_FAILED,
+                f"{barrier} of generation {barrier.generation} cannot pass: "
+                + (f"generation {barrier.generation} ended: {ended}" if ended else "that generation is over"),
+            )
+
+    def check_kv_generation(self, generation: int) -> None:
+        """Refuse a key-value call of a generation other than the current one (0: the current one)."""
+        if generation and generation != self.generation:
+            raise Refused(
+                Reason.OLD_GENERATION,
+                f"key-value call of generation {generation}; the cluster is at generation {self.generation} "
+                "(every generation starts with an empty key-value store)",
+                hint="restart the job under this host's agent: it is in the new generation",
+            )
+
+    def _same_process(self, task: _Task, registration: Registration) -> bool:
+        return task.incarnation == registration.incarnation and hmac.compare_digest(
+            task.retry_secret, registration.retry_secret
+        )
+
+    @staticmethod
+    def _proves(task: _Task, credential: bytes) -> bool:
+        return bool(task.credential) and bool(credential) and hmac.compare_digest(credential, task.credential)

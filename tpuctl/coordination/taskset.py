@@ -13,7 +13,8 @@ class Missing:
     """The task ids ``0..n-1`` not seen yet, in id order: O(1) to remove one, O(k) for the first k.
 
     A doubly linked list over ids in two arrays (node ``i + 1`` is id ``i``; nodes 0 and ``n + 1`` are
-    the ends). Ids only ever leave (a registration, a barrier arrival): nothing is put back.
+    the ends). Ids leave (a registration, a barrier arrival); ``add`` puts one back (a registrant that
+    failed while its generation was still forming), in O(ids after it up to the next missing one).
     """
 
     __slots__ = ("_count", "_next", "_present", "_prev")
@@ -40,6 +41,23 @@ class Missing:
         self._next[before] = after
         self._prev[after] = before
         self._count -= 1
+        return True
+
+    def add(self, task_id: int) -> bool:
+        """Put ``task_id`` back in its place; whether it was gone."""
+        if self._present[task_id]:
+            return False
+        after = task_id + 1
+        while after < len(self._present) and not self._present[after]:
+            after += 1
+        node, after_node = task_id + 1, after + 1  # node n + 1 is the end
+        before = self._prev[after_node]
+        self._next[before] = node
+        self._prev[node] = before
+        self._next[node] = after_node
+        self._prev[after_node] = node
+        self._present[task_id] = 1
+        self._count += 1
         return True
 
     def first(self, k: int) -> list[int]:

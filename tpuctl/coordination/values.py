@@ -15,14 +15,16 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
 carry the task count (the task list only on request); ``HeartbeatStream``, ``Gather`` and
 ``RendezvousProgress`` were added. v3: per-registration credentials on every task-scoped call; status
 shows credential fingerprints instead of incarnations; task-scoped key-value writes under quotas; the
-``shutdown`` flag of an error report; a gather's table sent compressed."""
+``shutdown`` flag of an error report; a gather's table sent compressed. v4: generations (a task-scoped
+call carries its generation; registrations bring the last one and the previous credential; failures say
+whether the cluster re-forms)."""
 
 # --- limits ------------------------------------------------------------------------------------------
 
@@ -110,6 +112,24 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class RestartPolicy:
+    """The spec's ``restart`` section: what a task's failure does to the cluster.
+
+    ``rejoin`` False (``policy: fail``): the cluster is in error for good, as it always was. True
+    (``policy: rejoin``): the failure ends the cluster's *generation* g, and generation g + 1 forms: every
+    task registers again (survivors with the credential they hold, a failed host's new process afresh)
+    within ``timeout`` seconds; at most ``max_restarts`` times, then the next failure is final."""
+
+    rejoin: bool = False
+    timeout: float = 600.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.timeout) and self.timeout > 0) or self.max_restarts < 0:
+            raise InputError(f"restart policy: timeout {self.timeout!r} and max {self.max_restarts!r} must be positive")
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     """What the coordination service serves: one cluster, its tasks, its timeouts."""
 
@@ -125,6 +145,11 @@ class ServiceConfig:
     """When set, every call must carry it (``auth.py``); kept out of repr so logs never show it."""
     kv_limits: KvLimits = KvLimits()
     """The key-value store's quotas."""
+    restart: RestartPolicy = RestartPolicy()
+    """What a task's failure does: end the cluster (default), or end a generation and re-form."""
+    first_generation: int = 1
+    """The generation this service starts at: above the last one when task 0's new process takes over
+    after its predecessor died (from its state dir); ``first_generation - 1`` restarts count as used."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -132,6 +157,8 @@ class ServiceConfig:
             problems.append("cluster name is empty")
         if not self.tasks:
             problems.append("the cluster has no tasks")
+        if self.first_generation < 1:
+            problems.append(f"first_generation must be 1 or more, got {self.first_generation!r}")
         for name in ("heartbeat_timeout", "register_timeout", "barrier_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -163,6 +190,8 @@ class TaskRef:
     task_id: int
     incarnation: int
     credential: bytes = field(default=b"", repr=False)
+    generation: int = 1
+    """The generation the task registered into: a call of another generation is refused, naming both."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +209,12 @@ class Registration:
     retry_secret: bytes = field(default=b"", repr=False)
     """Random bytes the registering process chose: a retry of the registration must bring the same ones
     (so knowing a task's incarnation is not enough to get its credential)."""
+    generation: int = 0
+    """The last generation this host was part of (0: none): a survivor re-registering after its
+    generation ended, or task 0's new process telling a fresh service where the cluster was."""
+    previous_credential: bytes = field(default=b"", repr=False)
+    """The credential of this host's previous registration (kept in its state dir): proves that the new
+    process replaces that registration (the old one fails at once), or that a survivor is itself."""
 
 
 def fingerprint(credential: bytes) -> str:
@@ -207,6 +242,10 @@ class Membership:
     def __post_init__(self) -> None:
         if not self.num_tasks:
             object.__setattr__(self, "num_tasks", len(self.tasks))
+
+    @property
+    def generation(self) -> int:
+        return self.task.generation
 
 
 @dataclass(frozen=True)
@@ -286,6 +325,14 @@ class ClusterFailure:
     total: int = 0
     shutdown: bool = False
     """A deliberate shutdown of the whole cluster (``tpuctl down --all``), not a failure."""
+    generation: int = 1
+    """The generation these failures ended."""
+    rejoin: bool = False
+    """The cluster re-forms as generation ``generation + 1`` (restart policy rejoin, restarts left);
+    False: the failure is final."""
+    earlier: str = ""
+    """What ended the earlier generations, and why this failure is final (empty in generation 1 of a
+    cluster that never restarts); bounded text."""
 
     def __post_init__(self) -> None:
         if self.total < len(self.failures):
@@ -294,11 +341,17 @@ class ClusterFailure:
     def __str__(self) -> str:
         if self.total == 1 and len(self.failures) == 1:
             (failure,) = self.failures
-            return f"{failure.task} failed: {failure.cause}"
-        listed = "; ".join(f"{f.task}: {f.cause}" for f in self.failures)
-        more = self.total - len(self.failures)
-        tail = "" if more <= 0 else f"; ... and {count(more)} more; {ALL_HOSTS_HINT}"
-        return f"{count(self.total)} tasks failed: {listed}{tail}"
+            text = f"{failure.task} failed: {failure.cause}"
+        else:
+            listed = "; ".join(f"{f.task}: {f.cause}" for f in self.failures)
+            more = self.total - len(self.failures)
+            tail = "" if more <= 0 else f"; ... and {count(more)} more; {ALL_HOSTS_HINT}"
+            text = f"{count(self.total)} tasks failed: {listed}{tail}"
+        if self.rejoin:
+            return f"{text}; generation {self.generation} is over, the cluster re-forms as generation {self.generation + 1}"
+        if self.earlier:
+            return f"{text} (generation {self.generation}; {self.earlier})"
+        return text
 
 
 class TaskState(enum.Enum):
@@ -349,6 +402,11 @@ class ClusterStatus:
     failure: ClusterFailure | None
     protocol_version: int = PROTOCOL_VERSION
     barriers: tuple[OpenBarrier, ...] = ()
+    generation: int = 1
+    forming: bool = False
+    """The current generation is still forming (tasks missing); after a restart, who is missing."""
+    ended: tuple[str, ...] = ()
+    """What ended each earlier generation (one bounded line each; at most ``max`` restarts)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -358,6 +416,9 @@ class ClusterStatus:
             "cluster": self.cluster,
             "service_incarnation": str(self.service_incarnation),
             "protocol_version": self.protocol_version,
+            "generation": self.generation,
+            "forming": self.forming,
+            "ended": list(self.ended),
             "tasks": [
                 {
                     "task": t.task.task_id,
@@ -398,6 +459,8 @@ class BarrierId:
     instance: int
     """1 for every task's first call to ``name``, 2 for the second, ..."""
     kind: RendezvousKind = "barrier"
+    generation: int = 1
+    """Barrier and gather counts are per generation: "step" #1 of generation 2 is not that of 1."""
 
     def __str__(self) -> str:
         return f"{self.kind} {shown(self.name)} #{self.instance}"
@@ -435,6 +498,8 @@ class Reason(enum.Enum):
     NOT_PERMITTED = "no credential"
     """The call does not carry the credential of the task it names."""
     QUOTA = "over quota"
+    OLD_GENERATION = "other generation"
+    """The call is of a generation that ended (or that this coordinator never had: it restarted)."""
     CLUSTER_FAILED = "cluster failed"
     TIMED_OUT = "timed out"
 

@@ -40,7 +40,12 @@ list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were 
 per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
 shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
 (RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
-sent zlib-compressed (`GatherResponse.table`).
+sent zlib-compressed (`GatherResponse.table`). Version 4: generations. A cluster whose restart policy is
+rejoin re-forms after a failure as its next generation: `TaskRef.generation` on every task-scoped call (a
+call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskRequest.generation` and
+`previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
+`ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
+per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
 """
 
 from collections import abc as _abc
@@ -106,21 +111,25 @@ class TaskRef(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
     CREDENTIAL_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     incarnation: _builtins.int
     """Random per process, never 0."""
     credential: _builtins.bytes
     """`RegisterTaskResponse.credential` of this registration; without it a task-scoped call is refused."""
+    generation: _builtins.int
+    """The generation the task registered into (`RegisterTaskResponse.generation`; 0 means 1)."""
     def __init__(
         self,
         *,
         task_id: _builtins.int = ...,
         incarnation: _builtins.int = ...,
         credential: _builtins.bytes = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "incarnation", b"incarnation", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "generation", b"generation", "incarnation", b"incarnation", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -184,10 +193,19 @@ class ClusterFailure(_message.Message):
     FAILURES_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     SHUTDOWN_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    REJOIN_FIELD_NUMBER: _builtins.int
+    EARLIER_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """How many tasks failed in that first batch (0: as many as listed)."""
     shutdown: _builtins.bool
     """The error is a deliberate shutdown of the whole cluster (`tpuctl down --all`), not a failure."""
+    generation: _builtins.int
+    """The generation these failures ended (0 means 1)."""
+    rejoin: _builtins.bool
+    """The cluster re-forms as generation + 1 (restart policy rejoin with restarts left); false: final."""
+    earlier: _builtins.str
+    """A final failure after restarts: what ended the earlier generations, and why no restart is left."""
     @_builtins.property
     def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]:
         """At most the first 10 of them."""
@@ -198,10 +216,13 @@ class ClusterFailure(_message.Message):
         failures: _abc.Iterable[Global___TaskFailure] | None = ...,
         total: _builtins.int = ...,
         shutdown: _builtins.bool = ...,
+        generation: _builtins.int = ...,
+        rejoin: _builtins.bool = ...,
+        earlier: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier", b"earlier", "failures", b"failures", "generation", b"generation", "rejoin", b"rejoin", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -218,6 +239,8 @@ class RegisterTaskRequest(_message.Message):
     HOSTNAME_FIELD_NUMBER: _builtins.int
     WITH_TASKS_FIELD_NUMBER: _builtins.int
     RETRY_SECRET_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PREVIOUS_CREDENTIAL_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     cluster_name: _builtins.str
     task_id: _builtins.int
@@ -230,6 +253,13 @@ class RegisterTaskRequest(_message.Message):
     """Random bytes the registering process chose once (16 to 64): a retry of this registration (same
     incarnation) must carry the same ones to get its credential again; the service never answers them.
     """
+    generation: _builtins.int
+    """The last generation this host was part of (0: none)."""
+    previous_credential: _builtins.bytes
+    """The credential of this host's previous registration (from its state dir): a new process that brings
+    the live registration's credential replaces it (the old one fails at once: "restarted"); a survivor
+    of the last generation proves with it (or its incarnation and retry secret) that it is itself.
+    """
     def __init__(
         self,
         *,
@@ -240,10 +270,12 @@ class RegisterTaskRequest(_message.Message):
         hostname: _builtins.str = ...,
         with_tasks: _builtins.bool = ...,
         retry_secret: _builtins.bytes = ...,
+        generation: _builtins.int = ...,
+        previous_credential: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "hostname", b"hostname", "incarnation", b"incarnation", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "generation", b"generation", "hostname", b"hostname", "incarnation", b"incarnation", "previous_credential", b"previous_credential", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -259,6 +291,7 @@ class RegisterTaskResponse(_message.Message):
     DEFAULT_BARRIER_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     NUM_TASKS_FIELD_NUMBER: _builtins.int
     CREDENTIAL_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     """Random per service start: a changed value means the coordinator restarted."""
     heartbeat_timeout_seconds: _builtins.float
@@ -268,6 +301,8 @@ class RegisterTaskResponse(_message.Message):
     """This registration's secret (32 random bytes): every task-scoped call carries it in `TaskRef`. A retry
     of the same registration (same incarnation and retry_secret) gets the same one; nobody else ever does.
     """
+    generation: _builtins.int
+    """The generation this registration is of: every later task-scoped call carries it in `TaskRef`."""
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
         """Every task of the cluster, by id; only when the request set `with_tasks`."""
@@ -281,10 +316,11 @@ class RegisterTaskResponse(_message.Message):
         default_barrier_timeout_seconds: _builtins.float = ...,
         num_tasks: _builtins.int = ...,
         credential: _builtins.bytes = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "generation", b"generation", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -771,18 +807,22 @@ class KeyValueGetRequest(_message.Message):
 
     KEY_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     timeout_seconds: _builtins.float
     """How long to wait for the key to appear; 0 checks once."""
+    generation: _builtins.int
+    """The caller's generation (0: the current one); the key-value store is per generation."""
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "key", b"key", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -812,15 +852,19 @@ class KeyValueDirRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PREFIX_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
+    generation: _builtins.int
+    """As for `KeyValueGetRequest`."""
     def __init__(
         self,
         *,
         prefix: _builtins.str = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "prefix", b"prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -958,15 +1002,25 @@ class GetStatusResponse(_message.Message):
     FAILURE_FIELD_NUMBER: _builtins.int
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     BARRIERS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    FORMING_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
+    generation: _builtins.int
+    forming: _builtins.bool
+    """The current generation is still forming (after a restart: who has not re-registered)."""
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskStatus]: ...
     @_builtins.property
     def failure(self) -> Global___ClusterFailure: ...
     @_builtins.property
     def barriers(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpenBarrier]: ...
+    @_builtins.property
+    def ended(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What ended each earlier generation, one line each (at most the restart policy's max)."""
+
     def __init__(
         self,
         *,
@@ -976,10 +1030,13 @@ class GetStatusResponse(_message.Message):
         failure: Global___ClusterFailure | None = ...,
         protocol_version: _builtins.int = ...,
         barriers: _abc.Iterable[Global___OpenBarrier] | None = ...,
+        generation: _builtins.int = ...,
+        forming: _builtins.bool = ...,
+        ended: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "failure", b"failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "barriers", b"barriers", "cluster_name", b"cluster_name", "failure", b"failure", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015

@@ -40,7 +40,12 @@ list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were 
 per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
 shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
 (RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
-sent zlib-compressed (`GatherResponse.table`).
+sent zlib-compressed (`GatherResponse.table`). Version 4: generations. A cluster whose restart policy is
+rejoin re-forms after a failure as its next generation: `TaskRef.generation` on every task-scoped call (a
+call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskRequest.generation` and
+`previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
+`ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
+per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
 """
 
 from collections import abc as _abc
