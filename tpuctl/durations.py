@@ -48,6 +48,8 @@ REGISTER_TIMEOUT = Bounds(1.0, 7 * DAY, "hosts need time to start")
 """``coordinator.register_timeout``."""
 BARRIER_TIMEOUT = Bounds(1.0, 7 * DAY, "hosts need time to arrive")
 """``barrier_timeout``, and ``tpuctl barrier --timeout``."""
+RESTART_TIMEOUT = Bounds(1.0, 7 * DAY, "a host needs time to come back")
+"""``restart.timeout``: how long a new generation may take to form after a failure."""
 GRACE = Bounds(0.1, 3600.0, "a job needs time to exit")
 """``tpuctl run --grace``: SIGTERM to SIGKILL."""
 OPTION_BOUNDS = {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE}

@@ -41,6 +41,7 @@ def test_every_variable_for_task_2_of_a_v4_32() -> None:
         "TPUCTL_MAPPING": "/run/tpuctl/mapping.json",
         "TPUCTL_TASK_ID": "2",
         "TPUCTL_CLUSTER": "pod-a",
+        "TPUCTL_GENERATION": "1",
         "TPUCTL_STATE_DIR": "/run/tpuctl",
         "DTENSOR_JOBS": "10.0.0.1:9100,10.0.0.2:9101,10.0.0.3:9102,10.0.0.4:9103",
         "DTENSOR_CLIENT_ID": "2",

@@ -55,7 +55,8 @@ GOLDEN_V4_8 = """\
   "device_coordinates_dims": [1, 4, 4],
   "topology_proto": "CgQCAgEBEAEYBCIQAAAAAAEAAAAAAQAAAQEAAA==",
   "slice_topologies": [],
-  "meshes": []
+  "meshes": [],
+  "generation": 1
 }
 """
 
@@ -83,6 +84,7 @@ def test_json_is_proto3_json_of_the_schema() -> None:
     assert list(data) == [
         "schema_version", "cluster", "incarnation", "created", "slice", "tasks", "all_core_ids", "device_counts",
         "mesh_shape", "device_coordinates", "device_coordinates_dims", "topology_proto", "slice_topologies", "meshes",
+        "generation",
     ]  # fmt: skip
     assert data["tasks"][3]["devices"][1] == {"id": 13, "coords": [1, 0, 3], "core": 0, "core_id": 26, "ordinal": 1}
 

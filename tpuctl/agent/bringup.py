@@ -13,6 +13,21 @@
 8. serve local commands (``barrier``, ``status``, ``down``) on the state dir's socket until told to stop,
    the cluster fails, or a signal arrives.
 
+Generations (the spec's ``restart: {policy: rejoin}``): when the cluster's generation g ends (a host
+failed, left, or the coordinator restarted) and the cluster re-forms, steps 3-7 run again for g + 1 in
+the same process: generation g's heartbeats and error watch stop, its mapping is removed (nothing of g
+may pass for g + 1), this host registers again (with the credential it holds: a survivor keeps its place),
+waits for every host, redoes the core-ID merge (a replaced VM may report other core IDs: the mapping
+follows), and writes and commits the mapping of g + 1. While it re-forms, local commands say so and
+``tpuctl run`` stops its job (to restart it with ``--max-restarts``). A final failure (policy fail,
+no restarts left, the restart timeout) is today's cluster error.
+
+Reclaiming a task: the registration's credential is kept in the state dir (``registration.json``, 0600,
+never printed) while the agent runs; a new ``tpuctl init`` on the same state dir after its agent died
+(it holds the lock the dead one held) brings it, so the service fails the dead registration at once
+("restarted") instead of refusing the new one as "another live process". Task 0's new process starts its
+service above the generation its predecessor reached.
+
 Progress and the outcome go to a ``Reporter`` (:mod:`tpuctl.agent.reporter`). The merge of step 5-6
 is :mod:`tpuctl.agent.merge`; the answers of step 8 are :mod:`tpuctl.agent.commands`.
 """
@@ -38,7 +53,14 @@ from tpuctl.agent.merge import commit, merge, remove, write_pending
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
-from tpuctl.errors import ClusterError, DeadlineError, StateError, TpuctlError
+from tpuctl.errors import (
+    ClusterError,
+    CoordinatorUnreachable,
+    DeadlineError,
+    GenerationOver,
+    StateError,
+    TpuctlError,
+)
 from tpuctl.spec.model import ClusterSpec
 
 log = logging.getLogger("tpuctl.agent.bringup")
@@ -51,6 +73,19 @@ TELL_PEERS_POLL_S = 0.05
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
 # shortest heartbeat timeout, 1 s, at most)
+ENDED_POLL_S = 2.0  # asking the service what ended this host's generation, when a heartbeat was refused
+
+
+@dataclass(frozen=True)
+class GenerationEnd:
+    """Why this host's generation ended: re-form (``rejoin``) or fail for good (``error``)."""
+
+    generation: int
+    rejoin: bool
+    error: TpuctlError
+    """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
+    failures: tuple[Failure, ...] = ()
+    shutdown: bool = False
 
 
 @dataclass
@@ -77,7 +112,7 @@ class Agent:
         self.cluster_error: TpuctlError | None = None
         self.failures: tuple[Failure, ...] = ()
         self.failed_at: float | None = None
-        self.changed = asyncio.Event()  # set when the cluster errs or this agent stops
+        self.changed = asyncio.Event()  # set (and replaced) on every change: ``notify``
         self.failed = asyncio.Event()  # set when the cluster errs (``cluster_error``)
         self.job_ports: JobPorts | None = None
         self.info: AgentInfo | None = None
@@ -86,9 +121,22 @@ class Agent:
         self.client: Any = None
         self.membership: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._server_task: asyncio.Task[Any] | None = None
+        self._mapping: Any = None
         self._main_task: asyncio.Task[Any] | None = None  # the bring-up, cancelled when init cannot finish
         self._ready = False
         self._pending: Path | None = None  # the mapping written but not yet committed (init not done)
+        self.rejoining: GenerationEnd | None = None  # the generation ended; the next one is forming
+        self.history: list[dict[str, Any]] = []  # every generation: when it formed, when and why it ended
+        self._ended: asyncio.Future[GenerationEnd] | None = None  # this generation's end, once known
+        self._generation_tasks: list[asyncio.Task[Any]] = []
+        self._last_generation = 0
+        self._previous_credential = b""
+
+    def notify(self) -> None:
+        """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
 
     # --- life cycle ------------------------------------------------------------------------------
 
@@ -98,7 +146,8 @@ class Agent:
             self.options.state.pid_file.write_text(f"{os.getpid()}\n")
             return await self._run_locked()
         finally:
-            for path in (self.options.state.socket, self.options.state.pid_file):
+            # Only a dead agent leaves its registration behind (for its successor to reclaim).
+            for path in (self.options.state.socket, self.options.state.pid_file, self.options.state.registration_file):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             lock.close()
@@ -139,7 +188,7 @@ class Agent:
             if self._main_task is not None:
                 self._main_task.cancel()
         self.stop.set()
-        self.changed.set()
+        self.notify()
 
     async def _bring_up(self) -> None:
         self._main_task = asyncio.current_task()
@@ -149,30 +198,96 @@ class Agent:
         self.reporter.phase("registering", spec.coordinator.register_timeout)
         token = _load_token(spec)
         tls = spec.auth.tls if spec.auth is not None else None
+        previous = self.options.state.read_registration(spec.cluster, task)
+        if previous is not None:  # a dead agent's registration: this process replaces it
+            self._last_generation, self._previous_credential = previous
         if task == 0:
-            self._server = await _start_service(spec, token)
-            self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}")
+            first = self._last_generation + 1 if spec.restart.rejoin and self._last_generation else 1
+            self._server = await _start_service(spec, token, first_generation=first)
+            again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
+            self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
         self.client = CoordinationClient(spec.coordinator_target, token=token, tls=_client_tls(tls))
-        client = self.client
-        self.membership = await client.register(
+        await self._form(first=True)
+        self._ready = True
+        self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
+        self._tasks.append(asyncio.create_task(self._generations(), name="generations"))
+        self.reporter.ready(self._summary(self._mapping))
+
+    @property
+    def generation(self) -> int:
+        return int(self.membership.generation) if self.membership is not None else 0
+
+    async def _form(self, *, first: bool) -> None:
+        """Register and bring up a generation; again while generations end before they form. Raises the
+        final error (and this host's own failures)."""
+        for _ in range(self.spec.restart.max_restarts + 2):  # every retry is a restart the service counts
+            end = await self._form_once(first=first)
+            if end is None:
+                return
+            if not end.rejoin or self.stop.is_set():
+                self.failures = end.failures
+                self.cluster_error = end.error
+                raise end.error
+            await self._leave_generation(end)
+        raise ClusterError(f"task {self.task}: generations kept ending before they formed")
+
+    async def _form_once(self, *, first: bool) -> GenerationEnd | None:
+        """One generation's bring-up: None once it formed, else why it ended first."""
+        spec, task = self.spec, self.task
+        wait = spec.coordinator.register_timeout if first else spec.restart.timeout
+        self.membership = await self.client.register(
             spec.cluster,
             task,
             incarnation=self.incarnation,
             hostname=socket.gethostname(),
-            connect_timeout=spec.coordinator.register_timeout,
+            connect_timeout=wait,
+            generation=self._last_generation,
+            previous_credential=self._previous_credential,
         )
+        generation = self.generation
+        self._last_generation, self._previous_credential = generation, self.membership.task.credential
+        self.options.state.write_registration(spec.cluster, task, generation, self._previous_credential)
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
+        self._ended = asyncio.get_running_loop().create_future()
         # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
-        self.reporter.phase("waiting for every host", spec.coordinator.register_timeout)
-        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}; waiting for every host")
+        self._generation_tasks = [asyncio.create_task(self._heartbeats(self.membership), name=f"heartbeats-{generation}")]
+        steps = asyncio.create_task(self._form_steps(wait), name=f"form-{generation}")
+        waiting: set[asyncio.Future[Any]] = {steps, self._ended}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            steps.cancel()
+            raise
+        if not steps.done():
+            steps.cancel()
+            with contextlib.suppress(BaseException):
+                await steps
+            return self._ended.result()
+        if steps.exception() is not None and self._ended.done():
+            return self._ended.result()  # the step failed because the generation ended: say why
+        failed = steps.exception()
+        if isinstance(failed, ClusterError) and self.spec.restart.rejoin:
+            end = await self._why_ended(self.membership, failed)  # the generation ended under the step?
+            if end.rejoin:
+                return end
+        steps.result()  # this host's own failure (or the cluster's final one) raises here
+        return None
+
+    async def _form_steps(self, wait: float) -> None:
+        spec, task, client = self.spec, self.task, self.client
+        generation = self.generation
+        gen = f" (generation {generation})" if generation > 1 else ""
+        self.reporter.phase("waiting for every host", wait)
+        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{gen}; waiting for every host")
         await client.wait_for_all(
             self.membership.task,
-            timeout=spec.coordinator.register_timeout,
-            progress=lambda progress: self.reporter.progress(f"task {task}: {progress.describe()}"),
+            timeout=wait,
+            progress=lambda progress: self.reporter.progress(f"task {task}{gen}: {progress.describe()}"),
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
-        self._tasks.append(asyncio.create_task(self._watch_errors(), name="watch-errors"))
+        self._generation_tasks.append(
+            asyncio.create_task(self._watch_errors(self.membership), name=f"watch-errors-{generation}")
+        )
         self.reporter.phase("merging core IDs", _probe_limit(spec) + spec.barrier_timeout)
         mapping, self.job_ports = await merge(
             self.client,
@@ -181,6 +296,7 @@ class Agent:
             task,
             await self._local_core_ids(),
             incarnation=self.service_incarnation,
+            generation=generation,
             progress=self.reporter.progress,
         )
         self._pending = write_pending(self.options.output, mapping)
@@ -188,17 +304,66 @@ class Agent:
         self.info = self._info()
         self.options.state.write_info(self.info)
         self.job_env = self._job_env(self.info, mapping)
-        control = await serve(self.options.state.socket, LocalCommands(self).handle)
-        self._tasks.append(asyncio.create_task(_serve_forever(control), name="control"))
+        if self._server_task is None:
+            control = await serve(self.options.state.socket, LocalCommands(self).handle)
+            self._server_task = asyncio.create_task(_serve_forever(control), name="control")
+            self._tasks.append(self._server_task)
         self.reporter.phase("the final barrier", spec.barrier_timeout)
-        await self.barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
+        await self._barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
         # Every host has its mapping: only now does it take the place jobs read it from, so a cluster
         # that never came up leaves no mapping that loads as valid.
         commit(self._pending, self.options.output)
         self._pending = None
-        self._ready = True
-        self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
-        self.reporter.ready(self._summary(mapping))
+        self._mapping = mapping
+        self.rejoining = None
+        self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
+        del self.history[: -(spec.restart.max_restarts + 2)]
+        if generation > 1:
+            log.info("task %d: generation %d formed", task, generation)
+        self.notify()
+
+    async def _leave_generation(self, end: GenerationEnd) -> None:
+        """Generation ``end.generation`` is over: stop its work, remove its mapping, say so."""
+        self.rejoining = end
+        self.failures = end.failures
+        self.job_env = {}
+        if self.history and self.history[-1]["generation"] == end.generation:
+            self.history[-1].update(ended=time.time(), cause=end.error.message)
+        self.notify()
+        log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        for task in self._generation_tasks:
+            task.cancel()
+        for task in self._generation_tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._generation_tasks = []
+        with contextlib.suppress(StateError):
+            remove(self._pending)
+            remove(self.options.output)
+        self._pending = None
+
+    async def _generations(self) -> None:
+        """After init: re-form whenever a generation ends and the cluster re-forms; fail when it is final."""
+        while not self.stop.is_set():
+            assert self._ended is not None
+            end = await self._ended
+            if end.shutdown:
+                return
+            if not end.rejoin or self.stop.is_set():
+                self.failures = end.failures
+                self._fail(end.error)
+                return
+            await self._leave_generation(end)
+            try:
+                await self._form(first=False)
+            except TpuctlError as exc:
+                self._fail(exc)
+                return
+
+    def _end(self, membership: Any, end: GenerationEnd) -> None:
+        """Generation ``membership.generation`` ended (the first word on it counts)."""
+        if self._ended is not None and not self._ended.done() and membership is self.membership:
+            self._ended.set_result(end)
 
     async def _local_core_ids(self) -> list[int]:
         """This host's core IDs from the backend. Real backends run in a short-lived child so this
@@ -224,9 +389,10 @@ class Agent:
         return int(self.membership.service_incarnation) if self.membership is not None else 0
 
     async def _tear_down(self, *, leaving: bool) -> None:
-        for task in self._tasks:
+        tasks = self._tasks + self._generation_tasks
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
         if self.client is not None:
@@ -298,66 +464,122 @@ class Agent:
             if gone:
                 log.error("task %d: state dir %s was deleted or replaced: leaving the cluster", self.task, state.path)
                 self.stop.set()
-                self.changed.set()
+                self.notify()
                 return
 
-    async def _heartbeats(self) -> None:
+    async def _heartbeats(self, membership: Any) -> None:
         try:
-            await self.client.heartbeat_loop(self.membership, interval=self.spec.coordinator.heartbeat_interval)
+            await self.client.heartbeat_loop(membership, interval=self.spec.coordinator.heartbeat_interval)
         except TpuctlError as exc:
-            self._fail(exc)
+            self._end(membership, await self._why_ended(membership, exc))
 
-    async def _watch_errors(self) -> None:
+    async def _watch_errors(self, membership: Any) -> None:
         try:
-            failure = await self.client.watch_errors(self.membership.task, service_incarnation=self.service_incarnation)
+            failure = await self.client.watch_errors(membership.task, service_incarnation=membership.service_incarnation)
         except TpuctlError as exc:
-            self._fail(exc)
+            self._end(membership, await self._why_ended(membership, exc))
             return
         if failure is None:
             return
+        self._end(membership, self._failure_end(failure))
+
+    def _failure_end(self, failure: Any) -> GenerationEnd:
         text = str(failure)
+        failures = tuple(Failure(task=f.task.task_id, address=f.task.address, cause=f.cause) for f in failure.failures)
         if failure.shutdown:  # `tpuctl down --all` somewhere: the flag, never the cause's text
             log.info("cluster shut down: %s", text)
             self.shutdown_all = True
             self.stop.set()
-            self.changed.set()
-            return
-        self.failures = tuple(
-            Failure(task=f.task.task_id, address=f.task.address, cause=f.cause) for f in failure.failures
+            self.notify()
+            return GenerationEnd(failure.generation, False, ClusterError(text), failures, shutdown=True)
+        if failure.rejoin:
+            return GenerationEnd(failure.generation, True, ClusterError(text), failures)
+        return GenerationEnd(
+            failure.generation, False, ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"), failures
         )
-        self._fail(ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"))
+
+    async def _why_ended(self, membership: Any, exc: TpuctlError) -> GenerationEnd:
+        """A heartbeat, the error watch or a bring-up step failed with ``exc``. Under policy rejoin, a call
+        of an ended generation, a restarted coordinator and an unreachable one end this generation (the
+        next one forms when the coordinator answers again; the service says what ended it). Anything
+        else, and everything under policy fail, is final."""
+        generation = membership.generation
+        coordinator = self.spec.hosts[0]
+        if self.spec.restart.rejoin and isinstance(exc, ClusterError):
+            if not isinstance(exc, CoordinatorUnreachable):
+                try:
+                    failure = await asyncio.wait_for(
+                        self.client.watch_errors(membership.task, timeout=0.1, give_up_after=0.0), ENDED_POLL_S
+                    )
+                except GenerationOver as again:  # not a generation this coordinator had: it restarted
+                    exc = again
+                except CoordinatorUnreachable as gone:
+                    exc = gone
+                except (TpuctlError, asyncio.TimeoutError):
+                    pass
+                else:
+                    if failure is not None:
+                        return self._failure_end(failure)
+            if isinstance(exc, GenerationOver):
+                cause = f"the coordinator restarted: {exc.message}"
+                return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
+            if isinstance(exc, CoordinatorUnreachable):
+                cause = f"the coordinator at {self.spec.coordinator_target} stopped answering: {exc.message}"
+                return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
+        return GenerationEnd(generation, False, exc)
 
     def _fail(self, exc: TpuctlError) -> None:
         if self.cluster_error is None:
             self.cluster_error = exc
             self.failed_at = time.time()
-            self.changed.set()
+            self.notify()
             self.failed.set()
             log.error("task %d: %s", self.task, exc.message)
             if not self._ready and self._main_task is not None:
                 self._main_task.cancel()  # init cannot finish: report the cluster's error now
 
-    async def barrier(self, name: str, timeout: float) -> int:
-        """Wait at barrier ``name``; this agent's own failure verdict ends the wait too (a frozen or
-        cut-off coordinator never answers a parked call: the heartbeat loop is what notices)."""
+    async def _barrier(self, name: str, timeout: float) -> int:
+        return int(await self.client.barrier(self.membership.task, name, timeout=timeout))
+
+    async def barrier(self, name: str, timeout: float, generation: int = 0) -> int:
+        """A job's barrier (``tpuctl barrier``); ``generation``: the job's (``TPUCTL_GENERATION``; 0: any).
+        This agent's own failure verdict, or its generation's end, ends the wait too (a frozen or cut-off
+        coordinator never answers a parked call: the heartbeat loop is what notices)."""
         if self.cluster_error is not None:
             raise self.cluster_error
-        waiting = asyncio.ensure_future(self.client.barrier(self.membership.task, name, timeout=timeout))
+        if self.rejoining is not None:
+            raise GenerationOver(
+                f"generation {self.rejoining.generation} is over ({self.rejoining.error.message}); the cluster "
+                "is re-forming",
+                hint="`tpuctl run --max-restarts N` restarts the job once the next generation formed",
+            )
+        if generation and generation != self.generation:
+            raise GenerationOver(
+                f"this job is of generation {generation}; the cluster is at generation {self.generation}",
+                hint="the job's generation is over: restart it (`tpuctl run --max-restarts N` does)",
+            )
+        waiting = asyncio.ensure_future(self._barrier(name, timeout))
         failed = asyncio.ensure_future(self.failed.wait())
+        either: set[asyncio.Future[Any]] = {waiting, failed}
+        if self._ended is not None:
+            either.add(self._ended)
         try:
-            await asyncio.wait({waiting, failed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             failed.cancel()
             if not waiting.done():
                 waiting.cancel()
         if waiting.done() and not waiting.cancelled():
             return int(waiting.result())
-        assert self.cluster_error is not None
-        raise self.cluster_error
+        if self.cluster_error is not None:
+            raise self.cluster_error
+        assert self._ended is not None and self._ended.done()
+        raise GenerationOver(f"generation {self._ended.result().generation} is over: {self._ended.result().error.message}")
 
     # --- local commands --------------------------------------------------------------------------
 
     def error_report(self) -> ErrorReport:
+        rejoining = self.rejoining
         return ErrorReport(
             error=self.cluster_error.message if self.cluster_error else None,
             error_type=type(self.cluster_error).__name__ if self.cluster_error else None,
@@ -365,6 +587,10 @@ class Agent:
             detected_at=self.failed_at,
             shutdown=self.shutdown_all,
             stopping=self.stop.is_set(),
+            generation=self.generation if rejoining is None else rejoining.generation,
+            rejoining=rejoining is not None,
+            ended=rejoining.error.message if rejoining is not None else None,
+            history=tuple(self.history),
         )
 
     # --- descriptions ----------------------------------------------------------------------------
@@ -390,6 +616,10 @@ class Agent:
             heartbeat_timeout=spec.coordinator.heartbeat_timeout,
             job_ports=self.job_ports,
             started=time.time(),
+            generation=self.generation,
+            restart_policy=spec.restart.policy,
+            restart_timeout=spec.restart.timeout,
+            max_restarts=spec.restart.max_restarts,
         )
 
     def _job_env(self, info: AgentInfo, mapping: Any) -> dict[str, Any]:
@@ -430,9 +660,9 @@ def _load_token(spec: ClusterSpec) -> str | None:
     return load_token(spec.auth.token_file)
 
 
-async def _start_service(spec: ClusterSpec, token: str | None) -> Any:
+async def _start_service(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> Any:
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.state import RestartPolicy, ServiceConfig, TaskSpec
 
     config = ServiceConfig(
         cluster=spec.cluster,
@@ -441,6 +671,8 @@ async def _start_service(spec: ClusterSpec, token: str | None) -> Any:
         register_timeout=spec.coordinator.register_timeout,
         barrier_timeout=spec.barrier_timeout,
         token=token,
+        restart=RestartPolicy(spec.restart.rejoin, spec.restart.timeout, spec.restart.max_restarts),
+        first_generation=first_generation,
     )
     tls = spec.auth.tls if spec.auth is not None else None
     server_tls = None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tpuctl.agent.control import Op
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
 from tpuctl.coordination.values import MAX_NAME_CHARS
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, InputError, StateError, TpuctlError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
 
 if TYPE_CHECKING:
     from tpuctl.agent.bringup import Agent
@@ -52,7 +52,7 @@ class LocalCommands:
                 cause = f"the cluster was shut down from task {agent.task} (tpuctl down --all)"
                 await agent.client.report_error(agent.membership.task, cause, shutdown=True)
             agent.stop.set()
-            agent.changed.set()
+            agent.notify()
             return {"stopping": True}
         if op is Op.INFO:
             assert agent.info is not None  # the control socket opens after the info is written
@@ -63,11 +63,31 @@ class LocalCommands:
                 raise ClusterError(report.error, hint="`tpuctl status` shows every host; restart the cluster")
             if report.shutdown or report.stopping:
                 raise StateError(f"the tpuctl agent for state dir {agent.options.state.path} is shutting down")
+            if report.rejoining:
+                raise GenerationOver(
+                    f"generation {report.generation} of cluster {agent.spec.cluster!r} is over ({report.ended}); "
+                    "the cluster is re-forming",
+                    hint="`tpuctl run --max-restarts N` waits for the next generation and restarts the job",
+                )
             return agent.job_env
-        # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster errs, shuts down, or `timeout` passes.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(agent.changed.wait(), timeout=_seconds(args.get("timeout"), 30.0))
-        return agent.error_report().to_json()
+        # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster is down (errs, shuts down, this
+        # agent stops or its generation ended) or `timeout` passes; with `since` ([generation, rejoining]
+        # as last seen), when that changes or the cluster is down for good.
+        since = args.get("since")
+        deadline = time.monotonic() + _seconds(args.get("timeout"), 30.0)
+        while True:
+            report = agent.error_report()
+            if isinstance(since, list) and len(since) == 2:
+                if report.final or [report.generation, report.rejoining] != since:
+                    break
+            elif report.down:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(agent.changed.wait(), timeout=left)
+        return report.to_json()
 
     async def _barrier(self, args: dict[str, Any], progress: Callable[[str], Any]) -> BarrierPassed:
         agent = self.agent
@@ -80,7 +100,9 @@ class LocalCommands:
                 hint="use a shorter barrier name",
             )
         timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
-        waiter = asyncio.create_task(agent.barrier(name, timeout))
+        generation = args.get("generation")
+        generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+        waiter = asyncio.create_task(agent.barrier(name, timeout, generation))
         started = time.monotonic()
         try:
             while True:
@@ -121,7 +143,10 @@ class LocalCommands:
             "task": agent.task,
             "coordinator": agent.spec.coordinator_target,
             "mapping": str(agent.options.output),
+            "restart_policy": agent.spec.restart.policy,
         }
+        if agent.rejoining is not None:
+            base["rejoining"] = f"generation {agent.rejoining.generation} ended: {agent.rejoining.error.message}"
         if isinstance(agent.cluster_error, CoordinatorUnreachable):
             # This agent already gave up on the coordinator (gone, frozen or cut off): asking it again
             # would only make `tpuctl status` (and `tpuctl run`'s report) wait for nothing.

@@ -1,5 +1,8 @@
 """The core-ID merge of ``tpuctl init``: one record per host, one gather, the mapping built from it.
 
+Every generation of the cluster merges again, from scratch: a host's VM may have been replaced and report
+other core IDs; the mapping follows (checked like the first), and it carries its generation.
+
 Each host publishes one record (its core IDs and the port it reserved for DTensor's server; task 0 also
 the mapping's creation time and JAX's coordinator port), the service assembles every host's record once
 and sends every host the same bytes, and every host builds the same mapping from them: byte-identical
@@ -36,6 +39,7 @@ async def merge(
     *,
     incarnation: int,
     progress: Callable[[str], None],
+    generation: int = 1,
 ) -> tuple[Any, JobPorts]:
     """Publish this host's record, gather everyone's, build the mapping: (mapping, the job ports)."""
     from tpuctl.mapping.model import build_mapping, merged_devices
@@ -77,6 +81,7 @@ async def merge(
         topology=build_topologies(merged, spec.slice),
         created=float(published[0]["created"]),
         meshes=meshes,
+        generation=generation,
     )
     return mapping, ports
 

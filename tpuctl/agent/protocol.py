@@ -93,6 +93,11 @@ class AgentInfo(NamedTuple):
     heartbeat_timeout: float = 30.0
     """The cluster's heartbeat timeout: a host silent this long is failed (jobs watch their agent as long)."""
     started: float = 0.0
+    generation: int = 1
+    """The cluster generation this description (and the mapping) is of."""
+    restart_policy: str = "fail"
+    restart_timeout: float = 600.0
+    max_restarts: int = 3
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +119,8 @@ class AgentInfo(NamedTuple):
             "heartbeat_timeout": self.heartbeat_timeout,
             "job_ports": {"dtensor": list(self.job_ports.dtensor), "jax": self.job_ports.jax},
             "started": self.started,
+            "generation": self.generation,
+            "restart": {"policy": self.restart_policy, "timeout": self.restart_timeout, "max": self.max_restarts},
         }
 
     @classmethod
@@ -145,7 +152,20 @@ class AgentInfo(NamedTuple):
             barrier_timeout=float(_optional(data, "barrier_timeout", (int, float), source) or 600.0),
             heartbeat_timeout=float(_optional(data, "heartbeat_timeout", (int, float), source) or 30.0),
             started=float(_optional(data, "started", (int, float), source) or 0.0),
+            generation=int(_optional(data, "generation", int, source) or 1),
+            **_restart(data.get("restart"), source),
         )
+
+
+def _restart(restart: object, source: str) -> dict[str, Any]:
+    if restart is None:
+        return {}
+    if not isinstance(restart, dict):
+        raise ProtocolError(f"{source}: field 'restart' is {_short(restart)}; expected an object", hint=_RESTART_HINT)
+    policy = _optional(restart, "policy", str, source) or "fail"
+    timeout = _optional(restart, "timeout", (int, float), source) or 600.0
+    most = _optional(restart, "max", int, source)
+    return {"restart_policy": policy, "restart_timeout": float(timeout), "max_restarts": 3 if most is None else most}
 
 
 def _job_ports(ports: object, num_tasks: int, source: str) -> JobPorts:
@@ -192,14 +212,33 @@ class ErrorReport(NamedTuple):
     """The cluster was shut down on purpose (``tpuctl down --all``)."""
     stopping: bool = False
     """This agent is leaving (``tpuctl down``, a signal)."""
+    generation: int = 0
+    """The generation this host is in (while re-forming: the one that ended)."""
+    rejoining: bool = False
+    """The generation ended and the cluster re-forms (restart policy rejoin): the job must stop, and may
+    start again once the next generation formed."""
+    ended: str | None = None
+    """What ended the generation, while re-forming."""
+    history: tuple[dict[str, Any], ...] = ()
+    """Every generation this agent took part in: ``generation``, ``formed``/``ended`` (epoch s), ``cause``."""
 
     @property
     def down(self) -> bool:
-        """Whether a job on this host should stop: an error, a shutdown, or this agent leaving."""
+        """Whether a job on this host should stop: an error, a shutdown, this agent leaving, or its
+        generation over."""
+        return bool(self.error) or self.shutdown or self.stopping or self.rejoining
+
+    @property
+    def final(self) -> bool:
+        """Down for good: no next generation will form on this agent."""
         return bool(self.error) or self.shutdown or self.stopping
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "generation": self.generation,
+            "rejoining": self.rejoining,
+            "ended": self.ended,
+            "history": [dict(h) for h in self.history],
             "error": self.error,
             "error_type": self.error_type,
             "failures": [{"task": f.task, "address": f.address, "cause": f.cause} for f in self.failures],
@@ -228,6 +267,10 @@ class ErrorReport(NamedTuple):
             detected_at=None if detected is None else float(detected),
             shutdown=bool(data.get("shutdown")),
             stopping=bool(data.get("stopping")),
+            generation=int(_optional(data, "generation", int, source) or 0),
+            rejoining=bool(data.get("rejoining")),
+            ended=_optional(data, "ended", str, source),
+            history=tuple(h for h in (_optional(data, "history", list, source) or ()) if isinstance(h, dict)),
         )
 
 

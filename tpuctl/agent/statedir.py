@@ -11,6 +11,8 @@ Files::
     agent.lock   held (flock) by the live agent: a second init on this directory is refused
     agent.json   what the agent is: cluster, task, address, coordinator, mapping path, incarnation
     agent.log    the agent's log (one per state dir, appended)
+    registration.json  the live registration's credential and generation (0600, never printed); removed
+                 when the agent exits, so only a dead agent leaves it, for its successor to reclaim the task
 
 Imports only the standard library: it is on the path of ``tpuctl barrier``.
 """
@@ -63,6 +65,39 @@ class StateDir(NamedTuple):
     @property
     def log_file(self) -> Path:
         return self.path / "agent.log"
+
+    @property
+    def registration_file(self) -> Path:
+        return self.path / "registration.json"
+
+    def write_registration(self, cluster: str, task: int, generation: int, credential: bytes) -> None:
+        """Keep this host's registration (owner-only, atomically): what a new process on this state dir
+        shows the service to replace it, should this agent die."""
+        from tpuctl.files import atomic_write
+
+        doc = {"cluster": cluster, "task": task, "generation": generation, "credential": credential.hex()}
+        atomic_write(self.registration_file, json.dumps(doc) + "\n", mode=0o600)
+
+    def read_registration(self, cluster: str, task: int) -> tuple[int, bytes] | None:
+        """(generation, credential) a dead agent of this cluster and task left; None if none or not ours."""
+        self.check()
+        try:
+            fd = os.open(self.registration_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                return None  # not one this user's agent wrote
+            data = json.loads(os.read(fd, 4096))
+            generation, credential = data["generation"], bytes.fromhex(data["credential"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        finally:
+            os.close(fd)
+        if data.get("cluster") != cluster or data.get("task") != task or not isinstance(generation, int):
+            return None
+        return max(0, generation), credential
 
     def ensure(self) -> None:
         """Create the directory (owner-only: it holds a socket that can stop the cluster), then check it."""

@@ -14,6 +14,7 @@ one set of messages and one ``--help`` per command; the click commands call the 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -61,8 +62,11 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
         seconds = parse_duration(timeout, what="--timeout", bounds=OPTION_BOUNDS["--timeout"])
     state = resolve_state_dir(state_dir)
     limit = seconds if seconds is not None else state.read_info().barrier_timeout
-    answer = call(state, Op.BARRIER, {"name": name, "timeout": limit}, timeout=limit + LOCAL_MARGIN_S,
-                  progress=None if quiet else say)
+    args: dict[str, Any] = {"name": name, "timeout": limit}
+    generation = os.environ.get("TPUCTL_GENERATION", "")  # a job's: refused once its generation is over
+    if generation.isdigit() and len(generation) < 10:
+        args["generation"] = int(generation)
+    answer = call(state, Op.BARRIER, args, timeout=limit + LOCAL_MARGIN_S, progress=None if quiet else say)
     passed = BarrierPassed.from_json(answer)
     if not quiet:
         say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
@@ -104,6 +108,12 @@ def render_status(result: dict[str, Any]) -> str:
     ]
     if result.get("mapping"):
         lines.append(f"mapping      {result['mapping']}")
+    if result.get("generation", 1) != 1 or result.get("forming") or result.get("rejoining"):
+        lines.append(f"generation   {result.get('generation')}" + ("  (forming: waiting for the hosts marked waiting)" if result.get("forming") else ""))
+    for ended in result.get("ended", [])[-3:]:
+        lines.append(f"  ended      {ended}")
+    if result.get("rejoining"):
+        lines.append(f"this host    re-forming: {result['rejoining']}")
     lines.append("")
     rows = [("TASK", "STATE", "ADDRESS", "INCARNATION", "HEARTBEAT")]
     for task in result.get("tasks", []):

@@ -73,9 +73,9 @@ from tpuctl.coordination.values import (
     Refused,
     Registration,
     RegistrationProgress,
-    RestartPolicy,
     RendezvousKind,
     RendezvousProgress,
+    RestartPolicy,
     ServiceConfig,
     TaskFailure,
     TaskInfo,
@@ -657,20 +657,20 @@ class CoordinationState:
             policy = self.config.restart
             if policy.rejoin and not shutdown and not self._formed:
                 # Still forming: the failed registrants are only missing again (their slots are free).
-                for failure in failures:
-                    self._missing_again(self._tasks[failure.task.task_id])
+                for lost in failures:
+                    self._missing_again(self._tasks[lost.task.task_id])
                 return tuple(failures)
             rejoin = policy.rejoin and not shutdown and self.restarts < policy.max_restarts
             earlier = self._earlier() if rejoin or not policy.rejoin or shutdown else self._earlier(exhausted=True)
-            failure = ClusterFailure(
+            end = ClusterFailure(
                 tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown, generation=self.generation,
                 rejoin=rejoin, earlier="" if rejoin else earlier,
             )  # fmt: skip
             if rejoin:
-                self._ended[self.generation] = failure
+                self._ended[self.generation] = end
                 self._start_generation(self.generation + 1, now)
             else:
-                self._failure = failure
+                self._failure = end
         self._wake_everyone = True
         self._woken.add(ERRORS)
         return tuple(failures)

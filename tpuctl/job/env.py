@@ -7,8 +7,11 @@ Variables, and the rule each follows:
 
 tpuctl
   ``TPUCTL_MAPPING`` (the mapping file, what :func:`tpuctl.load_mapping` reads), ``TPUCTL_TASK_ID``
-  (this host's task), ``TPUCTL_CLUSTER``, ``TPUCTL_STATE_DIR`` (so ``tpuctl barrier`` inside the job
-  talks to this host's agent).
+  (this host's task), ``TPUCTL_CLUSTER``, ``TPUCTL_GENERATION`` (the cluster generation the mapping and
+  ports are of; ``tpuctl barrier`` refuses to pass for a generation that is over), ``TPUCTL_STATE_DIR``
+  (so ``tpuctl barrier`` inside the job talks to this host's agent). ``tpuctl run --max-restarts`` adds
+  ``TPUCTL_RESTART_COUNT`` (0, then how many times it restarted the job, as torchrun's
+  ``TORCHELASTIC_RESTART_COUNT``).
 TensorFlow DTensor (``tensorflow/dtensor/python/config.py``)
   ``DTENSOR_JOBS``: every task's ``host:port`` in task order; the position is DTensor's task index, so
   it is ``hosts[t]:dtensor_port[t]`` for t = 0..n-1. ``DTENSOR_CLIENT_ID``: this task. ``DTENSOR_NUM_CLIENTS``:
@@ -58,6 +61,8 @@ MAPPING_ENV = "TPUCTL_MAPPING"  # the device mapping file a job loads (tpuctl.lo
 TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.spec.detect.TASK_ID_ENV)
 CLUSTER_ENV = "TPUCTL_CLUSTER"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
+GENERATION_ENV = "TPUCTL_GENERATION"
+RESTART_COUNT_ENV = "TPUCTL_RESTART_COUNT"
 
 TPU_PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
 TPU_PROCESS_PORT_ENV = "TPU_PROCESS_PORT"
@@ -217,6 +222,7 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
         env[MAPPING_ENV] = info.mapping
     env[TASK_ENV] = str(task)
     env[CLUSTER_ENV] = mapping.cluster
+    env[GENERATION_ENV] = str(mapping.generation)
     if state_dir is not None:
         env[STATE_DIR_ENV] = state_dir
 
@@ -256,7 +262,9 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
 
 __all__ = [
     "CLUSTER_ENV",
+    "GENERATION_ENV",
     "MAPPING_ENV",
+    "RESTART_COUNT_ENV",
     "STATE_DIR_ENV",
     "TASK_ENV",
     "JobEnv",

@@ -98,6 +98,9 @@ class DeviceMapping:
     """One DTensor topology per slice, over that slice's tasks (renumbered from 0)."""
     meshes: tuple[MappedMesh, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    generation: int = 1
+    """The cluster generation this mapping is of: 1, then one more after every restart (restart policy
+    rejoin). A job restarted after a restart reads the new generation's mapping."""
 
     @property
     def num_tasks(self) -> int:
@@ -217,6 +220,7 @@ def build_mapping(
     topology: DTensorTopology | Sequence[DTensorTopology],
     created: datetime | float,
     meshes: Sequence[MappedMesh] = (),
+    generation: int = 1,
 ) -> DeviceMapping:
     """Assemble the mapping every host writes after the merge.
 
@@ -267,6 +271,7 @@ def build_mapping(
         device_counts=merged.device_counts,
         topologies=topologies,
         meshes=tuple(meshes),
+        generation=generation,
     )
     problems = mapping_problems(mapping)
     if problems:

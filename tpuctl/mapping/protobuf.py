@@ -41,7 +41,12 @@ def _flat_topology(message: Any, topology: DTensorTopology) -> None:
 
 def to_proto(mapping: DeviceMapping) -> mapping_pb2.DeviceMapping:
     tpu = mapping.slice
-    msg = _pb(schema_version=mapping.schema_version, cluster=mapping.cluster, incarnation=mapping.incarnation)
+    msg = _pb(
+        schema_version=mapping.schema_version,
+        cluster=mapping.cluster,
+        incarnation=mapping.incarnation,
+        generation=mapping.generation,
+    )
     msg.created.FromDatetime(mapping.created)
     msg.slice.CopyFrom(
         _pb.SliceShape(
@@ -247,4 +252,5 @@ def from_proto(msg: mapping_pb2.DeviceMapping) -> DeviceMapping:
         topologies=topologies,
         meshes=meshes,
         schema_version=msg.schema_version,
+        generation=msg.generation or 1,
     )

@@ -376,6 +376,7 @@ class DeviceMapping(_message.Message):
     TOPOLOGY_PROTO_FIELD_NUMBER: _builtins.int
     SLICE_TOPOLOGIES_FIELD_NUMBER: _builtins.int
     MESHES_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     schema_version: _builtins.int
     """1 for this schema."""
     cluster: _builtins.str
@@ -386,6 +387,10 @@ class DeviceMapping(_message.Message):
     """
     topology_proto: _builtins.bytes
     """tensorflow.tpu.TopologyProto bytes, as tf.tpu.experimental.Topology(serialized=...) reads them."""
+    generation: _builtins.int
+    """The cluster generation this mapping is of (1, then one more after every restart of a cluster whose
+    restart policy is rejoin; 0 in files written before generations: read as 1).
+    """
     @_builtins.property
     def created(self) -> _timestamp_pb2.Timestamp:
         """When the cluster's merge completed (the coordinator's clock, the same on every host)."""
@@ -440,10 +445,11 @@ class DeviceMapping(_message.Message):
         topology_proto: _builtins.bytes = ...,
         slice_topologies: _abc.Iterable[Global___DeviceMapping.SliceTopology] | None = ...,
         meshes: _abc.Iterable[Global___DeviceMapping.Mesh] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "slice", b"slice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_core_ids", b"all_core_ids", "cluster", b"cluster", "created", b"created", "device_coordinates", b"device_coordinates", "device_coordinates_dims", b"device_coordinates_dims", "device_counts", b"device_counts", "incarnation", b"incarnation", "mesh_shape", b"mesh_shape", "meshes", b"meshes", "schema_version", b"schema_version", "slice", b"slice", "slice_topologies", b"slice_topologies", "tasks", b"tasks", "topology_proto", b"topology_proto"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_core_ids", b"all_core_ids", "cluster", b"cluster", "created", b"created", "device_coordinates", b"device_coordinates", "device_coordinates_dims", b"device_coordinates_dims", "device_counts", b"device_counts", "generation", b"generation", "incarnation", b"incarnation", "mesh_shape", b"mesh_shape", "meshes", b"meshes", "schema_version", b"schema_version", "slice", b"slice", "slice_topologies", b"slice_topologies", "tasks", b"tasks", "topology_proto", b"topology_proto"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

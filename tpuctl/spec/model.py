@@ -20,6 +20,7 @@ A spec, in full::
       - {name: dp_mp, shape: {data: 4, model: 4}, mode: ring}
     output: /run/tpuctl/mapping.json
     auth: {token_file: /etc/tpuctl/token}
+    restart: {policy: rejoin, timeout: 10m, max: 3}   # default policy fail: a failed host ends the cluster
     # or with TLS (client_cert + client_key: mutual TLS):
     # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
@@ -39,6 +40,7 @@ from tpuctl.durations import (
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
     REGISTER_TIMEOUT,
+    RESTART_TIMEOUT,
     Bounds,
     format_duration,
 )
@@ -133,6 +135,26 @@ class AuthSpec:
     tls: TlsSpec | None = None
 
 
+RESTART_POLICIES = ("fail", "rejoin")
+MAX_RESTARTS = 1000
+"""Most restarts ``restart.max`` may allow (each ended generation's cause is kept, one line each)."""
+
+
+@dataclass(frozen=True)
+class RestartSpec:
+    """What a host's failure does: ``fail`` ends the cluster (the default); ``rejoin`` ends the cluster's
+    generation and waits up to ``timeout`` seconds for every host to register into the next one (the
+    failed host's `tpuctl init` run again), at most ``max_restarts`` times."""
+
+    policy: str = "fail"
+    timeout: float = 600.0
+    max_restarts: int = 3
+
+    @property
+    def rejoin(self) -> bool:
+        return self.policy == "rejoin"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     """A validated cluster: the slice, its hosts in task order, and how they coordinate."""
@@ -147,6 +169,7 @@ class ClusterSpec:
     meshes: tuple[MeshSpec, ...] = ()
     output: str = DEFAULT_OUTPUT
     auth: AuthSpec | None = None
+    restart: RestartSpec = RestartSpec()
     source: str = "<spec>"
 
     @property
@@ -250,7 +273,7 @@ def topology_problem(exc: TopologyError) -> str:
 
 TOP_KEYS = (
     "cluster", "accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind",
-    "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth",
+    "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth", "restart",
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
@@ -267,6 +290,8 @@ _UNKNOWN_HINTS = {
     "task_id": "a host's task id is its position in hosts (or --task-id on the command line)",
     "name": suggestion("cluster"),
     "token_file": "it belongs under auth: (auth: {token_file: ...})",
+    "max_restarts": "it belongs under restart: (restart: {policy: rejoin, max: 3})",
+    "restart_timeout": "it belongs under restart: (restart: {policy: rejoin, timeout: 10m})",
     **{k: f"it belongs under coordinator: (coordinator: {{{k}: ...}})" for k in COORDINATOR_KEYS},
 }
 
@@ -497,6 +522,33 @@ def _tls(ck: Checker, node: Node) -> TlsSpec | None:
     return TlsSpec(cert, key, ca, paths.get("client_cert"), paths.get("client_key"), server_name)
 
 
+def _restart(ck: Checker, node: Node) -> RestartSpec | None:
+    keys = ck.mapping(node, "restart", ("policy", "timeout", "max"))
+    if keys is None:
+        return None
+    default = RestartSpec()
+    policy: str | None = default.policy
+    if "policy" in keys:
+        policy = ck.string(keys["policy"], "restart.policy", "fail or rejoin")
+        if policy is not None and policy not in RESTART_POLICIES:
+            near = suggestion_for(policy, RESTART_POLICIES)
+            ck.add(keys["policy"], "restart.policy", f"{policy!r} is not a restart policy; expected fail or rejoin{near}")
+            policy = None
+    timeout = ck.duration(keys["timeout"], "restart.timeout", RESTART_TIMEOUT) if "timeout" in keys else default.timeout
+    most = ck.integer(keys["max"], "restart.max", 1, MAX_RESTARTS) if "max" in keys else default.max_restarts
+    if policy is None or timeout is None or most is None:
+        return None
+    return RestartSpec(policy, timeout, most)
+
+
+def suggestion_for(word: str, choices: Sequence[str]) -> str:
+    """ "; did you mean 'rejoin'?" when ``word`` is close to one of ``choices``, else ""."""
+    import difflib
+
+    near = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
 # --- the whole spec --------------------------------------------------------------------------------
 
 
@@ -522,6 +574,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     meshes = check_meshes(ck, keys["meshes"], tpu) if "meshes" in keys else ()
     output = _file_path(ck, keys["output"], "output", DEFAULT_OUTPUT) if "output" in keys else DEFAULT_OUTPUT
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
+    restart = _restart(ck, keys["restart"]) if "restart" in keys else RestartSpec()
     if (
         ck.problems
         or cluster is None
@@ -532,6 +585,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or barrier is None
         or meshes is None
         or output is None
+        or restart is None
     ):
         return None
     return ClusterSpec(
@@ -544,6 +598,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         meshes=meshes,
         output=output,
         auth=auth,
+        restart=restart,
         source=source,
     )
 
