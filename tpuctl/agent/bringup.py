@@ -132,6 +132,7 @@ class Agent:
         self._generation_tasks: list[asyncio.Task[Any]] = []
         self._last_generation = 0
         self._previous_credential = b""
+        self.formed = 0  # the latest generation whose mapping is committed on this host
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -316,6 +317,7 @@ class Agent:
         self._pending = None
         self._mapping = mapping
         self.rejoining = None
+        self.formed = generation
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
         del self.history[: -(spec.restart.max_restarts + 2)]
         if generation > 1:
@@ -589,6 +591,7 @@ class Agent:
             stopping=self.stop.is_set(),
             generation=self.generation if rejoining is None else rejoining.generation,
             rejoining=rejoining is not None,
+            formed=rejoining is None and self.formed == self.generation and self.formed > 0,
             ended=rejoining.error.message if rejoining is not None else None,
             history=tuple(self.history),
         )

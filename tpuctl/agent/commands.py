@@ -71,14 +71,14 @@ class LocalCommands:
                 )
             return agent.job_env
         # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster is down (errs, shuts down, this
-        # agent stops or its generation ended) or `timeout` passes; with `since` ([generation, rejoining]
-        # as last seen), when that changes or the cluster is down for good.
+        # agent stops or its generation ended) or `timeout` passes; with `since` (``ErrorReport.seen`` as
+        # last seen: generation, rejoining, formed), when that changes or the cluster is down for good.
         since = args.get("since")
         deadline = time.monotonic() + _seconds(args.get("timeout"), 30.0)
         while True:
             report = agent.error_report()
-            if isinstance(since, list) and len(since) == 2:
-                if report.final or [report.generation, report.rejoining] != since:
+            if isinstance(since, list):
+                if report.final or report.seen != since:
                     break
             elif report.down:
                 break

@@ -217,6 +217,8 @@ class ErrorReport(NamedTuple):
     rejoining: bool = False
     """The generation ended and the cluster re-forms (restart policy rejoin): the job must stop, and may
     start again once the next generation formed."""
+    formed: bool = False
+    """The generation formed: its mapping is committed and a job may start (or restart) under it."""
     ended: str | None = None
     """What ended the generation, while re-forming."""
     history: tuple[dict[str, Any], ...] = ()
@@ -229,6 +231,11 @@ class ErrorReport(NamedTuple):
         return bool(self.error) or self.shutdown or self.stopping or self.rejoining
 
     @property
+    def seen(self) -> list[Any]:
+        """What ``Op.WAIT_ERROR``'s ``since`` compares: a long-poll answers once it changes."""
+        return [self.generation, self.rejoining, self.formed]
+
+    @property
     def final(self) -> bool:
         """Down for good: no next generation will form on this agent."""
         return bool(self.error) or self.shutdown or self.stopping
@@ -237,6 +244,7 @@ class ErrorReport(NamedTuple):
         return {
             "generation": self.generation,
             "rejoining": self.rejoining,
+            "formed": self.formed,
             "ended": self.ended,
             "history": [dict(h) for h in self.history],
             "error": self.error,
@@ -269,6 +277,7 @@ class ErrorReport(NamedTuple):
             stopping=bool(data.get("stopping")),
             generation=int(_optional(data, "generation", int, source) or 0),
             rejoining=bool(data.get("rejoining")),
+            formed=bool(data.get("formed")),
             ended=_optional(data, "ended", str, source),
             history=tuple(h for h in (_optional(data, "history", list, source) or ()) if isinstance(h, dict)),
         )

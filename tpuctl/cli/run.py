@@ -19,9 +19,16 @@ from tpuctl.cli.common import parse_duration_option, say, state_dir_option
     show_default=True,
     help="After SIGTERM, how long the job may take to exit before SIGKILL.",
 )
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(0, 1000),
+    default=0,
+    show_default=True,
+    help="Restart the job up to N times when its cluster re-forms as a new generation (spec restart.policy: rejoin).",
+)
 @state_dir_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] CMD [ARGS]...")
-def run(grace: str, state_dir: str | None, command: tuple[str, ...]) -> int:
+def run(grace: str, max_restarts: int, state_dir: str | None, command: tuple[str, ...]) -> int:
     """Run CMD with this host's job environment (see `tpuctl env`) and watch the cluster.
 
     \b
@@ -31,10 +38,14 @@ def run(grace: str, state_dir: str | None, command: tuple[str, ...]) -> int:
     SIGTERM, then SIGKILL after --grace, and the exit code is 3 with a root-cause table on stderr:
     which host failed first, when, why; then every other host. Otherwise the exit code is the job's
     (128+N for signal N; 127 command not found, 126 not executable). Signals are forwarded to the job.
+
+    With --max-restarts N (and the spec's restart: {policy: rejoin}), a generation's end stops the job,
+    waits for the next generation and starts it again (TPUCTL_RESTART_COUNT counts), up to N times;
+    then exit 3 with a table of every generation.
     """
     seconds = parse_duration_option(grace, "--grace")
     assert seconds is not None
     state = resolve_state_dir(state_dir)
     from tpuctl.job.runner import JobRunner
 
-    return JobRunner(list(command), state, grace=seconds, say=say).run()
+    return JobRunner(list(command), state, grace=seconds, say=say, max_restarts=max_restarts).run()

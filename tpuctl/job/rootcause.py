@@ -100,6 +100,23 @@ def _short(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def generations_table(rows: list[dict[str, Any]]) -> str:
+    """Every start of the job under ``tpuctl run --max-restarts``: its generation, when it started and
+    ended, how the job ended, and what ended the generation (one line each; at most max restarts + 1)."""
+    out: list[tuple[str, ...]] = [("GENERATION", "JOB STARTED", "ENDED", "JOB", "CAUSE")]
+    for row in rows:
+        out.append(
+            (
+                str(row.get("generation")),
+                _clock(row.get("started")),
+                _clock(row.get("ended")),
+                str(row.get("job") or "-"),
+                _short(str(row.get("cause") or "-"), 140),
+            )
+        )
+    return format_rows(out)
+
+
 def root_cause_table(down: ClusterDown, info: AgentInfo, status: dict[str, Any] | None, status_at: float) -> str:
     return headline(down, info) + "\n" + format_rows(root_cause_rows(down, info, status, status_at))
 

@@ -22,6 +22,15 @@ with the thread that waits for it. ``tpuctl run`` starts no other children of it
 A Python job finds ``tpuctl/job/startup`` first on its ``PYTHONPATH``: its ``sitecustomize`` registers tpuctl's
 JAX cluster detector (:mod:`tpuctl.job.jaxcluster`), so ``jax.distributed.initialize()`` needs no arguments.
 
+Restarts (``--max-restarts N``, with the spec's ``restart: {policy: rejoin}``): when the job's generation
+ends (a host failed, the coordinator restarted, or this host's own agent died and a new ``tpuctl init``
+takes its place), the job is stopped as above, its root-cause table printed, and ``tpuctl run`` waits
+(up to the restart timeout) for the agent's next generation to form, then starts the job again with
+that generation's environment (new mapping, new job ports, ``TPUCTL_GENERATION``) and
+``TPUCTL_RESTART_COUNT`` (0 for the first start, as torchrun's ``TORCHELASTIC_RESTART_COUNT``). It exits
+with the job's code once the job ends by itself, or 3 with a table of every generation when restarts run
+out or the cluster fails for good.
+
 Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
 """
 
@@ -42,8 +51,8 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_CLUSTER, TpuctlError
-from tpuctl.job.env import JobEnv
-from tpuctl.job.rootcause import ClusterDown, root_cause_table
+from tpuctl.job.env import RESTART_COUNT_ENV, JobEnv
+from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
 from tpuctl.processes import pid_alive
 
 POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
@@ -52,6 +61,8 @@ RETRY_DELAY_S = 0.5
 INFO_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 5.0
 STRAGGLER_KILL_WAIT_S = 10.0
+RESTART_MARGIN_S = 30.0  # beyond the restart timeout, waiting for the next generation (the agent decides first)
+SETTLE_S = 2.0  # beyond the heartbeat timeout: how long a job that failed by itself waits for its agent's word
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -114,8 +125,14 @@ class Watcher(threading.Thread):
 class JobRunner:
     """One job under ``tpuctl run``: start, watch, forward signals, stop, report."""
 
-    def __init__(self, command: list[str], state: StateDir, *, grace: float, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, command: list[str], state: StateDir, *, grace: float, say: Callable[[str], None], max_restarts: int = 0
+    ) -> None:
         self.command = command
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.restart_wanted = False
+        self.generations: list[dict[str, Any]] = []  # one row per start of the job
         self.say = say
         self.state = state
         self.grace = grace
@@ -132,42 +149,117 @@ class JobRunner:
     # --- entry ----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from tpuctl.spec import hostenv
-
         info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
         self.info = info
         report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=INFO_TIMEOUT_S))
-        if report.down:
+        if report.down and self._restartable(ClusterDown(report)):
+            self.say(f"tpuctl: generation {report.generation} is over; waiting for the next one to start the job")
+            if self._next_generation(report.generation) is None:
+                return self._give_up(ClusterDown(report), "the job was not started")
+        elif report.down:
             self.say("tpuctl: error: " + self._table(ClusterDown(report)))
             self.say("tpuctl: the job was not started")
             return EXIT_CLUSTER
-        environ = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S)).apply(hostenv.environ())
-        environ = with_python_startup(environ)
-        agent_pid = info.pid if info.pid is not None else self.state.live_pid()
         become_subreaper()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
         try:
-            try:
-                self.proc = self._spawn(environ)
-            except OSError as exc:
-                code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-                self.say(f"tpuctl: error: cannot run {self.command[0]!r}: {exc.strerror or exc}")
-                return code
-            for sig in self.pending:
-                self._forward(sig)
-            waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
-            waiter.start()
-            watcher = Watcher(self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout)
-            watcher.start()
-            try:
-                return self._supervise()
-            finally:
-                watcher.stopped.set()
-                self._reap_orphans()
+            while True:
+                code = self._attempt()
+                if not self.restart_wanted:
+                    return code
+                self.restart_wanted = False
+                ended = self.generations[-1]["generation"]
+                formed = self._next_generation(ended)
+                if formed is None:
+                    return self._give_up(self.down or ClusterDown(ErrorReport()), "no next generation formed")
+                self.restarts += 1
+                self.say(
+                    f"tpuctl: generation {formed.generation} formed; restarting the job "
+                    f"(restart {self.restarts} of {self.max_restarts})"
+                )
         finally:
             self._take_terminal_back()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _attempt(self) -> int:
+        """Start the job under the agent's current generation and see it to its end."""
+        from tpuctl.spec import hostenv
+
+        info = self.info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
+        env = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S))
+        environ = with_python_startup(env.apply(hostenv.environ()))
+        if self.max_restarts:
+            environ[RESTART_COUNT_ENV] = str(self.restarts)
+        self.down, self.status, self.term_deadline = None, None, None
+        self.exited.clear()
+        self.wake.clear()
+        self.generations.append(
+            {"generation": info.generation, "started": time.time(), "ended": None, "job": "running", "cause": ""}
+        )
+        agent_pid = info.pid if info.pid is not None else self.state.live_pid()
+        try:
+            self.proc = self._spawn(environ)
+        except OSError as exc:
+            code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+            self.say(f"tpuctl: error: cannot run {self.command[0]!r}: {exc.strerror or exc}")
+            return code
+        for sig in self.pending:
+            self._forward(sig)
+        self.pending = []
+        waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
+        waiter.start()
+        watcher = Watcher(self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout)
+        watcher.start()
+        try:
+            return self._supervise()
+        finally:
+            watcher.stopped.set()
+            self._reap_orphans()
+
+    # --- restarts -------------------------------------------------------------------------------
+
+    def _restartable(self, down: ClusterDown) -> bool:
+        """The job may start again: restarts left, and its generation ended without ending the cluster
+        (or this host's agent died: a new `tpuctl init` may take its place)."""
+        if self.restarts >= self.max_restarts:
+            return False
+        report = down.report
+        return bool(down.agent_gone) or (report.rejoining and not report.final)
+
+    def _next_generation(self, ended: int) -> ErrorReport | None:
+        """Wait (up to the restart timeout) for this host's agent, or its successor, to form a generation
+        after ``ended``; None when none forms or the cluster fails for good."""
+        assert self.info is not None
+        deadline = time.monotonic() + self.info.restart_timeout + RESTART_MARGIN_S
+        since: list[Any] | None = None  # None: ask at once (the next generation may have formed already)
+        while time.monotonic() < deadline:
+            left = deadline - time.monotonic()
+            args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": min(POLL_S, left), "since": since}
+            try:
+                report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S))
+            except TpuctlError:  # the agent is gone (or not up yet): a new `tpuctl init` may start one
+                time.sleep(min(RETRY_DELAY_S, max(0.0, deadline - time.monotonic())))
+                since = None
+                continue
+            if report.formed and report.generation > ended:
+                return report
+            if report.final:
+                self.down = ClusterDown(report)
+                return None
+            since = report.seen
+        return None
+
+    def _give_up(self, down: ClusterDown, why: str) -> int:
+        self.say("tpuctl: error: " + self._table(down))
+        if self.generations:
+            self.say(
+                f"tpuctl: {why}; the job ran in {len(self.generations)} generation(s), restarted "
+                f"{self.restarts} of at most {self.max_restarts} times:\n" + generations_table(self.generations)
+            )
+        else:
+            self.say(f"tpuctl: {why}")
+        return EXIT_CLUSTER
 
     def _supervise(self) -> int:
         while True:
@@ -287,15 +379,30 @@ class JobRunner:
     def _finished(self) -> int:
         code = self._exit_code()
         if code == 0 or self.down is not None:
-            return code if self.down is None else self._report(self.down, f"the job exited with code {code}")
-        # The job failed on its own: was it because the cluster did? Say so if the agent knows.
+            if self.down is None:
+                self._record("exited 0", "")
+                return code
+            return self._report(self.down, f"the job exited with code {code}")
+        # The job failed on its own: was it because the cluster did? Say so if the agent knows (with
+        # restarts, give the agent a heartbeat timeout to learn it: the job's runtime may notice first).
+        args: dict[str, Any] = {"timeout": 0}
+        if self.max_restarts and self.info is not None:
+            generation = self.generations[-1]["generation"] if self.generations else self.info.generation
+            args = {"timeout": self.info.heartbeat_timeout + SETTLE_S, "since": [generation, False, True]}
         try:
-            report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=STATUS_TIMEOUT_S))
+            wait = float(args["timeout"]) + CALL_MARGIN_S
+            report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, args, timeout=wait))
         except TpuctlError:
+            self._record(f"exited {code}", "")
             return code
-        if report.error:
+        if report.down and (report.error or self.max_restarts):
             return self._report(ClusterDown(report), f"the job exited with code {code}")
+        self._record(f"exited {code}", "")
         return code
+
+    def _record(self, job: str, cause: str) -> None:
+        if self.generations:
+            self.generations[-1].update(ended=time.time(), job=job, cause=cause)
 
     def _stop_for(self, down: ClusterDown) -> int:
         assert self.proc is not None
@@ -322,8 +429,23 @@ class JobRunner:
         return self._report(down, stopped)
 
     def _report(self, down: ClusterDown, stopped: str) -> int:
-        self.say("tpuctl: error: " + self._table(down))
-        self.say(f"tpuctl: task {self.info.task if self.info else '?'}: {stopped}")
+        table = self._table(down)
+        self._record(stopped.split(":")[0], table.splitlines()[0])
+        task = self.info.task if self.info else "?"
+        if self._restartable(down):
+            self.say("tpuctl: " + table)
+            self.say(f"tpuctl: task {task}: {stopped}; waiting for the next generation to restart the job")
+            self.restart_wanted = True
+            self.down = down
+            return EXIT_CLUSTER
+        self.say("tpuctl: error: " + table)
+        self.say(f"tpuctl: task {task}: {stopped}")
+        if self.max_restarts and self.generations:
+            last = "no restarts left" if self.restarts >= self.max_restarts else "the cluster failed for good"
+            self.say(
+                f"tpuctl: {last}; the job ran in {len(self.generations)} generation(s), restarted "
+                f"{self.restarts} of at most {self.max_restarts} times:\n" + generations_table(self.generations)
+            )
         return EXIT_CLUSTER
 
     def _table(self, down: ClusterDown) -> str:
