@@ -269,8 +269,8 @@ class Agent:
         failed = steps.exception()
         if isinstance(failed, ClusterError) and self.spec.restart.rejoin:
             end = await self._why_ended(self.membership, failed)  # the generation ended under the step?
-            if end.rejoin:
-                return end
+            if end.rejoin or end.failures:
+                return end  # re-form, or the cluster's final error with its failures
         steps.result()  # this host's own failure (or the cluster's final one) raises here
         return None
 

@@ -45,6 +45,7 @@ visits every task once. ``counters`` counts the work.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -731,7 +732,10 @@ class CoordinationState:
 
     def _earlier(self, *, exhausted: bool = False) -> str:
         """What ended the earlier generations, for a final failure (bounded: at most ``max`` restarts)."""
-        parts = [f"generation {g} ended: {clip(str(f), 300)}" for g, f in sorted(self._ended.items())]
+        parts = [
+            f"generation {g} ended: {clip(str(dataclasses.replace(f, rejoin=False)), 300)}"
+            for g, f in sorted(self._ended.items())
+        ]
         if self._first_generation > 1:
             before = self._first_generation - 1
             span = "generation 1" if before == 1 else f"generations 1 to {before}"

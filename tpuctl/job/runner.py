@@ -82,9 +82,17 @@ class Watcher(threading.Thread):
     """
 
     def __init__(
-        self, state: StateDir, agent_pid: int | None, on_down: Callable[[ClusterDown], None], *, silence: float
+        self,
+        state: StateDir,
+        agent_pid: int | None,
+        on_down: Callable[[ClusterDown], None],
+        *,
+        silence: float,
+        generation: int = 0,
     ) -> None:
         super().__init__(name="tpuctl-run-watcher", daemon=True)
+        self.generation = generation
+        """The job's generation: an agent answering another one is a new agent on this state dir."""
         self.state = state
         self.agent_pid = agent_pid
         self.on_down = on_down
@@ -116,6 +124,12 @@ class Watcher(threading.Thread):
             last_answer = time.monotonic()
             if report.down:
                 self.on_down(ClusterDown(report))
+                return
+            if self.generation and report.generation != self.generation:  # the agent died, another one took over
+                self.on_down(ClusterDown(report, agent_gone=(
+                    f"this host's tpuctl agent{f' (pid {self.agent_pid})' if self.agent_pid else ''} was replaced "
+                    f"by a new one (now at generation {report.generation or 'none yet'})"
+                )))  # fmt: skip
                 return
 
 
@@ -209,7 +223,9 @@ class JobRunner:
         self.pending = []
         waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
         waiter.start()
-        watcher = Watcher(self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout)
+        watcher = Watcher(
+            self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout, generation=info.generation
+        )
         watcher.start()
         try:
             return self._supervise()
@@ -252,6 +268,8 @@ class JobRunner:
 
     def _give_up(self, down: ClusterDown, why: str) -> int:
         self.say("tpuctl: error: " + self._table(down))
+        if down.report.error:
+            self.say(f"tpuctl: the cluster's error: {down.report.error}")
         if self.generations:
             self.say(
                 f"tpuctl: {why}; the job ran in {len(self.generations)} generation(s), restarted "
@@ -430,7 +448,7 @@ class JobRunner:
 
     def _report(self, down: ClusterDown, stopped: str) -> int:
         table = self._table(down)
-        self._record(stopped.split(":")[0], table.splitlines()[0])
+        self._record(stopped.split(":")[0].replace(f" (pid {self.proc.pid if self.proc else 0})", ""), _cause(down))
         task = self.info.task if self.info else "?"
         if self._restartable(down):
             self.say("tpuctl: " + table)
@@ -441,6 +459,8 @@ class JobRunner:
         self.say("tpuctl: error: " + table)
         self.say(f"tpuctl: task {task}: {stopped}")
         if self.max_restarts and self.generations:
+            if down.report.error:
+                self.say(f"tpuctl: the cluster's error: {down.report.error}")
             last = "no restarts left" if self.restarts >= self.max_restarts else "the cluster failed for good"
             self.say(
                 f"tpuctl: {last}; the job ran in {len(self.generations)} generation(s), restarted "
@@ -533,6 +553,17 @@ def _reap_exited(pid: int) -> bool:
     except ChildProcessError:
         return False
     return done == pid
+
+
+def _cause(down: ClusterDown) -> str:
+    """What ended a generation, in one line: the first failed host and its cause."""
+    report = down.report
+    if down.agent_gone:
+        return down.agent_gone
+    if report.failures:
+        first = report.failures[0]
+        return f"task {first.task} ({first.address}): {first.cause}"
+    return report.ended or report.error or ("shut down" if report.shutdown else "this host's agent stopped")
 
 
 def _stdin_is_tty() -> bool:
