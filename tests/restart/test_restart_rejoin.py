@@ -121,7 +121,7 @@ def test_a_third_failure_exhausts_the_restarts_and_exits_3_with_the_table(make_c
     folder.mkdir()
     runs = start_runs(c, folder, steps=100000, kind="plain")
     for generation in (1, 2, 3):
-        wait_until(lambda: len(restarted_at(folder, range(4), generation)) == 4, 60,
+        wait_until(lambda g=generation: len(restarted_at(folder, range(4), g)) == 4, 60,
                    f"the job to run in generation {generation}", logs=c.logs)  # fmt: skip
         kill_and_return(c, 3, f"init-{generation}")
     done = {t: c.processes.wait(p.label, 60) for t, p in runs.items()}
