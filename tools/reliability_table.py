@@ -57,6 +57,29 @@ marks a race seen in some runs only (`strict=False`).
 """
 
 
+RESTARTS = """## Hosts come back: generations and `tpuctl run --max-restarts` (`tests/restart/`)
+
+4 simulated hosts (v4-32) on loopback, heartbeat timeout 3 s, `restart: {policy: rejoin, timeout: 60s,
+max: 2}`, every host under `tpuctl run --max-restarts 2` running a 4-process JAX CPU job (gloo all-gather
+every step) that checkpoints a step counter and resumes from it. Measured: from the start of the victim
+host's new `tpuctl init` (right after kill -9 of its agent) to the job's restart on the last of the 4
+hosts (its first line, before it imports JAX).
+
+| fault | the cluster | from the host's return to the job's restart |
+|---|---|---|
+| kill -9 of a worker's agent (task 2), `tpuctl init` again | generation 1 ends at the new registration ("restarted"), generation 2 forms in 65 ms; the job resumes from its checkpoint and finishes | 2.50 s |
+| kill -9 of task 0's agent (the coordinator), `tpuctl init` again | workers see the coordinator gone, re-register with the new service (generation 2); the job resumes and finishes | 2.30-2.64 s (3 runs) |
+| a third failure with `max: 2` | final: every `tpuctl run` exits 3 with its root-cause table and a table of the 3 generations | - |
+| the host never comes back (`timeout: 6s`) | final 6 s after generation 2 started: "task 2 failed: did not rejoin generation 2 within the restart timeout (6 s)", naming generation 1's end; a job's `tpuctl barrier` of generation 1 exits 3 meanwhile | - |
+
+Most of the ~2.4 s is the new `tpuctl init`'s own start (a Python process on a loaded 2-core machine) and
+`tpuctl run`'s stop of the old job; the survivors re-register and re-merge within 0.1 s of the new
+registration. The goal was under 2 s plus the job's own start: the job's start is excluded above, the
+init's start is not.
+"""
+"""Measured by tests/restart/ (TPUCTL_RESTART_MEASURE), kept here so a regenerated file keeps it."""
+
+
 NOT_COVERED = """## Not covered, and why
 
 * kill -9 / SIGSTOP *while* a host writes its mapping: no hook stops a host between the merge and the
@@ -149,6 +172,7 @@ def render(docs: list[dict[str, Any]], source: str) -> str:
         measured = "; ".join(d["problems"]) or "this run: as required"
         lines.append(f"* `{d['test']}`: {cell(reason, 500)}. Measured: {cell(measured, 400)}")
     lines.append("")
+    lines.append(RESTARTS)
     lines.append(NOT_COVERED)
     return "\n".join(lines)
 
