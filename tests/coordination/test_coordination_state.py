@@ -500,21 +500,21 @@ def test_untold_counts_the_hosts_that_have_not_heard_the_error_yet() -> None:
     error (a refused registration, a registration wait, an error poll), failed, or left."""
     state = new_state(5, heartbeat_timeout=30.0)
     refs = register(state, [0, 1, 2, 3])  # task 4 still retrying to reach the coordinator
-    assert state.untold() == 0  # no error: nothing to tell
+    assert state.untold() == (0, 0)  # no error: nothing to tell
     state.disconnect(refs[3], now=0.5)  # gone: nothing to tell it
     state.report_error(refs[0], "init failed on this host: read-only output", now=1.0)
-    assert state.untold() == 3  # tasks 1, 2 and 4 (task 0 failed itself, task 3 left)
+    assert state.untold() == (2, 1)  # tasks 1 and 2, and task 4 (task 0 failed itself, task 3 left)
     with pytest.raises(Refused):
         state.registration_waiting(refs[1], now=1.1)  # parked in the registration wait: answered
-    assert state.untold() == 2
+    assert state.untold() == (1, 1)
     state.heartbeat(refs[2], now=1.2)  # a heartbeat does not carry the error
-    assert state.untold() == 2
+    assert state.untold() == (1, 1)
     assert state.poll_error(refs[2], now=1.3) is state.failure
-    assert state.untold() == 1
+    assert state.untold() == (0, 1)
     with pytest.raises(Refused) as excinfo:
         state.register(registration(4), now=1.4)
     assert refusal(excinfo)[1].startswith("cannot join: the cluster is in error: task 0 (127.0.0.1) failed")
-    assert state.untold() == 0
+    assert state.untold() == (0, 0)
 
 
 def test_a_task_that_registers_again_after_leaving_must_hear_it_again() -> None:
@@ -523,6 +523,6 @@ def test_a_task_that_registers_again_after_leaving_must_hear_it_again() -> None:
     state.disconnect(refs[1], now=0.5)
     again = state.register(registration(1, incarnation=5), now=0.6).task
     state.report_error(refs[0], "boom", now=0.7)
-    assert state.untold() == 1  # the new registration of task 1 has not heard
+    assert state.untold() == (1, 0)  # the new registration of task 1 has not heard
     state.poll_error(again, now=0.8)
-    assert state.untold() == 0
+    assert state.untold() == (0, 0)

@@ -146,8 +146,8 @@ def check(
     hosts: list[HostOutcome], c: LocalCluster, victim: Victim, causes: tuple[str, ...], limit: float,
     *, victim_must_exit: bool = True,
 ) -> list[str]:  # fmt: skip
-    """What the catalogue requires of every host: exit non-zero, in time; a peer names the victim and a
-    cause among ``causes``. Returns the problems found (empty: as required)."""
+    """What the catalogue requires of every host: exit non-zero, in time, never with an internal error; a
+    peer names the victim and a cause among ``causes``. Returns the problems found (empty: as required)."""
     problems = []
     for h in hosts:
         who = f"task {h.task} ({h.what})"
@@ -161,6 +161,8 @@ def check(
             continue
         if h.code == 0:
             problems.append(f"{who} exited 0")
+        if "internal error" in h.text.lower():  # exit 1: a bug's traceback instead of a cause
+            problems.append(f"{who} hit an internal error: {first_error(h.text)!r}")
         if h.seconds is not None and h.seconds > limit:
             problems.append(f"{who} took {h.seconds:.1f} s (limit {limit:g} s)")
         if h.role == "peer":

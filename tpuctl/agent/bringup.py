@@ -69,6 +69,8 @@ INIT_DONE_BARRIER = "tpuctl/init/done"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
+TELL_UNREGISTERED_S = 0.5  # ... and for hosts not registered yet (one retrying comes back within 0.25 s)
+FAILED_STOP_GRACE_S = 0.25  # the service's stop grace after a failed init
 TELL_PEERS_POLL_S = 0.05
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
@@ -404,7 +406,9 @@ class Agent:
             with contextlib.suppress(BaseException):
                 await self.client.close()
         if self._server is not None:
-            await self._server.stop(grace=1.0)
+            # In-flight answers get a moment to leave; after a failed init every host has heard already
+            # (what is still open is a dead host's stream), so not a whole second.
+            await self._server.stop(grace=1.0 if leaving else FAILED_STOP_GRACE_S)
 
     async def _tell_the_cluster(self, exc: TpuctlError) -> None:
         """Init failed here for a reason of this host's own (the mapping write, the backend, ...): report
@@ -421,24 +425,36 @@ class Agent:
 
     async def _until_every_host_heard(self) -> None:
         """On task 0, whose init is failing: keep the coordination service up until every host has heard
-        the cluster's error (``untold``), for at most ``TELL_PEERS_S`` (and the register timeout). Without
-        it a host between two calls, or still retrying its registration, finds the port closed and can
-        only say "coordinator unreachable", never the cause. Not after a signal: the user wants out."""
+        the cluster's error (``untold``): a registered one for at most ``TELL_PEERS_S`` (it is between
+        two calls, or in one), one not registered yet for ``TELL_UNREGISTERED_S`` (one that is retrying
+        comes back within a quarter of a second; one that never started never will). Without it such a
+        host finds the port closed and can only say "coordinator unreachable", never the cause. Not after
+        a signal: the user wants out."""
         if self._server is None or self.stop.is_set():
             return
         state = self._server.service.state
-        if not state.untold():
+        registered, unregistered = state.untold()
+        if not registered and not unregistered:
             return
         limit = min(TELL_PEERS_S, self.spec.coordinator.register_timeout)
         self.reporter.progress(
-            f"task 0: keeping the coordination service up until every host has heard why "
-            f"({state.untold():,} have not yet; at most {limit:g} s)"
+            f"task 0: keeping the coordination service up until every host has heard why ({registered + unregistered:,} "
+            f"have not yet; at most {limit:g} s)"
         )
-        deadline = time.monotonic() + limit
-        while state.untold() and time.monotonic() < deadline:
+        started = time.monotonic()
+        while True:
+            waited = time.monotonic() - started
+            registered, unregistered = state.untold()
+            if waited >= limit or not (registered or (unregistered and waited < TELL_UNREGISTERED_S)):
+                break
             await asyncio.sleep(TELL_PEERS_POLL_S)
-        if state.untold():
-            log.warning("task 0: %d hosts had not heard the cluster's error after %g s", state.untold(), limit)
+        if registered or unregistered:
+            log.warning(
+                "task 0: %d registered and %d unregistered hosts had not heard the cluster's error after %.1f s",
+                registered,
+                unregistered,
+                waited,
+            )
 
     # --- background work -------------------------------------------------------------------------
 

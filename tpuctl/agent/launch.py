@@ -116,10 +116,12 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
         elif event == "failed":
             _reap(pid, wait.deadline)
             raise error_from_payload(message.get("error", {}))
-    if _reap(pid, time.monotonic() + 0.1) is None:  # still there, but silent or out of time
+    exit_code = _reap(pid, time.monotonic() + 0.1)  # the pipe closed as it exited, or it is silent
+    if exit_code is None and wait.until() <= time.monotonic():  # still there, but silent or out of time
         os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly (a stopped agent: once continued)
         raise wait.overrun()
-    exit_code = _reap(pid, wait.deadline)
+    if exit_code is None:
+        exit_code = _reap(pid, wait.deadline)
     raise StateError(
         f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
         hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),

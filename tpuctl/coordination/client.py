@@ -66,8 +66,8 @@ CONFIRM_GRACE_S = 0.5
 """How long past the heartbeat timeout a heartbeat confirmation may still arrive before the coordinator
 counts as unreachable or frozen. After a short cut TCP retransmits with backoff (0.2, 0.4, 0.8, 1.6 s), so
 a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (measured between network namespaces);
-confirmations asked at least every quarter of the timeout leave a host with a 5 s timeout room for that
-(1 s heartbeats: 1 + 3.4 < 5 + 0.5)."""
+confirmations asked at least every third of the timeout leave a host with a 5 s timeout room for that
+(1 s heartbeats, each confirmed: 1 + 3.4 < 5 + 0.5)."""
 RESTART_PROBE_S = 2.0
 """How long a refused call waits for the coordinator's status, to tell a restarted coordinator's refusal."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
@@ -260,8 +260,9 @@ class CoordinationClient:
         """Heartbeat every ``interval`` s (default: a third of the service's heartbeat timeout) until cancelled.
 
         Heartbeats travel on one stream (``HeartbeatStream``), which costs the service a fifth to a third of
-        a call each; the service confirms the first and then every k-th, k = ``give_up_after / (4 * interval)``
-        rounded down, at least 1 (a confirmation costs it about half a heartbeat more). Rides out an unreachable coordinator for
+        a call each; the service confirms the first and then every k-th, k = ``give_up_after / (3 * interval)``
+        rounded down, at least 1 (a confirmation costs it about half a heartbeat more; the spec's default
+        5 s / 30 s: every second heartbeat). Rides out an unreachable coordinator for
         ``give_up_after`` s (default: the heartbeat timeout), reopening the stream, then raises
         ``CoordinatorUnreachable``; raises ``ClusterError`` at once when the service refuses a heartbeat
         (this task was declared failed, or replaced) or has restarted.
@@ -279,7 +280,7 @@ class CoordinationClient:
         while True:
             try:
                 await self._heartbeat_stream(
-                    membership, interval, max(1, int(give_up_after / (4 * interval))), confirmed, give_up_after
+                    membership, interval, max(1, int(give_up_after / (3 * interval))), confirmed, give_up_after
                 )
             except ClusterError as exc:
                 if not isinstance(exc, CoordinatorUnreachable):

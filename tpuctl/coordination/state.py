@@ -419,11 +419,17 @@ class CoordinationState:
             self._told.add(task.info.task_id)
         return self._failure
 
-    def untold(self) -> int:
-        """How many tasks have not heard the cluster's error yet (0 without one): neither answered it (a
-        refused registration, a registration wait, an error poll) nor failed nor disconnected. A host whose
-        init failed keeps its service up until this is 0 (bounded), so no peer finds the port closed. O(1)."""
-        return 0 if self._failure is None else len(self._tasks) - len(self._told)
+    def untold(self) -> tuple[int, int]:
+        """(registered, not registered) tasks that have not heard the cluster's error yet ((0, 0) without
+        one): neither answered it (a refused registration, a registration wait, an error poll) nor failed
+        nor left. A task 0 whose init fails keeps its service up until none is left (bounded), so no peer
+        finds the port closed. O(tasks)."""
+        if self._failure is None:
+            return 0, 0
+        self.counters.touched += len(self._tasks)
+        registered = sum(1 for t in self._tasks if t.state is TaskState.CONNECTED and t.info.task_id not in self._told)
+        left = len(self._tasks) - len(self._told) - registered
+        return registered, left
 
     # --- barriers and gathers ----------------------------------------------------------------------
 
