@@ -56,6 +56,7 @@ CORE = (
     "tpuctl.messages",
     "tpuctl.files",
     "tpuctl.processes",
+    "tpuctl.health",
 )
 CORE_BANNED = frozenset({"grpc", "yaml", "click", "asyncio"})
 ENVIRONMENT = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})

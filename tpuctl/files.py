@@ -8,7 +8,8 @@ token are files a user names: each reader had its own copy of the bounded read. 
 
 Permissions: with ``mode=None`` a replaced file keeps its permission bits and a new file gets what a
 plain ``open(path, "w")`` would give (0666 less the umask, 0644 usually); pass ``mode`` to set the bits
-exactly (the mapping passes 0o644 so jobs of other users can read it whatever the umask).
+exactly. The device mapping and every file a command writes with ``--out`` get :data:`SHARED_MODE`
+(0644: jobs and tools of other users read them whatever the umask).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FileTooLarge", "NotRegularFile", "atomic_write", "file_kind", "read_regular_file"]
+__all__ = ["SHARED_MODE", "FileTooLarge", "NotRegularFile", "atomic_write", "file_kind", "read_regular_file"]
+
+SHARED_MODE = 0o644
+"""The mode of the files tpuctl writes for others to read: the mapping, ``--out FILE``."""
 
 _TRIES = 16
 

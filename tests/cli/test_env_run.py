@@ -87,7 +87,7 @@ def test_env_prints_the_agents_environment(cluster: SimCluster) -> None:
 
     as_json = tpuctl(cluster, "env", "--format", "json", "--state-dir", host(cluster, 1))
     assert as_json.code == 0
-    assert json.loads(as_json.out) == printed
+    assert json.loads(as_json.out) == {"schema": "tpuctl.env/v1", "set": printed, "unset": list(expected.unset)}
 
 
 @pytest.mark.slow
@@ -118,7 +118,7 @@ def test_ports_never_collide_between_hosts_sharing_the_machine(cluster: SimClust
 def test_env_finds_the_state_dir_in_the_environment(cluster: SimCluster) -> None:
     done = tpuctl(cluster, "env", "-f", "json", env={**os.environ, "TPUCTL_STATE_DIR": host(cluster, 1)})
     assert done.code == 0, done.err
-    assert json.loads(done.out)["TPUCTL_TASK_ID"] == "1"
+    assert json.loads(done.out)["set"]["TPUCTL_TASK_ID"] == "1"
 
 
 def test_env_and_run_without_an_agent_exit_5(tmp_path: Path, processes: Processes) -> None:
@@ -178,7 +178,7 @@ def test_run_returns_the_jobs_exit_code(cluster: SimCluster) -> None:
 @pytest.mark.slow
 def test_run_gives_the_job_its_environment_and_its_arguments(cluster: SimCluster) -> None:
     state = host(cluster, 1)
-    expected = json.loads(tpuctl(cluster, "env", "-f", "json", "--state-dir", state).out)
+    expected = json.loads(tpuctl(cluster, "env", "-f", "json", "--state-dir", state).out)["set"]
     code = "import json, os, sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:]}))"
     # without `--`, options after the command are the job's, not tpuctl's
     done = tpuctl(cluster, "run", "--state-dir", state, sys.executable, "-c", code, "--grace", "1s", "--state-dir", "x")

@@ -100,7 +100,7 @@ def test_process_rejects_two_slice_sources(capsys: pytest.CaptureFixture[str]) -
 
 def test_output_file_written_atomically(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "sub" / "slice.json"
-    code, out, err = run("topology", "show", "-a", "v6e-16", "-f", "json", "-o", str(target), capsys=capsys)
+    code, out, err = run("topology", "show", "-a", "v6e-16", "-f", "json", "--out", str(target), capsys=capsys)
     assert code == 0
     assert out == ""  # data went to the file; stdout stays clean
     assert json.loads(target.read_text())["accelerator"] == "v6e-16"
@@ -108,17 +108,17 @@ def test_output_file_written_atomically(tmp_path, capsys: pytest.CaptureFixture[
     assert [p.name for p in target.parent.iterdir()] == ["slice.json"]
 
 
-def test_output_file_gets_the_mode_of_a_normal_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_file_gets_the_mappings_mode(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
     import stat
 
     target = tmp_path / "slice.json"
-    old = os.umask(0o022)
+    old = os.umask(0o077)
     try:
-        assert run("topology", "show", "-a", "v4-8", "-f", "json", "-o", str(target), capsys=capsys)[0] == 0
-        assert stat.S_IMODE(target.stat().st_mode) == 0o644  # not the 0600 of a temp file
-        target.chmod(0o640)
-        assert run("topology", "show", "-a", "v4-8", "-f", "json", "-o", str(target), capsys=capsys)[0] == 0
-        assert stat.S_IMODE(target.stat().st_mode) == 0o640  # a replaced file keeps its mode
+        assert run("topology", "show", "-a", "v4-8", "-f", "json", "--out", str(target), capsys=capsys)[0] == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644  # not the 0600 of a temp file, nor the umask's
+        target.chmod(0o600)
+        assert run("topology", "show", "-a", "v4-8", "-f", "json", "--out", str(target), capsys=capsys)[0] == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644  # as the device mapping: 0644 whatever it was
     finally:
         os.umask(old)

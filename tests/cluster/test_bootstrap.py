@@ -199,7 +199,7 @@ def test_shared_token_cluster_comes_up_and_refuses_strangers(make_cluster, tmp_p
 def start_foreground_init(c, *options: str):
     state = c.state(0)
     return c.start("init-foreground", [*TPUCTL, "init", "--config", str(c.spec), "--task-id", "0", "--foreground",
-                                       *options, "--state-dir", str(state), "--output", str(state / "mapping.json")])  # fmt: skip
+                                       *options, "--state-dir", str(state), "--out", str(state / "mapping.json")])  # fmt: skip
 
 
 def test_foreground_init_stays_attached_until_down(make_cluster) -> None:
@@ -268,7 +268,7 @@ def test_job_ports_come_from_the_configured_range_and_never_collide(make_cluster
     first = min(first, 65000)
     c = make_cluster("v4-32", job_ports=f"{first}-{first + 40}")
     c.up()
-    env = [json.loads(c.tpuctl("env", "--format", "json", task=t).out) for t in range(4)]
+    env = [json.loads(c.tpuctl("env", "--format", "json", task=t).out)["set"] for t in range(4)]
     jobs = env[0]["DTENSOR_JOBS"].split(",")
     ports = [int(job.rsplit(":", 1)[1]) for job in jobs]
     jax_port = int(env[0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[1])
@@ -282,6 +282,6 @@ def test_foreground_init_honours_json(make_cluster) -> None:
     proc = start_foreground_init(c, "--json")
     out = c.processes.wait_for_output(proc, "\n}\n", stream="out", timeout=60)  # the summary, once the cluster is up
     summary = json.loads(out[: out.index("\n}\n") + 3])
-    assert (summary["cluster"], summary["task"], summary["tasks"]) == ("test-pod", 0, 1)
+    assert (summary["cluster"], summary["task"], summary["num_hosts"]) == ("test-pod", 0, 1)
     assert c.tpuctl("down", task=0).code == 0
     assert c.processes.wait(proc, timeout=15).code == 0

@@ -221,7 +221,7 @@ def test_gather_value_limit_and_timeout_and_disconnect() -> None:
     state.disconnect(refs[3], now=3.0)
     with pytest.raises(Refused) as gone:
         state.gather_outcome(second, now=3.0)
-    assert gone.value.message == "gather 'h' #1 cannot pass: task 3 (127.0.0.4) has disconnected"
+    assert gone.value.message == "gather 'h' #1 cannot pass: task 3 (127.0.0.4) left the cluster: it disconnected (tpuctl down, or its agent stopped)"
 
 
 def test_passed_instances_are_dropped_once_a_later_one_passes() -> None:

@@ -234,7 +234,7 @@ def test_disconnect_fails_the_barriers_waiting_for_that_host_but_not_the_cluster
             await arrived(members[1][0], "end", [0])
             await members[2][0].disconnect(members[2][1].task)
             with pytest.raises(
-                ClusterError, match=r"barrier 'end' #1 cannot pass: task 2 \(127.0.0.3\) has disconnected"
+                ClusterError, match=r"barrier 'end' #1 cannot pass: task 2 \(127.0.0.3\) left the cluster: it disconnected \(tpuctl down, or its agent stopped\)"
             ):
                 await asyncio.wait_for(waiting, 1.0)
             status = await members[0][0].status()

@@ -298,14 +298,14 @@ def test_disconnect_is_not_an_error_but_fails_barriers_that_wait_for_the_task() 
     state.disconnect(refs[3], now=2.1)  # a retry is fine
     assert state.failure is None
     assert state.status(now=2.0).tasks[3].state is TaskState.DISCONNECTED
-    expected = (Reason.CLUSTER_FAILED, "barrier 'step' #1 cannot pass: task 3 (127.0.0.4) has disconnected")
+    expected = (Reason.CLUSTER_FAILED, "barrier 'step' #1 cannot pass: task 3 (127.0.0.4) left the cluster: it disconnected (tpuctl down, or its agent stopped)")
     with pytest.raises(Refused) as in_flight:
         state.barrier_outcome(waiting, now=2.0)
     assert refusal(in_flight) == expected
     fresh = state.barrier_arrive(refs[1], "other", 10.0, now=3.0)
     with pytest.raises(Refused) as later:
         state.barrier_outcome(fresh, now=3.0)
-    assert later.value.message == "barrier 'other' #1 cannot pass: task 3 (127.0.0.4) has disconnected"
+    assert later.value.message == "barrier 'other' #1 cannot pass: task 3 (127.0.0.4) left the cluster: it disconnected (tpuctl down, or its agent stopped)"
     with pytest.raises(Refused) as gone:
         state.heartbeat(refs[3], now=3.0)
     assert refusal(gone) == (Reason.NOT_CONNECTED, "task 3 (127.0.0.4) has disconnected")

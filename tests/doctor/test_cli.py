@@ -117,7 +117,7 @@ def test_json_document_schema_and_checks(spec: Path, state: Path, capsys: pytest
     doc = json.loads(out)
     assert doc["schema"] == SCHEMA
     assert [c["name"] for c in doc["checks"]] == NAMES
-    assert doc["cluster"]["task"] == 1 and doc["cluster"]["hosts"] == 4 and doc["cluster"]["backend"] == "sim"
+    assert doc["cluster"]["task"] == 1 and doc["cluster"]["num_hosts"] == len(doc["cluster"]["hosts"]) == 4 and doc["cluster"]["backend"] == "sim"
     checks = {c["name"]: c for c in doc["checks"]}
     assert checks["coordinator-port"]["verdict"] == "skip"  # task 1: the coordinator is task 0's
     # nothing listens on 127.0.0.2 yet: a warning before a start, not a failure
@@ -206,6 +206,6 @@ def test_without_a_spec_the_cluster_checks_skip(
 
 def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run("doctor", "--help", capsys=capsys)
-    assert code == 0 and "3 a check failed" in out and "--format [text|json]" in out
+    assert code == 0 and "3 a check failed" in out and "-f, -o, --format, --output FORMAT" in out and "text|json" in out
     code, out, _ = run("--help", capsys=capsys)
     assert "doctor" in out

@@ -74,7 +74,7 @@ def init_with_output(c: LocalCluster, task: int, output: Path) -> Proc:
     state = c.state(task)
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     command = [*TPUCTL, "init", "--config", str(c.spec), "--task-id", str(task), "--state-dir", str(state),
-               "--output", str(output)]  # fmt: skip
+               "--out", str(output)]  # fmt: skip
     return c.start(f"init-{task}", command)
 
 

@@ -57,7 +57,7 @@ def up(c: LocalCluster, net: netns.Network) -> None:
         state = c.state(t)
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         command = [*net.exec(t), *TPUCTL, "init", "--config", str(c.spec), "--task-id", str(t),
-                   "--state-dir", str(state), "--output", str(state / "mapping.json")]  # fmt: skip
+                   "--state-dir", str(state), "--out", str(state / "mapping.json")]  # fmt: skip
         procs.append(c.start(f"init-{t}", command))
     results = c.processes.wait_all(procs, 90)
     assert [r.code for r in results] == [0] * 4, c.logs()

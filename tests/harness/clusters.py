@@ -139,7 +139,7 @@ class LocalCluster(_Cluster):
         state.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dirs are owner-only
         command = [
             *TPUCTL, "init", "--config", str(spec or self.spec), "--task-id", str(task),
-            "--state-dir", str(state), "--output", str(state / "mapping.json"),
+            "--state-dir", str(state), "--out", str(state / "mapping.json"),
         ]  # fmt: skip
         return self.start(label or f"init-{task}", command, env=env)
 

@@ -186,7 +186,7 @@ def test_sh_output_round_trips_odd_values_through_eval(shell: str) -> None:
 
 def test_json_and_apply() -> None:
     env = JobEnv({"A": "1", "B": "x y"}, ("C",))
-    assert json.loads(env.to_json()) == {"A": "1", "B": "x y"}
+    assert json.loads(env.to_json()) == {"schema": "tpuctl.env/v1", "set": {"A": "1", "B": "x y"}, "unset": ["C"]}
     assert env.apply({"A": "0", "C": "stale", "D": "kept"}) == {"A": "1", "B": "x y", "D": "kept"}
     assert env.to_sh() == "unset C\nexport A=1\nexport B='x y'\n"
 

@@ -87,7 +87,7 @@ def test_plan_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     out_file = tmp_path / "plan.json"
     code, out, err = run(
         "mesh", "plan", "-a", "v3-32", "--shape", "data=8,model=4", "--ring-axes", "z,y,x,core", "--compat",
-        "dtensor", "--name", "cols", "-f", "json", "-o", str(out_file), capsys=capsys,
+        "dtensor", "--name", "cols", "-f", "json", "--out", str(out_file), capsys=capsys,
     )  # fmt: skip
     assert code == 0 and out == "" and err == f"wrote {out_file}\n"
     doc = json.loads(out_file.read_text())
@@ -158,7 +158,7 @@ def test_topology_show_mesh_errors(capsys: pytest.CaptureFixture[str], spec_file
 
 def test_topology_show_mesh_svg(capsys: pytest.CaptureFixture[str], spec_file: Path, tmp_path: Path) -> None:
     picture = tmp_path / "mesh.svg"
-    args = ["topology", "show", "--config", str(spec_file), "--mesh", "dp_mp", "-f", "svg", "-o", str(picture)]
+    args = ["topology", "show", "--config", str(spec_file), "--mesh", "dp_mp", "-f", "svg", "--out", str(picture)]
     code, _, _ = run(*args, "--mesh-axis", "data", capsys=capsys)
     assert code == 0
     svg = picture.read_text()

@@ -62,7 +62,7 @@ def test_sim_status_shows_every_host_healthy(sim: Sim) -> None:
         done = sim.tpuctl("sim", "status", "--root", str(sim.root), *flags)
         assert done.code == 0, done.err
         doc = json.loads(done.out)
-        assert doc["schema"] == "tpuctl.sim-status/1" and doc["healthy"] is True
+        assert doc["schema"] == "tpuctl.sim.status/v1" and doc["healthy"] is True
         assert doc["cluster"] == "sim-v4-16" and doc["accelerator"] == "v4-16"
         assert [(h["task"], h["agent"], h["state"]) for h in doc["hosts"]] == [(0, "running", "connected"),
                                                                               (1, "running", "connected")]  # fmt: skip

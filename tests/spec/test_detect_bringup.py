@@ -47,7 +47,7 @@ def stack(processes: Processes, tmp_path: Path) -> Iterator[ExitStack]:
 def init(processes: Processes, tmp_path: Path, label: str, env: dict[str, str]) -> None:
     state = tmp_path / label
     state.mkdir(mode=0o700)
-    command = [*TPUCTL, "init", "--state-dir", str(state), "--output", str(state / "mapping.json")]
+    command = [*TPUCTL, "init", "--state-dir", str(state), "--out", str(state / "mapping.json")]
     processes.start(label, command, env=env, cwd=tmp_path)
 
 
@@ -78,7 +78,7 @@ def test_detect_shows_every_source_of_a_tpu_vm(processes: Processes, tmp_path: P
     )
     assert done.code == 0, done.err
     document = json.loads(done.out)
-    assert document["schema"] == "tpuctl.detect/1"
+    assert document["schema"] == "tpuctl.detect/v1"
     assert document["task"] == {"id": 1, "reason": "metadata agent-worker-number=1"}
     assert {s["key"]: s["source"] for s in document["sources"]}["hosts"] == "metadata worker-network-endpoints"
     assert document["coordinator"] == f"{hosts[0]}:8490"
@@ -126,7 +126,7 @@ def test_a_recorded_leaderworkerset_pod_with_two_tpu_processes_per_machine_comes
     env_out = processes.run(
         "env-1", [*TPUCTL, "env", "--format", "json", "--state-dir", str(tmp_path / "p1")], timeout=30
     )
-    printed = json.loads(env_out.out)
+    printed = json.loads(env_out.out)["set"]
     assert printed["TPU_PROCESS_ADDRESSES"] == ",".join(addresses)
     assert printed["TPU_PROCESS_PORT"] == "8477"
     down = processes.run("down", [*TPUCTL, "down", "--all", "--state-dir", str(tmp_path / "p0")], timeout=60)

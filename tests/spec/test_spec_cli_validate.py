@@ -47,6 +47,7 @@ def test_json_valid(spec: Path) -> None:
     code, out, err, _ = run("--config", str(spec), "--json")
     assert code == 0 and err == ""
     assert json.loads(out) == {
+        "schema": "tpuctl.validate/v1",
         "ok": True,
         "file": str(spec),
         "problems": [],
@@ -54,7 +55,8 @@ def test_json_valid(spec: Path) -> None:
             "name": "pod-a",
             "accelerator": "v4-32",
             "generation": "v4",
-            "topology": "2x2x4",
+            "topology": [2, 2, 4],
+            "topology_name": "2x2x4",
             "num_slices": 1,
             "chips_per_host": 4,
             "num_hosts": 4,
@@ -74,7 +76,7 @@ def test_json_problems_still_exit_2(spec: Path) -> None:
     code, out, err, _ = run("--json", "--config", str(spec))
     assert code == 2 and err == ""
     doc = json.loads(out)
-    assert list(doc) == ["ok", "file", "problems", "cluster"]
+    assert list(doc) == ["schema", "ok", "file", "problems", "cluster"]
     assert doc["ok"] is False and doc["cluster"] is None
     assert doc["problems"][0] == {
         "line": 3, "column": 10, "path": "backend", "message": "'tf' is not a backend; did you mean 'tensorflow'?",

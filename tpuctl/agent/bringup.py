@@ -66,6 +66,7 @@ from tpuctl.spec.model import ClusterSpec
 log = logging.getLogger("tpuctl.agent.bringup")
 
 INIT_DONE_BARRIER = "tpuctl/init/done"
+INIT_SCHEMA = "tpuctl.init/v1"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
@@ -648,16 +649,23 @@ class Agent:
         return job_environment(info, mapping, state_dir=str(self.options.state.path.absolute())).to_message()
 
     def _summary(self, mapping: Any) -> dict[str, Any]:
+        """``tpuctl init``'s document (schema ``tpuctl.init/v1``; key names as in status and topology)."""
         spec = self.spec
         return {
+            "schema": INIT_SCHEMA,
             "cluster": spec.cluster,
             "task": self.task,
-            "tasks": len(spec.hosts),
+            "address": self.options.address,
+            "num_hosts": len(spec.hosts),
+            "tasks": [{"task": task, "address": address} for task, address in enumerate(spec.hosts)],
             "accelerator": spec.slice.accelerator_type,
-            "topology": spec.slice.topology_str,
-            "devices": spec.slice.num_devices,
-            "local_devices": spec.slice.devices_per_host,
+            "topology": list(spec.slice.topology),
+            "topology_name": spec.slice.topology_str,
+            "num_devices": spec.slice.num_devices,
+            "num_local_devices": spec.slice.devices_per_host,
+            "coordinator": spec.coordinator_target,
             "mapping": str(self.options.output),
+            "state_dir": str(self.options.state.path),
             "pid": os.getpid(),
         }
 

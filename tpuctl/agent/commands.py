@@ -144,6 +144,7 @@ class LocalCommands:
             "coordinator": agent.spec.coordinator_target,
             "mapping": str(agent.options.output),
             "restart_policy": agent.spec.restart.policy,
+            "heartbeat_timeout": agent.spec.coordinator.heartbeat_timeout,  # for the health verdict
         }
         if agent.rejoining is not None:
             base["rejoining"] = f"generation {agent.rejoining.generation} ended: {agent.rejoining.error.message}"

@@ -123,7 +123,7 @@ def remove(path: Path | None) -> None:
     except OSError as exc:
         raise StateError(
             f"cannot remove the previous device mapping {path}: {exc.strerror or exc}",
-            hint="the mapping's folder must be writable by this user (or pass --output PATH)",
+            hint="the mapping's folder must be writable by this user (or pass --out FILE)",
         ) from exc
 
 

@@ -23,7 +23,10 @@ def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) 
     \b
     Each call on a host is the next instance of NAME on that host, so a loop works:
       for step in $(seq 100); do train_step; tpuctl barrier step; done
-    On timeout (exit 4) the error lists every host that has not arrived (task id and address);
-    if a host has failed (exit 3) the error names it and why.
+    On timeout the error lists every host that has not arrived (task id and address); when a host
+    failed or left, the error names it and why, in the words of `tpuctl status`.
+
+    Exit codes: 0 passed, 2 bad name or timeout, 3 a host failed or left (or the coordinator is
+    unreachable), 4 timed out, 5 no agent runs for this state dir.
     """
     return run_barrier(name, timeout, quiet, state_dir)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import TpuctlError
 
 if TYPE_CHECKING:
     from tpuctl.agent.bringup import AgentOptions
     from tpuctl.spec.detect import Detection, TaskIdentity
 
-SCHEMA = "tpuctl.detect/1"
+SCHEMA = "tpuctl.detect/v1"
 
 
 def detected_options(task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
@@ -77,17 +77,9 @@ def _text(found: Detection, task: TaskIdentity | None, task_problem: str | None)
 
 
 @click.command("detect")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: one line per value with its source; json: one document.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@format_options("text: one line per value with its source; json: one document (schema tpuctl.detect/v1).")
 @click.option("--task-id", type=click.IntRange(min=0), help="As for `tpuctl init`: this host's task id.")
-def detect(fmt: str, as_json: bool, task_id: int | None) -> int:
+def detect(fmt: str, task_id: int | None) -> int:
     """Show the cluster spec `tpuctl init` builds without --config, and where every value came from.
 
     \b
@@ -97,14 +89,17 @@ def detect(fmt: str, as_json: bool, task_id: int | None) -> int:
       2. the GCE metadata server of a Cloud TPU VM (agent-worker-number, worker-network-endpoints,
          accelerator-type, tpu-env), unless TPU_SKIP_MDS_QUERY is set; a variable in the environment
          wins over the metadata value. GCE_METADATA_HOST=HOST:PORT (or GCE_METADATA_IP) names the server.
+    \b
+      tpuctl detect                 # on a TPU VM or in a GKE pod: what init would use, and why
+      tpuctl detect -o json | jq .sources
     Nothing is started. Exit codes: 0 detected, 2 nothing (or something malformed) to detect from.
     """
     from tpuctl.spec import hostenv
 
     found = hostenv.detect_cluster()
     task, task_problem = _task(found, task_id)
-    if as_json or fmt == "json":
-        click.echo(json.dumps(document(found, task, task_problem), indent=2))
+    if fmt == "json":
+        emit(dumps(document(found, task, task_problem)), None)
     else:
         click.echo(_text(found, task, task_problem))
     return 0

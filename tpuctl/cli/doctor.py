@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from tpuctl.cli.common import state_dir_option
+from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_CLUSTER
 
 
@@ -16,17 +15,8 @@ from tpuctl.errors import EXIT_CLUSTER
 )
 @click.option("--task-id", type=int, metavar="N", help="This host's task (else found as tpuctl init finds it).")
 @state_dir_option
-@click.option(
-    "--format",
-    "-f",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: a line per check; json: one document (schema, verdict, counts, checks).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: str, as_json: bool) -> int:
+@format_options("text: a line per check; json: one document (schema tpuctl.doctor/v1: verdict, counts, checks).")
+def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: str) -> int:
     """Check this host before (or after) a failed start: TPU devices and the processes holding them, a
     stale /tmp/libtpu_lockfile, transparent hugepages, the state dir, the coordinator port (task 0),
     every peer's name and TCP reachability, the clock.
@@ -34,6 +24,10 @@ def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: 
     \b
     Each check says ok, warn, fail or skip, what it saw and how to fix it. Read-only: nothing is
     changed, stopped or removed.
+
+    \b
+      tpuctl doctor --config cluster.yaml
+      tpuctl doctor --json | jq '.checks[] | select(.verdict == "fail")'
 
     Exit codes: 0 no check failed (warnings allowed), 3 a check failed, 2 bad option.
     """
@@ -44,8 +38,8 @@ def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: 
     state = resolve_state_dir(state_dir)
     target, spec_check = find_target(config, task_id, state)
     checks = run_checks(Host(), state, target, spec_check)
-    if as_json or fmt == "json":
-        click.echo(json.dumps(document(checks, state=state, target=target), indent=2))
+    if fmt == "json":
+        emit(dumps(document(checks, state=state, target=target)), None)
     else:
         click.echo(render(checks))
     return EXIT_CLUSTER if any(c.verdict == FAIL for c in checks) else 0

@@ -24,8 +24,14 @@ STOP_TIMEOUT_S = 15.0
 def down(everyone: bool, state_dir: str | None) -> None:
     """Stop this host's tpuctl agent: it leaves the cluster cleanly and exits.
 
+    \b
+      tpuctl down                      # this host leaves; the others see it leave
+      tpuctl down --all                # the whole cluster shuts down
     With --all the whole cluster shuts down: every other host's agent learns it at once and exits.
-    Without --all the other hosts see this one leave and their next barriers fail naming it.
+    Without --all the other hosts see this one leave: their `tpuctl status` exits 3 and their
+    barriers fail, naming it.
+
+    Exit codes: 0 stopped, 5 no agent runs for this state dir (or it did not stop in time).
     """
     state = resolve_state_dir(state_dir)
     pid = state.live_pid()

@@ -5,18 +5,15 @@ from __future__ import annotations
 import click
 
 from tpuctl.cli.common import state_dir_option
-from tpuctl.cli.light import run_env
+from tpuctl.cli.light import ENV_ALIASES, ENV_FORMATS, run_env
+from tpuctl.cli.output import format_options
 
 
 @click.command("env")
-@click.option(
-    "--format",
-    "-f",
-    "fmt",
-    type=click.Choice(["sh", "json"]),
-    default="sh",
-    show_default=True,
-    help="sh: export lines for eval; json: one object of NAME: value.",
+@format_options(
+    "text (or sh): export lines for eval; json: one document (schema tpuctl.env/v1: set, unset).",
+    ENV_FORMATS,
+    aliases=ENV_ALIASES,
 )
 @state_dir_option
 def env(fmt: str, state_dir: str | None) -> int:
@@ -24,7 +21,7 @@ def env(fmt: str, state_dir: str | None) -> int:
 
     \b
       eval "$(tpuctl env)"                  # bash/zsh/sh; values are shell-quoted
-      tpuctl env --format json | jq -r .JAX_COORDINATOR_ADDRESS
+      tpuctl env -o json | jq -r .set.JAX_COORDINATOR_ADDRESS
     `tpuctl run -- CMD` starts CMD with this environment and also watches the cluster.
     Exit codes: 0 ok, 3 the cluster is in error, 5 no agent runs for this state dir, 7 bad mapping file.
     """

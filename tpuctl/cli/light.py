@@ -6,7 +6,9 @@ load: the standard library, tpuctl's error types and the control socket's client
 The agent does the cluster work; a command here sends one request and prints the answer.
 
 Only the plain forms are handled here (the options each command documents, ``--opt value`` or
-``--opt=value``). Anything else — ``--help``, a misspelt option, a missing argument — returns None and
+``--opt=value``), with the data commands' one convention (:mod:`tpuctl.cli.formats`: ``--format``,
+``-o/--output``, ``--json``; a wrong format is refused here with the message click's commands give).
+Anything else — ``--help``, a misspelt option, a missing argument — returns None and
 the caller hands the same arguments to click, which prints its usual help or usage error. So there is
 one set of messages and one ``--help`` per command; the click commands call the functions below too.
 """
@@ -22,7 +24,9 @@ from typing import Any
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
+from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
 from tpuctl.errors import EXIT_CLUSTER, InputError
+from tpuctl.health import Health, cluster_health
 from tpuctl.messages import sample, table
 
 # Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
@@ -31,6 +35,10 @@ LOCAL_MARGIN_S = 10.0
 STATUS_TIMEOUT_S = 10.0
 ENV_TIMEOUT_S = 10.0
 MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
+STATUS_SCHEMA = "tpuctl.status/v1"
+ENV_FORMATS = (TEXT, JSON)
+ENV_ALIASES = {"sh": TEXT}
+"""``tpuctl env``'s text is sh export lines: ``--format sh`` is the same as ``text``."""
 MAX_BARRIER_NAME = 1024
 """The coordination service's limit on names (``tpuctl.coordination.values.MAX_NAME_CHARS``), checked before
 any call; not imported from there, which costs this path about 30 ms."""
@@ -84,24 +92,30 @@ def barrier_name_problem(name: str) -> str | None:
     return None
 
 
-def run_status(as_json: bool, state_dir: str | None) -> int:
-    """Print the cluster as the coordinator sees it; 3 when it is in error."""
+def run_status(fmt: str, state_dir: str | None) -> int:
+    """Print the cluster as the coordinator sees it and its health (:mod:`tpuctl.health`); 3 when failed."""
     result = call(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
-    _out((json.dumps(result, indent=2, sort_keys=True) if as_json else render_status(result)) + "\n")
-    return EXIT_CLUSTER if result.get("error") else 0
+    health = cluster_health(result)
+    document = {"schema": STATUS_SCHEMA, **dict(sorted(result.items())), "health": health.to_json()}
+    _out((json.dumps(document, indent=2) if fmt == JSON else render_status(result, health)) + "\n")
+    if health.ok:
+        return 0
+    say(f"tpuctl: error: {health.headline(result.get('cluster'))}")
+    return EXIT_CLUSTER
 
 
 def run_env(fmt: str, state_dir: str | None) -> int:
-    """Print this host's job environment (``sh`` export lines or ``json``), computed by its agent."""
+    """Print this host's job environment (``text``: sh export lines; ``json``), computed by its agent."""
     from tpuctl.job.env import JobEnv
 
     env = JobEnv.from_message(call(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S))
-    _out(env.to_sh() if fmt == "sh" else env.to_json())
+    _out(env.to_json() if fmt == JSON else env.to_sh())
     return 0
 
 
-def render_status(result: dict[str, Any]) -> str:
-    """The status document as text: a header, a row per task, open barriers, the cluster's error."""
+def render_status(result: dict[str, Any], health: Health | None = None) -> str:
+    """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
+    health = health or cluster_health(result)
     lines = [
         f"cluster      {result.get('cluster')}  (this host: task {result.get('task')})",
         f"coordinator  {result.get('coordinator')}  (service incarnation {result.get('service_incarnation')})",
@@ -114,6 +128,12 @@ def render_status(result: dict[str, Any]) -> str:
         lines.append(f"  ended      {ended}")
     if result.get("rejoining"):
         lines.append(f"this host    re-forming: {result['rejoining']}")
+    lines.append(f"health       {health.verdict}")
+    lines += [f"             {problem}" for problem in health.problems[:MAX_LISTED_BARRIER_TASKS]]
+    if len(health.problems) > MAX_LISTED_BARRIER_TASKS:
+        lines.append(
+            f"             ... and {len(health.problems) - MAX_LISTED_BARRIER_TASKS:,} more (--format json lists all)"
+        )
     lines.append("")
     rows = [("TASK", "STATE", "ADDRESS", "INCARNATION", "HEARTBEAT")]
     for task in result.get("tasks", []):
@@ -145,10 +165,11 @@ def render_status(result: dict[str, Any]) -> str:
 # --- the hand parser ---------------------------------------------------------------------------------
 
 # command -> {option: (destination, takes a value)}
+_FORMAT = {**{name: ("fmt", True) for name in FORMAT_NAMES}, "--json": ("as_json", False)}
 _OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "barrier": {"--timeout": ("timeout", True), "--quiet": ("quiet", False), "-q": ("quiet", False)},
-    "status": {"--json": ("as_json", False)},
-    "env": {"--format": ("fmt", True), "-f": ("fmt", True)},
+    "status": _FORMAT,
+    "env": _FORMAT,
 }
 _STATE_DIR = {"--state-dir": ("state_dir", True)}
 
@@ -193,14 +214,13 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         if len(positional) != 1:
             return None
         return command, {"name": positional[0], "timeout": values.get("timeout"),
-                         "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"]}
+                         "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"]}  # fmt: skip
     if positional:
         return None
+    as_json = bool(values.get("as_json"))
     if command == "status":
-        return command, {"as_json": bool(values.get("as_json")), "state_dir": values["state_dir"]}
-    fmt = values.get("fmt", "sh")
-    if fmt not in ("sh", "json"):
-        return None
+        return command, {"fmt": choose_format(command, values.get("fmt"), as_json), "state_dir": values["state_dir"]}
+    fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
     return command, {"fmt": fmt, "state_dir": values["state_dir"]}
 
 

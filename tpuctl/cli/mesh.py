@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tpuctl.cli.output import emit
+from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
 from tpuctl.tpu.slice import TpuSlice
@@ -165,8 +164,8 @@ def mesh() -> None:
 @click.option(
     "--cells", type=click.Choice(["id", "coords", "task"]), default="id", show_default=True, help="Grid cells."
 )
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
+@format_options("text: the grid and quality tables; json: one document (schema tpuctl.mesh/v1).")
+@out_option("the plan")
 def plan(
     slice_request: SliceRequest,
     device_kind: str | None,
@@ -176,20 +175,23 @@ def plan(
     flags: MeshFlags,
     cells: str,
     fmt: str,
-    output: str | None,
+    out: str | None,
 ) -> None:
     """Build a mesh on a slice without a cluster: its device grid, per-axis quality, DTensor strings.
 
     \b
       tpuctl mesh plan --accelerator v5p-128 --shape data=16,model=4
       tpuctl mesh plan -a v4-32 --shape data=2,model=8 --mode jax --allow-split-physical-axes
-      tpuctl mesh plan -a v5litepod-16 --num-slices 2 --shape data=8,model=4 --dcn-shape 2,1 -f json
+      tpuctl mesh plan -a v5litepod-16 --num-slices 2 --shape data=8,model=4 --dcn-shape 2,1 -o json
+      tpuctl mesh plan -a v4-32 --shape data=4,model=4 --json --out plan.json
 
     \b
     Quality, per axis: NEIGHBOURS (consecutive devices one ICI hop apart), RING (and the last device
     one hop from the first, through wraparound links where the slice has them), MAX HOP, CLOSING HOP,
     and why. --format json: {axes: [{name, size}], device_ids (nested in the mesh's shape), quality,
     dtensor_mesh, dtensor_host_mesh, local_device_ids, ...}.
+
+    Exit codes: 0 planned, 2 bad input (slice, shape, options, or a mesh the slice cannot have).
     """
     from tpuctl.mesh.build import build_mesh
     from tpuctl.mesh.model import MeshSpec
@@ -202,9 +204,9 @@ def plan(
     built = build_mesh(spec, tpu)
     task_devices = [[d.id for d in tpu.devices_of_task(t)] for t in range(tpu.num_hosts)]
     if fmt == "json":
-        emit(json.dumps(mesh_document(built, tpu, task_devices), indent=2) + "\n", output)
+        emit(dumps(mesh_document(built, tpu, task_devices)), out)
     else:
-        emit(mesh_text(built, tpu, task_devices, cells), output)
+        emit(mesh_text(built, tpu, task_devices, cells), out)
 
 
 def _slice(request: SliceRequest, device_kind: str | None) -> TpuSlice:

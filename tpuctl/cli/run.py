@@ -26,10 +26,18 @@ from tpuctl.cli.common import parse_duration_option, say, state_dir_option
     show_default=True,
     help="Restart the job up to N times when its cluster re-forms as a new generation (spec restart.policy: rejoin).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start the job even when the cluster is not healthy (a host failed or left; see `tpuctl status`).",
+)
 @state_dir_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] CMD [ARGS]...")
-def run(grace: str, max_restarts: int, state_dir: str | None, command: tuple[str, ...]) -> int:
+def run(grace: str, max_restarts: int, force: bool, state_dir: str | None, command: tuple[str, ...]) -> int:
     """Run CMD with this host's job environment (see `tpuctl env`) and watch the cluster.
+
+    The job starts only on a healthy (or degraded) cluster, as `tpuctl status` judges it: when a host
+    failed or left, it is not started (exit 3, naming the host and why) unless --force is given.
 
     \b
       tpuctl run -- python train.py --steps 1000
@@ -42,10 +50,15 @@ def run(grace: str, max_restarts: int, state_dir: str | None, command: tuple[str
     With --max-restarts N (and the spec's restart: {policy: rejoin}), a generation's end stops the job,
     waits for the next generation and starts it again (TPUCTL_RESTART_COUNT counts), up to N times;
     then exit 3 with a table of every generation.
+
+    Exit codes: the job's; 3 cluster failure (job stopped, or not started), 5 no agent, 126/127 CMD
+    cannot be run.
     """
     seconds = parse_duration_option(grace, "--grace")
     assert seconds is not None
     state = resolve_state_dir(state_dir)
     from tpuctl.job.runner import JobRunner
 
-    return JobRunner(list(command), state, grace=seconds, say=say, max_restarts=max_restarts).run()
+    return JobRunner(
+        list(command), state, grace=seconds, say=say, max_restarts=max_restarts, force=force
+    ).run()

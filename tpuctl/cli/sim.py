@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ import click
 
 from tpuctl.agent.statedir import default_sim_root
 from tpuctl.cli.common import parse_duration_option, say
+from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_CLUSTER, ClusterError, InputError
 
 INIT_TIMEOUT_S = 180.0
@@ -46,20 +46,6 @@ root_option = click.option(
 )
 
 
-def format_options(command: F) -> F:
-    """``--format text|json`` (``-o FORMAT``) and ``--json``, as every data command takes them."""
-    command = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(command)
-    return click.option(
-        "--format",
-        "-o",
-        "fmt",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
-        help="text: a table; json: one document (schema tpuctl.sim-status/1).",
-    )(command)
-
-
 @click.group("sim")
 def sim() -> None:
     """A whole cluster on this machine: real tpuctl processes on 127.0.0.x, simulated TPUs."""
@@ -75,6 +61,8 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
       tpuctl sim down
     With --root DIR, pass the same --root to sim status, sim run and sim down.
     Ctrl-C during start-up (or with --hold, at any time) tears everything down.
+
+    Exit codes: 0 up, 2 bad slice or spec, 3 a host failed to come up (all torn down), 130 interrupted.
     """
 
 
@@ -85,7 +73,8 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
 )
 @root_option
 @click.option("--hold", is_flag=True, help="Stay in the foreground; Ctrl-C tears the cluster down.")
-def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool) -> None:
+@format_options("text: the topology; json: one document (schema tpuctl.sim.up/v1: root, tasks with state dirs).")
+def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool, fmt: str) -> None:
     from tpuctl.agent.statedir import record_sim_root
     from tpuctl.render.text import render_text
     from tpuctl.sim import cluster as sc
@@ -121,7 +110,10 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
         digests = set(sc.mapping_digests(root, len(hosts)))
         if len(digests) != 1:
             raise ClusterError(f"the hosts wrote {len(digests)} different mapping files; they must be identical")
-        click.echo(render_text(spec.slice, hosts))
+        if fmt == "json":
+            emit(dumps(_up_document(spec.cluster, spec.slice.accelerator_type, root, spec_path, hosts)), None)
+        else:
+            click.echo(render_text(spec.slice, hosts))
         say(f"all {len(hosts)} hosts up in {elapsed:.2f} s; every host wrote the same mapping")
         barrier_started = time.monotonic()
         barrier_runs = sc.wait_all(sc.start_barriers(root, len(hosts), "sim-up", "60s"), 60.0)
@@ -143,10 +135,33 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
             say(f"stopped {len(stopped)} agents")
 
 
+def _up_document(cluster: str, accelerator: str, root: Path, spec_path: Path, hosts: list[str]) -> dict[str, object]:
+    from tpuctl.sim import cluster as sc
+
+    return {
+        "schema": "tpuctl.sim.up/v1",
+        "cluster": cluster,
+        "accelerator": accelerator,
+        "root": str(root),
+        "config": str(spec_path),
+        "num_hosts": len(hosts),
+        "tasks": [
+            {"task": t, "address": a, "state_dir": str(sc.host_dir(root, t)), "mapping": str(sc.host_dir(root, t) / "mapping.json")}
+            for t, a in enumerate(hosts)
+        ],
+    }
+
+
 @sim.command("down")
 @root_option
 def down(root: Path | None) -> None:
-    """Stop every agent of the simulated cluster (SIGTERM, then SIGKILL after 10 s)."""
+    """Stop every agent of the simulated cluster (SIGTERM, then SIGKILL after 10 s).
+
+    \b
+      tpuctl sim down
+      tpuctl sim down --root /tmp/sim
+    Exit codes: 0 stopped (or nothing was running), 5 the root is not ours.
+    """
     from tpuctl.agent.statedir import record_sim_root
     from tpuctl.sim import cluster as sc
 
@@ -158,18 +173,22 @@ def down(root: Path | None) -> None:
 
 @sim.command("status")
 @root_option
-@format_options
-def status(root: Path | None, fmt: str, as_json: bool) -> int:
+@format_options("text: a table; json: one document (schema tpuctl.sim.status/v1).")
+def status(root: Path | None, fmt: str) -> int:
     """Every simulated host in one table: its agent (running or not, pid), its state and last heartbeat
     as the coordinator sees them, its state dir.
 
-    Exit code 0 when every agent runs and every task is connected, 3 when not (a host failed, left, or
+    \b
+      tpuctl sim status
+      tpuctl sim status --root /tmp/sim -o json
+
+    Exit codes: 0 when every agent runs and every task is connected, 3 when not (a host failed, left, or
     its agent stopped), 5 when no simulated cluster runs under the root.
     """
     from tpuctl.sim.status import render, sim_status
 
     doc = sim_status((root or default_root()).absolute())
-    click.echo(json.dumps(doc, indent=2) if as_json or fmt == "json" else render(doc))
+    emit(dumps(doc) if fmt == "json" else render(doc), None)
     return 0 if doc["healthy"] else EXIT_CLUSTER
 
 
@@ -194,6 +213,7 @@ def run(root: Path | None, grace: str, timeout: str | None, command: tuple[str, 
     JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo are set unless already set. Ctrl-C and SIGTERM are forwarded to every job; whatever still runs --grace
     + 10 s later gets SIGKILL. Exit code: the highest of the hosts' (0 when every job exited 0; 3 when
     the cluster failed), 4 after --timeout, 130 after Ctrl-C, 5 when no simulated cluster runs.
+    Exit codes: as above.
     """
     from tpuctl.sim.run import SimRun
 

@@ -6,15 +6,20 @@ import click
 
 from tpuctl.cli.common import state_dir_option
 from tpuctl.cli.light import run_status
+from tpuctl.cli.output import format_options
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable keys) instead of a table.")
+@format_options("text: a table; json: one document (schema tpuctl.status/v1, stable keys).")
 @state_dir_option
-def status(as_json: bool, state_dir: str | None) -> int:
+def status(fmt: str, state_dir: str | None) -> int:
     """Show the cluster: every task's state, address, incarnation and last heartbeat age.
 
-    Exit code 0 when every host is connected, 3 when the cluster is in error (a host failed or
-    left), 5 when no agent runs for this state dir.
+    \b
+      tpuctl status
+      tpuctl status --state-dir /tmp/tpuctl-sim-$UID/host-0 -o json | jq '.tasks[].state'
+
+    Exit codes: 0 healthy, 3 the cluster is in error (a host failed or left), 5 no agent runs for
+    this state dir, 2 bad option.
     """
-    return run_status(as_json, state_dir)
+    return run_status(fmt, state_dir)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuctl.cli.output import emit
+from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
 from tpuctl.messages import did_you_mean
@@ -27,16 +26,8 @@ def topology() -> None:
 @slice_options
 @click.option("--config", "-c", "config", metavar="FILE", help="Show the slice of a cluster spec (with its hosts).")
 @click.option("--mapping", "mapping_path", metavar="FILE", help="Show a device mapping file written by tpuctl init.")
-@click.option(
-    "--format",
-    "-f",
-    "fmt",
-    type=click.Choice(["text", "json", "svg"]),
-    default="text",
-    show_default=True,
-    help="text for people, json for scripts, svg for a picture.",
-)
-@click.option("--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout.")
+@format_options("text for people, json for scripts, svg for a picture (with --out FILE).", ("text", "json", "svg"))
+@out_option("the picture or document")
 @click.option(
     "--mesh", "mesh_name", metavar="NAME", help="Also show a mesh of --config or --mapping: grid and quality."
 )
@@ -48,7 +39,7 @@ def show(
     config: str | None,
     mapping_path: str | None,
     fmt: str,
-    output: str | None,
+    out: str | None,
     mesh_name: str | None,
     mesh_axis: str | None,
 ) -> None:
@@ -60,23 +51,27 @@ def show(
       tpuctl topology show --generation v5e --topology 4x4 --chips-per-host 8
       tpuctl topology show --config cluster.yaml      (adds each host's address)
       tpuctl topology show --mapping mapping.json     (what tpuctl init found)
+      tpuctl topology show -a v4-32 -o json           (one JSON document; --json too)
 
     \b
     Each chip cell reads "IDS tT": the device ids on that chip and the task (host) owning it.
-    --format json prints one document (keys: accelerator, topology, wraparound, tasks, devices, ...);
-    --format svg -o slice.svg draws chips coloured by host with ICI and wraparound links.
+    --format json prints one document (schema tpuctl.topology/v2: accelerator, topology, wraparound,
+    tasks, devices, ...); --format svg --out slice.svg draws chips coloured by host with ICI and wraparound links.
 
     \b
     --mesh NAME adds one of the meshes the spec declares (--config: built as tpuctl init would) or the
     mapping holds (--mapping): its device grid and, per axis, whether consecutive devices are ICI
     neighbours and whether the axis closes into a ring, and why (json: a "mesh" key; svg: the rings of
     --mesh-axis drawn over the chips).
+
+    Exit codes: 0 shown, 2 bad input (slice, options, spec), 7 bad mapping file.
     """
     tpu, hosts, source = _resolve(slice_request, config, mapping_path)
     mesh, task_devices = _mesh(mesh_name, source) if mesh_name is not None else (None, [])
     if mesh_axis is not None and (mesh is None or fmt != "svg"):
         raise InputError(
-            "--mesh-axis goes with --mesh NAME --format svg", hint="e.g. --mesh dp_mp --mesh-axis model -f svg -o m.svg"
+            "--mesh-axis goes with --mesh NAME --format svg",
+            hint="e.g. --mesh dp_mp --mesh-axis model --format svg --out m.svg",
         )
     if fmt == "json":
         from tpuctl.render.document import slice_document
@@ -86,17 +81,17 @@ def show(
             from tpuctl.mesh.report import mesh_document
 
             document["mesh"] = mesh_document(mesh, tpu, task_devices)
-        emit(json.dumps(document, indent=2) + "\n", output)
+        emit(dumps(document), out)
     elif fmt == "svg":
-        if output is None:
+        if out is None:
             raise InputError(
-                "--format svg needs --output FILE", hint="e.g. tpuctl topology show -a v4-32 -f svg -o slice.svg"
+                "--format svg needs --out FILE", hint="e.g. tpuctl topology show -a v4-32 --format svg --out slice.svg"
             )
         from tpuctl.render.svg import mesh_overlay, render_svg
 
         overlay = mesh_overlay(mesh, tpu, mesh_axis) if mesh is not None else None
         addresses = [h or "" for h in hosts] if hosts is not None else None
-        emit(render_svg(tpu, addresses, overlay=overlay), output)
+        emit(render_svg(tpu, addresses, overlay=overlay), out)
     else:
         from tpuctl.render.text import render_text
 
@@ -105,7 +100,7 @@ def show(
             from tpuctl.mesh.report import mesh_text
 
             text += "\n" + mesh_text(mesh, tpu, task_devices)
-        emit(text, output)
+        emit(text, out)
 
 
 def _mesh(name: str, source: Any) -> tuple[Mesh, list[list[int]]]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_INPUT, InputError
 from tpuctl.spec.model import ClusterSpec, Problem, SpecCheck
+
+SCHEMA = "tpuctl.validate/v1"
 
 
 def cluster_summary(spec: ClusterSpec) -> dict[str, Any]:
@@ -18,7 +20,8 @@ def cluster_summary(spec: ClusterSpec) -> dict[str, Any]:
         "name": spec.cluster,
         "accelerator": tpu.accelerator_type,
         "generation": tpu.generation.name,
-        "topology": tpu.topology_str,
+        "topology": list(tpu.topology),
+        "topology_name": tpu.topology_str,
         "num_slices": tpu.num_slices,
         "chips_per_host": tpu.chips_per_host,
         "num_hosts": tpu.num_hosts,
@@ -42,8 +45,9 @@ def _problem_json(problem: Problem) -> dict[str, Any]:
 
 
 def validate_document(path: str, check: SpecCheck) -> dict[str, Any]:
-    """The one JSON document ``validate --json`` prints (keys: ok, file, problems, cluster)."""
+    """The one JSON document ``validate --json`` prints (keys: schema, ok, file, problems, cluster)."""
     return {
+        "schema": SCHEMA,
         "ok": check.ok,
         "file": path,
         "problems": [_problem_json(p) for p in check.problems],
@@ -53,14 +57,14 @@ def validate_document(path: str, check: SpecCheck) -> dict[str, Any]:
 
 @click.command("validate")
 @click.option("--config", "-c", "config", required=True, metavar="FILE", help="The cluster spec (YAML) to check.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document: ok, file, problems, cluster.")
+@format_options("text: ok, or every problem on stderr; json: one document (schema, ok, file, problems, cluster).")
 @click.pass_context
-def validate(ctx: click.Context, config: str, as_json: bool) -> None:
+def validate(ctx: click.Context, config: str, fmt: str) -> None:
     """Check a cluster spec and report every problem at once, with its line and column.
 
     \b
     tpuctl validate --config cluster.yaml
-    tpuctl validate --config cluster.yaml --json
+    tpuctl validate --config cluster.yaml --json      (or -o json, --format json)
 
     Exit codes: 0 valid, 2 problems found (each on stderr as FILE:LINE:COL: key: problem).
     """
@@ -69,12 +73,12 @@ def validate(ctx: click.Context, config: str, as_json: bool) -> None:
     try:
         check = check_spec_file(config)
     except InputError as exc:
-        if not as_json:
+        if fmt != "json":
             raise
         problem = Problem(0, 0, "", f"{exc.message}" + (f"; {exc.hint}" if exc.hint else ""))
         check = SpecCheck(config, None, (problem,))
-    if as_json:
-        click.echo(json.dumps(validate_document(config, check), indent=2))
+    if fmt == "json":
+        emit(dumps(validate_document(config, check)), None)
     elif check.ok and check.spec is not None:
         click.echo(f"{config}: ok: {check.spec.describe()}")
     else:

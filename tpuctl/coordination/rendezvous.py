@@ -41,6 +41,7 @@ from tpuctl.coordination.values import (
     sample_text,
     shown,
 )
+from tpuctl.health import LEFT, LEFT_CAUSE, LEFT_CAUSE_MANY
 
 _ARRIVED = {"barrier": "arrived", "gather": "published"}
 
@@ -248,5 +249,5 @@ class Rendezvous:
 
     def _disconnected_verdict(self, barrier: BarrierId, gone: Sequence[int | TaskInfo], total: int) -> Verdict:
         sample = [g if isinstance(g, TaskInfo) else self._tasks[g] for g in gone]
-        verb = "has" if total == 1 else "have"
-        return Verdict(Reason.CLUSTER_FAILED, f"{barrier} cannot pass: {sample_text(sample, total)} {verb} disconnected")
+        cause = LEFT_CAUSE if total == 1 else LEFT_CAUSE_MANY
+        return Verdict(Reason.CLUSTER_FAILED, f"{barrier} cannot pass: {sample_text(sample, total)} {LEFT}: {cause}")

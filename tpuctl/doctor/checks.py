@@ -761,7 +761,8 @@ def document(checks: Sequence[Check], *, state: StateDir, target: Target | None)
         if target is None
         else {
             "source": target.source,
-            "hosts": len(target.hosts),
+            "num_hosts": len(target.hosts),
+            "hosts": list(target.hosts),
             "task": target.task,
             "coordinator": f"{target.coordinator}:{target.port}",
             "backend": target.backend,

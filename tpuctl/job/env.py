@@ -63,6 +63,7 @@ CLUSTER_ENV = "TPUCTL_CLUSTER"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
 GENERATION_ENV = "TPUCTL_GENERATION"
 RESTART_COUNT_ENV = "TPUCTL_RESTART_COUNT"
+ENV_SCHEMA = "tpuctl.env/v1"  # `tpuctl env --format json`
 
 TPU_PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
 TPU_PROCESS_PORT_ENV = "TPU_PROCESS_PORT"
@@ -93,8 +94,8 @@ class JobEnv(NamedTuple):
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> str:
-        """One JSON object of the variables to set (removed ones are left out)."""
-        return json.dumps(self.set, indent=2) + "\n"
+        """``tpuctl env --format json``: the variables to set (``set``: NAME -> value) and to remove (``unset``)."""
+        return json.dumps({"schema": ENV_SCHEMA, "set": self.set, "unset": list(self.unset)}, indent=2) + "\n"
 
     def to_message(self) -> dict[str, Any]:
         """The agent's answer to ``Op.ENV``: ``set`` as [name, value] pairs (order kept), ``unset``."""

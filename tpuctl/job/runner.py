@@ -51,6 +51,7 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_CLUSTER, TpuctlError
+from tpuctl.health import cluster_health
 from tpuctl.job.env import RESTART_COUNT_ENV, JobEnv
 from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
 from tpuctl.processes import pid_alive
@@ -108,7 +109,12 @@ class Watcher(threading.Thread):
                 if left <= 0:
                     raise TpuctlError(f"no answer for {self.silence:.1f} s (the heartbeat timeout)")
                 report = ErrorReport.from_json(
-                    call(self.state, Op.WAIT_ERROR, {"timeout": min(poll, left)}, timeout=max(0.1, min(poll + CALL_MARGIN_S, left)))
+                    call(
+                        self.state,
+                        Op.WAIT_ERROR,
+                        {"timeout": min(poll, left)},
+                        timeout=max(0.1, min(poll + CALL_MARGIN_S, left)),
+                    )
                 )
             except TpuctlError as exc:
                 if self.stopped.is_set():
@@ -119,7 +125,9 @@ class Watcher(threading.Thread):
                     continue
                 pid = f" (pid {self.agent_pid})" if self.agent_pid else ""
                 what = "is not answering (frozen or overloaded?)" if alive else "is gone"
-                self.on_down(ClusterDown(ErrorReport(), agent_gone=f"this host's tpuctl agent{pid} {what}: {exc.message}"))
+                self.on_down(
+                    ClusterDown(ErrorReport(), agent_gone=f"this host's tpuctl agent{pid} {what}: {exc.message}")
+                )
                 return
             last_answer = time.monotonic()
             if report.down:
@@ -140,9 +148,17 @@ class JobRunner:
     """One job under ``tpuctl run``: start, watch, forward signals, stop, report."""
 
     def __init__(
-        self, command: list[str], state: StateDir, *, grace: float, say: Callable[[str], None], max_restarts: int = 0
+        self,
+        command: list[str],
+        state: StateDir,
+        *,
+        grace: float,
+        say: Callable[[str], None],
+        max_restarts: int = 0,
+        force: bool = False,
     ) -> None:
         self.command = command
+        self.force = force
         self.max_restarts = max_restarts
         self.restarts = 0
         self.restart_wanted = False
@@ -173,6 +189,8 @@ class JobRunner:
         elif report.down:
             self.say("tpuctl: error: " + self._table(ClusterDown(report)))
             self.say("tpuctl: the job was not started")
+            return EXIT_CLUSTER
+        if not self._healthy_enough(info):
             return EXIT_CLUSTER
         become_subreaper()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
@@ -291,6 +309,23 @@ class JobRunner:
             if self.term_deadline is not None and time.monotonic() >= self.term_deadline:
                 self.term_deadline = None
                 self._kill_group(signal.SIGKILL)
+
+    def _healthy_enough(self, info: AgentInfo) -> bool:
+        """The one health verdict (:mod:`tpuctl.health`, as ``tpuctl status``): False (said why) when the
+        cluster has failed and ``force`` was not given; a degraded cluster starts the job, saying so."""
+        status = call(self.state, Op.STATUS, timeout=STATUS_TIMEOUT_S)
+        health = cluster_health(status, info.heartbeat_timeout)
+        if health.ok and health.problems:  # degraded: say which host to watch
+            self.say(f"tpuctl: warning: {health.headline(info.cluster)}")
+        if health.ok:
+            return True
+        if self.force:
+            self.say(f"tpuctl: warning: {health.headline(info.cluster)}")
+            self.say("tpuctl: starting the job anyway (--force)")
+            return True
+        self.say(f"tpuctl: error: {health.headline(info.cluster)}")
+        self.say("tpuctl: the job was not started (`tpuctl run --force` starts it anyway)")
+        return False
 
     # --- the job process ------------------------------------------------------------------------
 

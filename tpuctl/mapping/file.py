@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 
 from tpuctl.errors import MappingError, StateError
-from tpuctl.files import FileTooLarge, atomic_write, read_regular_file
+from tpuctl.files import SHARED_MODE, FileTooLarge, atomic_write, read_regular_file
 from tpuctl.mapping.model import KNOWN_SCHEMA_VERSIONS, MAX_LISTED, DeviceMapping, mapping_problems
 from tpuctl.mapping.protobuf import _mesh_record_problems, _pb, from_proto, to_proto
 from tpuctl.messages import closest, listed, suggestion
@@ -226,7 +226,7 @@ def write_mapping(path: str | os.PathLike[str], mapping: DeviceMapping) -> Path:
     target = Path(path)
     text = to_json(mapping)  # fail before touching the disk
     try:
-        return atomic_write(target, text, mode=0o644)
+        return atomic_write(target, text, mode=SHARED_MODE)
     except OSError as exc:
         raise StateError(f"cannot write device mapping {target}: {exc.strerror or exc}") from exc
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from tpuctl.tpu.slice import TpuSlice
 
-TOPOLOGY_SCHEMA = "tpuctl.topology/v1"
+TOPOLOGY_SCHEMA = "tpuctl.topology/v2"
+"""v2: ``tasks[].chips`` is aligned with ``tasks[].device_ids`` (v1 listed each chip once, sorted)."""
 
 
 def slice_document(tpu: TpuSlice, hosts: Sequence[str | None] | None = None) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def slice_document(tpu: TpuSlice, hosts: Sequence[str | None] | None = None) -> 
                 "address": addresses[task],
                 "slice": own[0].slice,
                 "device_ids": [d.id for d in own],
-                "chips": [list(c) for c in sorted({d.coords for d in own})],
+                "chips": [list(d.coords) for d in own],  # chips[i] holds device_ids[i]
             }
         )
     return {

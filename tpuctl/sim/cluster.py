@@ -98,7 +98,7 @@ def start_inits(root: Path, spec_path: Path, num_hosts: int) -> list[subprocess.
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # a state dir: owner-only
         args = [
             "init", "--config", str(spec_path), "--task-id", str(task),
-            "--state-dir", str(folder), "--output", str(folder / "mapping.json"),
+            "--state-dir", str(folder), "--out", str(folder / "mapping.json"),
         ]  # fmt: skip
         procs.append(_spawn(*args))
     return procs

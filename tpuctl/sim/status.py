@@ -19,7 +19,7 @@ from tpuctl.coordination.values import TaskState
 from tpuctl.errors import StateError, TpuctlError
 from tpuctl.messages import table
 
-SCHEMA = "tpuctl.sim-status/1"
+SCHEMA = "tpuctl.sim.status/v1"
 STATUS_TIMEOUT_S = 10.0
 _HOST_DIR = re.compile(r"host-(\d+)")
 
@@ -45,7 +45,7 @@ def up_command(root: Path) -> str:
 
 
 def sim_status(root: Path) -> dict[str, Any]:
-    """The ``--format json`` document (schema ``tpuctl.sim-status/1``); StateError (exit 5) when no agent
+    """The ``--format json`` document (schema ``tpuctl.sim.status/v1``); StateError (exit 5) when no agent
     of a simulated cluster runs under ``root``."""
     dirs = host_dirs(root)
     if not dirs:

@@ -1,0 +1,178 @@
+"""Every command follows the one CLI convention (README, "CLI convention"), checked on the click tree itself.
+
+The commands are discovered from the click group (a new command is checked without being listed here):
+every data command takes ``--format`` with ``-f``, ``-o`` and ``--output`` as its names and ``--json``;
+no option named ``-o``/``--output`` takes a file; files go to ``--out FILE``; every command's help
+shows an example and its exit codes. Then the format is resolved the same way on every command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tpuctl.cli import main
+from tpuctl.cli.app import cli
+from tpuctl.cli.formats import FORMAT_NAMES, choose_format
+from tpuctl.errors import InputError
+
+NOT_DATA = {
+    "barrier": "prints nothing on stdout (progress goes to stderr)",
+    "down": "prints nothing on stdout",
+    "run": "stdout is the job's",
+    "logs": "prints the agent's log lines as they are",
+    "completion": "prints a shell script",
+    "sim down": "prints nothing on stdout",
+    "sim run": "stdout is the jobs'",
+}
+"""Commands whose stdout is not a document, and why; every other command is a data command."""
+
+
+def walk(group: click.Group, ctx: click.Context, path: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        if isinstance(command, click.Group):
+            yield from walk(command, click.Context(command, parent=ctx, info_name=name), (*path, name))
+        else:
+            yield " ".join((*path, name)), command
+
+
+def commands() -> list[tuple[str, click.Command]]:
+    return list(walk(cli, click.Context(cli, info_name="tpuctl")))
+
+
+NAMES = [name for name, _ in commands()]
+
+
+def test_the_walk_finds_every_command_of_tpuctl_help() -> None:
+    assert {"init", "status", "env", "topology show", "mesh plan", "sim up", "doctor", "detect"} <= set(NAMES)
+    assert set(NOT_DATA) - {"sim run", "logs", "completion"} <= set(NAMES)
+
+
+def help_text(name: str) -> str:
+    result = CliRunner().invoke(cli, [*name.split(), "--help"], prog_name="tpuctl")
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def option(command: click.Command, opt: str) -> click.Parameter | None:
+    return next((p for p in command.params if opt in p.opts or opt in p.secondary_opts), None)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_data_commands_take_format_output_and_json(name: str) -> None:
+    command = dict(commands())[name]
+    if name in NOT_DATA:
+        return
+    fmt = option(command, "--format")
+    assert fmt is not None, f"tpuctl {name} has no --format"
+    assert set(FORMAT_NAMES) <= set(fmt.opts), f"tpuctl {name}: --format is not also {FORMAT_NAMES}: {fmt.opts}"
+    assert fmt.metavar == "FORMAT"
+    flag = option(command, "--json")
+    assert isinstance(flag, click.Option) and flag.is_flag, f"tpuctl {name} has no --json flag"
+    text = help_text(name)
+    assert "-f, -o, --format, --output FORMAT" in text and "--json" in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_option_named_o_or_output_takes_a_file(name: str) -> None:
+    command = dict(commands())[name]
+    for opt in ("-o", "--output"):
+        param = option(command, opt)
+        assert param is None or param.name == "fmt", f"tpuctl {name}: {opt} is {param.name!r}, not the format"
+    for param in command.params:
+        if isinstance(param, click.Option) and param.metavar in ("FILE", "PATH") and param.name != "config":
+            writes = any(word in (param.help or "") for word in ("Write", "write"))
+            if writes:
+                assert param.opts == ["--out"], f"tpuctl {name}: a file written is {param.opts}, not --out"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_shows_an_example_and_the_exit_codes(name: str) -> None:
+    text = help_text(name)
+    examples = [line for line in text.splitlines() if line.strip().startswith(("tpuctl ", "eval ", "for "))]
+    assert examples, f"tpuctl {name} --help shows no example"
+    assert "Exit codes" in text, f"tpuctl {name} --help does not document its exit codes"
+
+
+@pytest.mark.parametrize(
+    ("given", "as_json", "expected"),
+    [
+        (None, False, "text"),
+        ("json", False, "json"),
+        ("JSON", False, "json"),
+        (None, True, "json"),
+        ("json", True, "json"),
+    ],
+)
+def test_the_format_is_chosen_once(given: str | None, as_json: bool, expected: str) -> None:
+    assert choose_format("status", given, as_json) == expected
+
+
+def test_a_wrong_format_names_the_closest_and_where_files_go() -> None:
+    with pytest.raises(InputError) as wrong:
+        choose_format("status", "jsno", False)
+    assert (wrong.value.message, wrong.value.hint) == (
+        "tpuctl status: 'jsno' is not an output format",
+        "did you mean 'json'? formats: text, json",
+    )
+    with pytest.raises(InputError) as path:
+        choose_format("init", "/run/tpuctl/mapping.json", False)
+    assert path.value.hint is not None and path.value.hint.endswith(
+        "to write /run/tpuctl/mapping.json, use --out /run/tpuctl/mapping.json"
+    )
+    with pytest.raises(InputError, match="--json and --format text disagree"):
+        choose_format("env", "sh", True, aliases={"sh": "text"})
+
+
+def tpuctl(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``tpuctl ARGS`` in this process, through the entry point (light path, click, error reporting)."""
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_DATA])
+def test_every_data_command_refuses_a_wrong_format_with_exit_2(name: str, capsys, tmp_path) -> None:
+    state_dir = ["--state-dir", str(tmp_path)] if option(dict(commands())[name], "--state-dir") else []
+    code, out, err = tpuctl([*name.split(), "-o", "jsn", *state_dir], capsys)
+    assert (code, out) == (2, ""), err
+    assert err.startswith(
+        f"tpuctl: error: tpuctl {name}: 'jsn' is not an output format\nhint: did you mean 'json'? formats: "
+    )
+    assert err.endswith("\n") and "Traceback" not in err
+
+
+def test_o_json_is_json_never_a_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for args in (["-o", "json"], ["--output", "json"], ["--output=json"], ["-ojson"], ["--json"], ["-f", "json"]):
+        result = CliRunner().invoke(cli, ["topology", "show", "-a", "v4-8", *args], prog_name="tpuctl")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["schema"] == "tpuctl.topology/v2"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["status", "env"])
+def test_the_light_path_refuses_a_wrong_format_as_click_does(command: str, capsys, tmp_path) -> None:
+    from tpuctl.cli.app import main as click_main
+
+    light = tpuctl([command, "--output=yaml", "--state-dir", str(tmp_path)], capsys)
+    with pytest.raises(SystemExit) as exited:
+        click_main([command, "--output=yaml", "--state-dir", str(tmp_path)], False)
+    out, err = capsys.readouterr()
+    assert light == (exited.value.code, out, err) == (2, "", err)
+    assert err == f"tpuctl: error: tpuctl {command}: 'yaml' is not an output format\nhint: formats: text, json\n"
+
+
+def test_env_takes_sh_as_its_text(capsys, tmp_path) -> None:
+    from tpuctl.cli.light import parse
+
+    assert parse(["env", "-f", "sh"]) == ("env", {"fmt": "text", "state_dir": None})
+    assert parse(["env", "-o", "json", "--state-dir", "x"]) == ("env", {"fmt": "json", "state_dir": "x"})
+    assert parse(["status", "--json"]) == ("status", {"fmt": "json", "state_dir": None})
