@@ -5,7 +5,8 @@ process run (interleaved, min/median of several repeats):
 
 * slice model: building the largest pods' device lists, beside libtpu building the same pod;
 * CLI start-up: ``tpuctl --help`` beside ``python -c pass``;
-* ``tpuctl barrier`` from a shell on an 8-host simulated cluster, beside ``python -c pass``;
+* ``tpuctl barrier``, ``status`` and ``env`` from a shell on an 8-host simulated cluster, beside
+  ``python -c pass`` (median of 15);
 * wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``;
 * full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py).
 
@@ -116,8 +117,22 @@ def bench_cluster(hosts_accel: str, repeats: int) -> None:
                 p.wait(timeout=60)
         med = statistics.median(samples)
         print(
-            f"tpuctl barrier (last arrival, median of {repeats}) {ms(med)}; python -c pass {ms(base)}; ratio {med / base:.1f}x"
+            f"tpuctl barrier (last arrival, median of {repeats}) {ms(med)}; python -c pass {ms(base)}; ratio {med / base:.2f}x"
         )
+        # The other light commands (tpuctl/cli/light.py: no click, asyncio or grpc), each interleaved with
+        # its own `python -c pass` so both see the same machine.
+        for what in (["status"], ["status", "--json"], ["env"]):
+            pairs = [
+                (
+                    timed(lambda: run_quiet([PY, "-c", "pass"]), 1)[0],
+                    timed(lambda what=what: run_quiet([*TPUCTL, *what, "--state-dir", str(state)]), 1)[0],
+                )
+                for _ in range(repeats)
+            ]
+            b = statistics.median(p[0] for p in pairs)
+            o = statistics.median(p[1] for p in pairs)
+            name = " ".join(what)
+            print(f"tpuctl {name} (median of {repeats}) {ms(o)}; python -c pass {ms(b)}; ratio {o / b:.2f}x")
         print(f"8-host init wall (from sim up) {init_lines[0] if init_lines else up}")
     finally:
         subprocess.run([*TPUCTL, "sim", "down", "--root", str(root)], capture_output=True, timeout=60)
@@ -125,7 +140,7 @@ def bench_cluster(hosts_accel: str, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--skip-cluster", action="store_true")
     args = parser.parse_args()
     bench_slice_model(5)

@@ -15,13 +15,14 @@ What runs, per implementation (tpuctl's service, then XLA's C++ coordination ser
 
 Phases (the orchestrator starts each phase on every driver at once and measures between phases):
 
-1. ``register``: tpuctl: register, start the heartbeat loop (every 5 s, the spec default) and the
-   error watch (a parked long poll), wait for all (re-polled every 2 s as ``tpuctl init`` does), one
-   heartbeat. XLA: ``connect()`` (RegisterTask + the PjRT_Client_Connect barrier; it starts its own
-   heartbeat thread, every 5 s here, and error poll).
-2. ``merge``: publish 4 core IDs under ``cores/<task>``, barrier, list every host's core IDs (tpuctl:
-   ``client.gather`` when the client has it, else ``kv_dir`` as today; XLA: ``key_value_dir_get``),
-   check that all N are there, barrier.
+1. ``register``: tpuctl, as ``tpuctl init`` does (tpuctl/agent/bringup.py): register, start the
+   heartbeat loop (every 5 s, the spec default), wait for all (with a progress callback, re-polled as
+   the client paces it), start the error watch (a parked long poll). XLA: ``connect()`` (RegisterTask +
+   the PjRT_Client_Connect barrier; it starts its own heartbeat thread and error poll).
+2. ``merge``: tpuctl: ``client.gather`` of the record ``tpuctl init`` publishes (4 core IDs and a
+   DTensor port; task 0 also a time and JAX's port; tpuctl/agent/merge.py), with its progress polls,
+   check that all N are there, barrier. XLA: publish 4 core IDs under ``cores/<task>``, barrier,
+   ``key_value_dir_get``, check, barrier.
 3. ``last barrier``: one more barrier, timed alone (per-host call latency p50/p99).
 4. ``steady``: heartbeats only, for ``--steady`` seconds; service CPU per second is the fraction of one
    core that N heartbeating hosts cost.
@@ -49,6 +50,7 @@ import json
 import os
 import platform
 import queue
+import random
 import re
 import resource
 import shutil
@@ -77,7 +79,8 @@ CORES_PER_HOST = 4
 HEARTBEAT_INTERVAL_S = 5.0  # tpuctl's spec default (coordinator.heartbeat_interval)
 HEARTBEAT_TIMEOUT_S = 30  # tpuctl's spec default; XLA's service gets the same
 XLA_HEARTBEAT_TIMEOUT_S = 100  # jax.distributed.initialize's default heartbeat_timeout_seconds
-REGISTER_PROGRESS_EVERY_S = 2.0  # how often `tpuctl init` re-polls WaitForAllTasks
+REGISTER_PROGRESS_EVERY_S = 2.0  # as `tpuctl init` asks (tpuctl/agent/bringup.py); the client stretches it
+GATHER_PROGRESS_EVERY_S = 2.0  # tpuctl/agent/merge.py PROGRESS_EVERY_S
 NETNS_ENV = "TPUCTL_BENCH_NETNS"
 MAX_ERRORS_KEPT = 5
 
@@ -100,6 +103,20 @@ def host_address(task: int, netns: bool) -> str:
 
 def core_ids(task: int) -> list[int]:
     return list(range(task * CORES_PER_HOST, (task + 1) * CORES_PER_HOST))
+
+
+def init_record(task: int) -> bytes:
+    """What `tpuctl init` publishes to its gather (tpuctl/agent/merge.py): the host's core IDs and the port
+    it holds for DTensor (a free port: random here); task 0 adds the creation time and JAX's port."""
+    rng = random.Random(task)
+    record: dict[str, Any] = {"cores": core_ids(task), "dtensor_port": rng.randint(32768, 60999)}
+    if task == 0:
+        record.update(created=time.time(), jax_port=rng.randint(32768, 60999))
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _no_progress(progress: Any) -> None:
+    """`tpuctl init` prints a progress line; the bench only polls as it does."""
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -201,6 +218,29 @@ class TpuctlHost:
     step: str = ""
 
 
+def share_table_decoding() -> None:
+    """One driver process simulates thousands of hosts, and every host decodes the same gather table
+    (O(hosts) each: 10,000 hosts x 9 ms of xz and protobuf = 90 s of CPU on this machine's 2 cores, which
+    starves the simulated hosts' heartbeats, a cost no pod has: there every host decodes on its own
+    machine). So a driver decodes each distinct table once and hands every host an equal copy; every
+    host still receives the whole answer over its own connection (the service's work is unchanged) and
+    checks it."""
+    from tpuctl.coordination import convert
+
+    decode = convert.gather_values
+    last: list[tuple[tuple[int, bytes], list[bytes]]] = []
+
+    def gather_values(response: Any, **kwargs: Any) -> list[bytes]:
+        key = (response.instance, response.table)
+        if last and last[0][0] == key:
+            return list(last[0][1])
+        values = decode(response, **kwargs)
+        last[:] = [(key, values)]
+        return list(values)
+
+    convert.gather_values = gather_values
+
+
 class TpuctlDriver:
     """Hosts ``first .. first+count-1`` as tpuctl clients on one event loop."""
 
@@ -218,6 +258,8 @@ class TpuctlDriver:
         ]
         self.errors = HostErrors()
         self.merge_method = "gather" if hasattr(self.hosts[0].client, "gather") else "kv_dir"
+        share_table_decoding()
+
 
     async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
@@ -248,14 +290,14 @@ class TpuctlDriver:
         )
         host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
         host.step = "wait_for_all"
-        await c.wait_for_all(m.task, timeout=self.timeout, progress_every=REGISTER_PROGRESS_EVERY_S)
-        host.step = "heartbeat"
-        await c.heartbeat(m.task)
+        await c.wait_for_all(
+            m.task, timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
+        )
         host.background.append(asyncio.create_task(c.watch_errors(m.task)))
 
     async def merge(self, host: TpuctlHost, barriers: list[float]) -> None:
         c = host.client
-        value = json.dumps(core_ids(host.task)).encode()
+        value = init_record(host.task) if self.merge_method == "gather" else json.dumps(core_ids(host.task)).encode()
         if self.merge_method == "gather":
             host.step = "gather"
             table = await self.gather(host, value)
@@ -276,6 +318,8 @@ class TpuctlDriver:
         gather = host.client.gather
         params = inspect.signature(gather).parameters
         kwargs: dict[str, Any] = {"timeout": self.timeout} if "timeout" in params else {}
+        if "progress" in params:  # as `tpuctl init` asks (tpuctl/agent/merge.py)
+            kwargs.update(progress=_no_progress, progress_every=GATHER_PROGRESS_EVERY_S)
         return await gather(host.membership.task, "cores", value, **kwargs)
 
     async def last_barrier(self, host: TpuctlHost, barriers: list[float]) -> None:

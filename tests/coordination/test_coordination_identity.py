@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
+import lzma
 
 import pytest
 from coordination_harness import make_config, run, serving
@@ -261,13 +261,13 @@ def test_a_gather_table_is_compressed_and_inflated_with_a_bound() -> None:
     assert len(response.SerializeToString()) * 2 < raw
     assert gather_values(pb.GatherResponse.FromString(response.SerializeToString())) == values
 
-    bomb = pb.GatherResponse(instance=1, table=zlib.compress(b"\0" * (1 << 20)), table_bytes=100)
+    bomb = pb.GatherResponse(instance=1, table=lzma.compress(b"\0" * (1 << 20)), table_bytes=100)
     with pytest.raises(ClusterError, match="inflates beyond 1,000 bytes"):
         gather_values(bomb, limit=1000)
     with pytest.raises(ClusterError, match="gather table of 2,000 bytes; at most 1,000"):
         gather_values(pb.GatherResponse(table=b"x", table_bytes=2000), limit=1000)
     with pytest.raises(ClusterError, match="does not inflate"):
-        gather_values(pb.GatherResponse(table=b"not zlib", table_bytes=10))
-    lying = pb.GatherResponse(table=zlib.compress(pb.GatherTable(values=[b"a"]).SerializeToString()), table_bytes=9)
+        gather_values(pb.GatherResponse(table=b"not xz", table_bytes=10))
+    lying = pb.GatherResponse(table=lzma.compress(pb.GatherTable(values=[b"a"]).SerializeToString()), table_bytes=9)
     with pytest.raises(ClusterError, match="not the 9 it announced"):
         gather_values(lying)

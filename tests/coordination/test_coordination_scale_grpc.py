@@ -9,6 +9,7 @@ import pytest
 from coordination_harness import make_config, run, serving
 
 from tpuctl.coordination import CoordinationClient, RendezvousProgress
+from tpuctl.coordination import client as client_module
 from tpuctl.coordination.server import start_server
 from tpuctl.errors import ClusterError, DeadlineError, InputError
 
@@ -66,7 +67,20 @@ def test_barrier_and_gather_progress_name_the_missing_hosts() -> None:
     run(body())
 
 
-def test_registration_timeout_with_9999_of_10000_missing_is_a_clean_bounded_deadline() -> None:
+def test_registration_progress_polls_are_paced_by_the_cluster_size() -> None:
+    # A whole pod polls at most PROGRESS_POLLS_PER_S times a second in all, from the first poll on.
+    assert client_module._progress_interval(2.0, 4) == 2.0
+    assert client_module._progress_interval(2.0, 2_304) == pytest.approx(2_304 / client_module.PROGRESS_POLLS_PER_S)
+    assert client_module._progress_interval(2.0, 10_000) == 100.0
+
+
+def test_registration_timeout_with_9999_of_10000_missing_is_a_clean_bounded_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Progress lines every 0.2 s even at 10,000 hosts (paced, the first would come after 100 s): their bound is
+    # what is tested here.
+    monkeypatch.setattr(client_module, "PROGRESS_POLLS_PER_S", 1e9)
+
     async def body() -> None:
         async with serving(make_config(10_000, register_timeout=1.0, heartbeat_timeout=60.0)) as cluster:
             client, member = await cluster.join(0, heartbeat_interval=None)

@@ -218,6 +218,33 @@ def test_tasks_silent_together_fail_in_one_batch() -> None:
     assert str(state.failure).startswith("4 tasks failed: task 0 (127.0.0.1): no heartbeat for 2.0 s")
 
 
+def test_the_services_own_stalls_are_not_counted_as_a_tasks_silence() -> None:
+    # A wave of calls kept the service busy: heartbeats waited in its backlog, not the tasks' fault.
+    state = new_state(tasks=2, heartbeat_timeout=10.0)
+    early, late = register(state, range(2), now=0.0)
+    state.heartbeat(late, now=4.0)
+    state.service_stalled(6.0)
+    assert state.expire(now=12.0) == ()  # silent 12 s and 8 s, less the 6 s stall: 6 s and 2 s
+    state.heartbeat(early, now=15.0)  # 15 - 6 = 9 s: in time
+    state.service_stalled(0.0)
+    assert state.expire(now=20.0) == ()
+    (failure,) = state.expire(now=20.5)  # task 1: 20.5 - 4 - 6 = 10.5 s
+    assert failure.cause == (
+        "no heartbeat for 16.5 s (timeout 10 s; 6.0 s of it the coordinator itself was busy, not counted)"
+    )
+    assert state.status(now=20.5).tasks[0].state is TaskState.CONNECTED
+
+
+def test_a_stall_before_a_heartbeat_does_not_extend_the_next_silence() -> None:
+    state = new_state(tasks=1, heartbeat_timeout=1.0)
+    (ref,) = register(state, [0], now=0.0)
+    state.service_stalled(5.0)
+    state.heartbeat(ref, now=5.5)  # heard from after the stall: the stall is behind it
+    assert state.expire(now=6.4) == ()
+    (failure,) = state.expire(now=6.6)
+    assert failure.cause == "no heartbeat for 1.1 s (timeout 1 s)"
+
+
 def test_a_late_heartbeat_fails_its_own_task() -> None:
     state = new_state(heartbeat_timeout=1.0)
     (ref,) = register(state, [0])

@@ -1,17 +1,17 @@
 """Regression guard: the coordination service's work per host does not grow with the cluster.
 
 One real ``grpc.aio`` server on 127.0.0.1 port 0 and N hosts' clients in this process run what
-``tpuctl init`` runs on the wire (register, wait for all, a heartbeat, the heartbeat stream and the error
-watch left running, a gather of 4 core IDs, two barriers) at two sizes. The service's own counters
+``tpuctl init`` runs on the wire (register, the heartbeat stream, wait for all, the error watch left
+running, a gather of 4 core IDs, two barriers) at two sizes. The service's own counters
 (``Counters``: RPCs, records visited, messages built and encoded, parked calls woken, bytes sent) divided
 by the host count may grow by at most 1.5x from the small size to the large one. Counting, not timing:
 the result does not depend on how loaded the machine is.
 
 The gather's table is the one answer that is O(hosts) per host by nature (every host needs every host's
 core IDs); its bytes are checked to be exactly the table, and the rest of the bytes per host is held
-to the same 1.5x. Since protocol v3 the table is sent zlib-compressed: at 1,000 hosts each host gets
-about 9.3 KB instead of 24.9 KB for the table in protocol v2's layout (measured here, and held to at most
-half of it).
+to the same 1.5x. Since protocol v5 the table is sent xz-compressed: at 1,000 hosts each host gets
+about 1.6 KB instead of 24.9 KB for the table in protocol v2's layout and 9.3 KB zlib-compressed in v3
+(measured here, and held to at most a fifth of v2's).
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ async def init_sequence(hosts: int) -> dict[str, Any]:
             # One streamed heartbeat (confirmed at once), then none for the rest of the run.
             background.append(asyncio.create_task(client.heartbeat_loop(member, interval=3600.0)))
             await client.wait_for_all(member.task, timeout=300.0, progress_every=60.0)
-            await client.heartbeat(member.task)
             background.append(asyncio.create_task(client.watch_errors(member.task, timeout=3600.0)))
             table = await client.gather(member.task, "cores", core_ids(task), timeout=300.0)
             await client.barrier(member.task, "cores-done", timeout=300.0)
@@ -99,5 +98,5 @@ def test_service_work_and_bytes_per_host_stay_flat_from_250_to_1000_hosts() -> N
     # The gather table per host is the table and nothing more: linear in hosts by nature (a little more
     # per entry here, as the core IDs of later hosts take more digits).
     assert large["gather_bytes"] <= small["gather_bytes"] * (SIZES[1] / SIZES[0]) * GROWTH
-    # Compressed once: the table each host receives is at most half of v2's uncompressed one.
-    assert large["gather_bytes"] * 2 <= large["v2_gather_bytes"], report["gather_bytes"]
+    # Compressed once: the table each host receives is at most a fifth of v2's uncompressed one.
+    assert large["gather_bytes"] * 5 <= large["v2_gather_bytes"], report["gather_bytes"]

@@ -31,6 +31,10 @@ _SERVER_OPTIONS = (
     # The service takes every call quickly and parks the waiting ones itself: let them queue.
     ("grpc.server.max_pending_requests", 1_000_000),
     ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+    # ... and it also cancels a call the application has not taken within 30 s of its arrival (the same
+    # CANCELLED): under heavy load a grpc.aio server takes a burst of thousands of calls more slowly than
+    # that (the scale guard flaked with it). The calls are bounded by their own deadlines instead.
+    ("grpc.server_max_unrequested_time_in_server", 3600),
 )
 SERVICE_NAME = "tpuctl.v1.CoordinationService"
 

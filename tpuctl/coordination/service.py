@@ -20,7 +20,6 @@ import math
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from google.protobuf.message import Message
@@ -52,6 +51,12 @@ MAX_POLL_S = 60.0
 """Longest a long poll (registration progress, error poll) is held before answering "nothing yet"."""
 CHECK_INTERVAL_S = 0.25
 """How often the watchdog looks for silent tasks: failure detection lags the timeout by at most this."""
+STALL_S = 0.1
+"""A watchdog wake-up later than this counts as the service stalled (its own backlog) for that long."""
+_FANOUT_BYTES = 32 * 1024 * 1024
+"""At most this many bytes of gather answers are being sent at once (the rest wait their turn) ..."""
+_FANOUT_MIN = 16
+"""... but at least this many answers."""
 _KV_DIR_CACHE = 64
 """Key listings kept encoded (by prefix) until the next key-value write."""
 
@@ -73,33 +78,34 @@ Answer = Message | bytes
 """What a handler returns: a message, or an answer already serialized (shared by many callers)."""
 
 
-@dataclass
-class _Slot:
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    waiters: int = 0
-
-
 class _Parking:
-    """Where waiting calls sleep: one event per wait key, set and dropped when the key is woken."""
+    """Where waiting calls sleep: a bare future per parked call, grouped by wait key; a key's futures
+    are resolved (and the group dropped) when the key is woken.
+
+    No task and no ``asyncio.wait_for`` per parked call: the call's own handler task awaits its future,
+    and one timer handle resolves it at its deadline. Waking N parked calls costs N ``set_result``."""
 
     def __init__(self, counters: Counters) -> None:
-        self._slots: dict[WaitKey, _Slot] = {}
+        self._slots: dict[WaitKey, set[asyncio.Future[None]]] = {}
         self._counters = counters
 
     async def park(self, key: WaitKey, timeout: float) -> None:
         """Sleep until ``key`` is woken or ``timeout`` seconds pass."""
         if timeout <= 0:
             return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = _Slot()
-        slot.waiters += 1
+            slot = self._slots[key] = set()
+        slot.add(future)
+        timer = loop.call_later(timeout, _resolve, future)
         try:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(slot.event.wait(), timeout)
+            await future
         finally:
-            slot.waiters -= 1
-            if not slot.waiters and self._slots.get(key) is slot:
+            timer.cancel()
+            slot.discard(future)  # O(1); a woken slot was already dropped
+            if not slot and self._slots.get(key) is slot:
                 del self._slots[key]
 
     def wake(self, wakeup: Wakeup) -> None:
@@ -108,10 +114,18 @@ class _Parking:
         keys = list(self._slots) if wakeup.everyone else wakeup.keys
         for key in keys:
             slot = self._slots.pop(key, None)
-            if slot is not None:
-                self._counters.woken += slot.waiters
-                self._counters.touched += 1
-                slot.event.set()
+            if slot is None:
+                continue
+            self._counters.touched += 1
+            for future in slot:
+                if not future.done():
+                    future.set_result(None)
+                    self._counters.woken += 1
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Request, _Response]:
@@ -150,7 +164,7 @@ class CoordinationServicer:
         self._watchdog: asyncio.Task[None] | None = None
         self._shared: dict[str, bytes] = {}
         self._error: tuple[ClusterFailure, bytes] | None = None
-        self._gathered: dict[str, tuple[Gathered, bytes]] = {}
+        self._gathered: dict[str, tuple[Gathered, bytes, asyncio.Semaphore]] = {}
         self._kv_dirs: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self.refusal_log = RateLimitedLog(log)
 
@@ -275,7 +289,10 @@ class CoordinationServicer:
         return _barrier_answer(instance)
 
     @_refusals_as_status
-    async def Gather(self, request: pb.GatherRequest, context: Any) -> Answer:
+    async def Gather(self, request: pb.GatherRequest, context: Any) -> None:
+        """One answer on a server stream (protocol v5), so the service knows when it has gone: at most
+        ``_FANOUT_BYTES`` of table answers are in flight at once, and a pod's worth of tables is never
+        buffered in the service at the same time (10,000 hosts x 46 kB)."""
         caller = convert.task_ref(request.task)
         gather = self._state.gather_arrive(
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
@@ -286,9 +303,11 @@ class CoordinationServicer:
             self.counters.built += 1
             self.counters.encoded += 1
             self.counters.touched += len(gathered.values)
-            message = convert.gather_response(gathered.instance, gathered.values)  # compressed once, for all
-            cached = self._gathered[gather.name] = (gathered, message.SerializeToString())
-        return cached[1]
+            data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
+            gate = asyncio.Semaphore(max(_FANOUT_MIN, _FANOUT_BYTES // max(1, len(data))))
+            cached = self._gathered[gather.name] = (gathered, data, gate)
+        async with cached[2]:
+            await context.write(cached[1])
 
     @_refusals_as_status
     async def RendezvousProgress(self, request: pb.RendezvousProgressRequest, context: Any) -> Answer:
@@ -393,8 +412,17 @@ class CoordinationServicer:
         raise RuntimeError("grpc.aio's context.abort returned instead of raising")
 
     async def _watch_heartbeats(self) -> None:
+        """Look for silent tasks every ``check_interval`` s. A wake-up that comes late measures the
+        service's own backlog (the event loop was busy with a wave of calls, and heartbeats waited in
+        the same queue): that time is not counted against the tasks (``service_stalled``)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._check_interval
         while True:
-            await asyncio.sleep(self._check_interval)
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            late = loop.time() - due
+            if late > STALL_S:
+                self._state.service_stalled(late)
+            due = loop.time() + self._check_interval
             self._log_failures(self._state.expire(now=self._clock()))
             self._wake()
 

@@ -131,6 +131,9 @@ __all__ = [
 ]
 
 
+_NO_WAKEUP = Wakeup()
+
+
 def _random_credential() -> bytes:
     import secrets
 
@@ -152,6 +155,8 @@ class _Task:
     reserved: bool = False
     """A survivor of the last generation: only its own process (incarnation and retry secret, or its
     credential) may register it into this one, keeping its credential."""
+    stalled_at_heartbeat: float = 0.0
+    """The service's stalled seconds (``CoordinationState.stalled``) when this task was last heard from."""
 
 
 class CoordinationState:
@@ -187,6 +192,8 @@ class CoordinationState:
         self._registration_verdict: Verdict | None = None
         self._by_heartbeat: OrderedDict[int, None] = OrderedDict()
         """Connected tasks, least recently heard from first."""
+        self.stalled = 0.0
+        """Seconds the service itself could not run (``service_stalled``): not counted as a task's silence."""
         self._disconnected: set[int] = set()
         self._failure: ClusterFailure | None = None
         self._told: set[int] = set()
@@ -217,6 +224,8 @@ class CoordinationState:
 
     def take_wakeup(self) -> Wakeup:
         """The wait keys whose outcome may have changed since the last call."""
+        if not self._woken and not self._wake_everyone:
+            return _NO_WAKEUP  # the common case, after almost every call: nothing to build
         wakeup = Wakeup(frozenset(self._woken), self._wake_everyone)
         self._woken.clear()
         self._wake_everyone = False
@@ -346,28 +355,37 @@ class CoordinationState:
                 hint="restart `tpuctl init` on every host",
             )
         task = self._live(caller)
-        silence = now - task.last_heartbeat
+        silence = self._silence(task, now)
         if silence > self.config.heartbeat_timeout:
             # Late by its own account: decide now rather than depend on when ``expire`` last ran.
-            cause = self._silence_cause(silence)
+            cause = self._silence_cause(task, now)
             self._fail([(task, cause)], now=now)
             raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {cause}")
         self._heard_from(task, now)
         return self.service_incarnation
 
     def expire(self, *, now: float) -> tuple[TaskFailure, ...]:
-        """Declare failed every connected task silent for longer than the heartbeat timeout.
-        O(1 + late tasks): tasks are ordered by their last heartbeat."""
+        """Declare failed every connected task silent for longer than the heartbeat timeout, not counting
+        the time the service itself was stalled since it last heard from the task (``service_stalled``).
+        O(1 + late tasks): tasks are ordered by their last heartbeat (and so by their silence: stalls
+        only accumulate)."""
         self._check_restart_deadline(now, refuse=False)
         late = []
         limit = self.config.heartbeat_timeout
         for task_id in self._by_heartbeat:
             task = self._tasks[task_id]
             self.counters.touched += 1
-            if now - task.last_heartbeat <= limit:
+            if self._silence(task, now) <= limit:
                 break
-            late.append((task, self._silence_cause(now - task.last_heartbeat)))
+            late.append((task, self._silence_cause(task, now)))
         return self._fail(late, now=now)
+
+    def service_stalled(self, seconds: float) -> None:
+        """The executor could not run for ``seconds`` (its own backlog: a wave of calls it was still
+        working through). Heartbeats that waited in that backlog are not the tasks' fault: their silence
+        is measured without it. O(1)."""
+        if seconds > 0:
+            self.stalled += seconds
 
     def report_error(
         self, caller: TaskRef, cause: str, *, now: float, shutdown: bool = False
@@ -558,6 +576,7 @@ class CoordinationState:
 
     def _heard_from(self, task: _Task, now: float) -> None:
         task.last_heartbeat = now
+        task.stalled_at_heartbeat = self.stalled
         self._by_heartbeat[task.info.task_id] = None
         self._by_heartbeat.move_to_end(task.info.task_id)
         self.counters.touched += 1
@@ -643,8 +662,17 @@ class CoordinationState:
             )
         return self._registration_verdict
 
-    def _silence_cause(self, silence: float) -> str:
-        return f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s)"
+    def _silence(self, task: _Task, now: float) -> float:
+        """How long ``task`` has been silent, not counting the service's own stalls since."""
+        return now - task.last_heartbeat - (self.stalled - task.stalled_at_heartbeat)
+
+    def _silence_cause(self, task: _Task, now: float) -> str:
+        silence = now - task.last_heartbeat
+        cause = f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s"
+        stalled = self.stalled - task.stalled_at_heartbeat
+        if stalled >= 0.05:
+            cause += f"; {stalled:.1f} s of it the coordinator itself was busy, not counted"
+        return cause + ")"
 
     def _fail(
         self, failed: Iterable[tuple[_Task, str]], *, now: float, shutdown: bool = False

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
@@ -24,7 +24,8 @@ carry the task count (the task list only on request); ``HeartbeatStream``, ``Gat
 shows credential fingerprints instead of incarnations; task-scoped key-value writes under quotas; the
 ``shutdown`` flag of an error report; a gather's table sent compressed. v4: generations (a task-scoped
 call carries its generation; registrations bring the last one and the previous credential; failures say
-whether the cluster re-forms)."""
+whether the cluster re-forms). v5: a gather's table is xz (LZMA), not zlib (3x smaller for tables of core
+IDs and ports, sent to every host), answered on a server stream so the service paces a pod's answers."""
 
 # --- limits ------------------------------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskR
 `previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
 `ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
 per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
+Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
+server stream, so the service paces a pod's answers.
 """
 
 from collections import abc as _abc
@@ -613,8 +615,9 @@ class GatherResponse(_message.Message):
     TABLE_BYTES_FIELD_NUMBER: _builtins.int
     instance: _builtins.int
     table: _builtins.bytes
-    """A `GatherTable`, serialized and zlib-compressed once for every caller; a client inflates it to at most
-    the size the service allows (32 MiB of values plus framing) and refuses one that would grow beyond.
+    """A `GatherTable`, serialized and xz-compressed (LZMA, the .xz container; zlib before v5) once for every
+    caller; a client inflates it to at most the size the service allows (32 MiB of values plus framing)
+    and refuses one that would grow beyond.
     """
     table_bytes: _builtins.int
     """Length of the serialized `GatherTable` before compression."""

@@ -69,7 +69,7 @@ class CoordinationServiceStub:
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierRequest.SerializeToString,
                 response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierResponse.FromString,
                 _registered_method=True)
-        self.Gather = channel.unary_unary(
+        self.Gather = channel.unary_stream(
                 '/tpuctl.v1.CoordinationService/Gather',
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.GatherRequest.SerializeToString,
                 response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GatherResponse.FromString,
@@ -162,6 +162,7 @@ class CoordinationServiceServicer:
     def Gather(self, request, context):
         """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
         gets every task's value, in task order (the same bytes for everyone).
+        One answer on a server stream (protocol v4): the service paces the answers of a pod.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,7 +247,7 @@ def add_CoordinationServiceServicer_to_server(servicer, server):
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierRequest.FromString,
                     response_serializer=tpuctl_dot_proto_dot_coordination__pb2.BarrierResponse.SerializeToString,
             ),
-            'Gather': grpc.unary_unary_rpc_method_handler(
+            'Gather': grpc.unary_stream_rpc_method_handler(
                     servicer.Gather,
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GatherRequest.FromString,
                     response_serializer=tpuctl_dot_proto_dot_coordination__pb2.GatherResponse.SerializeToString,
@@ -492,7 +493,7 @@ class CoordinationService:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/tpuctl.v1.CoordinationService/Gather',

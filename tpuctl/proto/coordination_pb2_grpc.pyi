@@ -46,6 +46,8 @@ call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskR
 `previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
 `ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
 per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
+Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
+server stream, so the service paces a pod's answers.
 """
 
 from collections import abc as _abc
@@ -92,9 +94,10 @@ class CoordinationServiceStub:
     """Long-poll that answers as soon as the cluster is in error."""
     Barrier: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.BarrierRequest, _coordination_pb2.BarrierResponse]
     """Wait until every task of the cluster has made as many calls to this barrier name as the caller."""
-    Gather: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]
+    Gather: _grpc.UnaryStreamMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]
     """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
     gets every task's value, in task order (the same bytes for everyone).
+    One answer on a server stream (protocol v4): the service paces the answers of a pod.
     """
     RendezvousProgress: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]
     """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
@@ -127,9 +130,10 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     """Long-poll that answers as soon as the cluster is in error."""
     Barrier: _aio.UnaryUnaryMultiCallable[_coordination_pb2.BarrierRequest, _coordination_pb2.BarrierResponse]  # type: ignore[assignment]
     """Wait until every task of the cluster has made as many calls to this barrier name as the caller."""
-    Gather: _aio.UnaryUnaryMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]  # type: ignore[assignment]
+    Gather: _aio.UnaryStreamMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]  # type: ignore[assignment]
     """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
     gets every task's value, in task order (the same bytes for everyone).
+    One answer on a server stream (protocol v4): the service paces the answers of a pod.
     """
     RendezvousProgress: _aio.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]  # type: ignore[assignment]
     """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
@@ -207,9 +211,10 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _coordination_pb2.GatherRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_coordination_pb2.GatherResponse, _abc.Awaitable[_coordination_pb2.GatherResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_coordination_pb2.GatherResponse], _abc.AsyncIterator[_coordination_pb2.GatherResponse]]:
         """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
         gets every task's value, in task order (the same bytes for everyone).
+        One answer on a server stream (protocol v4): the service paces the answers of a pod.
         """
 
     @_abc_1.abstractmethod
