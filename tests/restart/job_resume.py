@@ -48,6 +48,10 @@ if kind == "jax":
     jax.config.update("jax_num_cpu_devices", len(mapping.local_devices))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**tpuctl.job.api.jax_distributed_args(), initialization_timeout=60)
+    # jax.distributed installs a SIGTERM handler of its own (XLA's preemption notifier) that keeps the job
+    # running; this job has nothing to save on SIGTERM, so it dies at once again (else every restart
+    # waits out `tpuctl run --grace`)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     first = int(multihost_utils.broadcast_one_to_all(np.array([read_step()], dtype=np.int32))[0])
 else:
     first = read_step()
