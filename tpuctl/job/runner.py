@@ -58,7 +58,8 @@ from tpuctl.processes import pid_alive
 
 POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
 CALL_MARGIN_S = 2.0  # beyond the long-poll, before an unanswered call counts as a failure
-RETRY_DELAY_S = 0.5
+AGENT_BACK_POLL_S = 0.05  # how often a call that found no agent answering is made again (a connect to a
+# unix socket nobody serves fails in microseconds; a new agent opens its socket once its mapping is written)
 INFO_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 5.0
 STRAGGLER_KILL_WAIT_S = 10.0
@@ -103,25 +104,28 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         poll = min(POLL_S, max(0.5, self.silence / 3))
         last_answer = time.monotonic()
+        # With a generation, the long-poll also answers when what the agent reports changes: a new agent on
+        # this state dir (another generation, or none formed yet) is told at once, not after the poll.
+        since: list[Any] | None = [self.generation, False, True] if self.generation else None
         while not self.stopped.is_set():
             left = last_answer + self.silence - time.monotonic()
             try:
                 if left <= 0:
                     raise TpuctlError(f"no answer for {self.silence:.1f} s (the heartbeat timeout)")
+                args: dict[str, Any] = (
+                    {"timeout": min(poll, left)} if since is None else {"timeout": min(poll, left), "since": since}
+                )
                 report = ErrorReport.from_json(
-                    call(
-                        self.state,
-                        Op.WAIT_ERROR,
-                        {"timeout": min(poll, left)},
-                        timeout=max(0.1, min(poll + CALL_MARGIN_S, left)),
-                    )
+                    call(self.state, Op.WAIT_ERROR, args, timeout=max(0.1, min(poll + CALL_MARGIN_S, left)))
                 )
             except TpuctlError as exc:
                 if self.stopped.is_set():
                     return
+                # A killed agent closes its socket while the kernel still tears it down (pid_alive says
+                # alive for a moment): ask again soon
                 alive = self.agent_pid is not None and pid_alive(self.agent_pid)
                 if alive and time.monotonic() < last_answer + self.silence:
-                    self.stopped.wait(RETRY_DELAY_S)
+                    self.stopped.wait(AGENT_BACK_POLL_S)
                     continue
                 pid = f" (pid {self.agent_pid})" if self.agent_pid else ""
                 what = "is not answering (frozen or overloaded?)" if alive else "is gone"
@@ -139,6 +143,8 @@ class Watcher(threading.Thread):
                     f"by a new one (now at generation {report.generation or 'none yet'})"
                 )))  # fmt: skip
                 return
+            if since is not None:
+                since = report.seen
 
 
 # --- running the job -------------------------------------------------------------------------------
@@ -271,9 +277,11 @@ class JobRunner:
             left = deadline - time.monotonic()
             args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": min(POLL_S, left), "since": since}
             try:
-                report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S))
+                report = ErrorReport.from_json(
+                    call(self.state, Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S)
+                )
             except TpuctlError:  # the agent is gone (or not up yet): a new `tpuctl init` may start one
-                time.sleep(min(RETRY_DELAY_S, max(0.0, deadline - time.monotonic())))
+                time.sleep(min(AGENT_BACK_POLL_S, max(0.0, deadline - time.monotonic())))
                 since = None
                 continue
             if report.formed and report.generation > ended:
