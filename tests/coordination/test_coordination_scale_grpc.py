@@ -11,7 +11,7 @@ from coordination_harness import make_config, run, serving
 from tpuctl.coordination import CoordinationClient, RendezvousProgress
 from tpuctl.coordination import client as client_module
 from tpuctl.coordination.server import start_server
-from tpuctl.errors import ClusterError, DeadlineError, InputError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -227,6 +227,62 @@ def test_a_restarted_coordinator_is_named_by_the_error_watch_not_as_an_unregiste
                 assert excinfo.value.hint == "restart `tpuctl init` on every host"
             finally:
                 await second.stop(grace=None)
+        finally:
+            await client.close()
+
+    run(body())
+
+
+def test_the_error_watch_hears_a_coordinator_that_restarted_after_a_gap_as_soon_as_it_listens() -> None:
+    """After a dropped poll the next one waits for the channel to reconnect (wait_for_ready, bounded by the
+    give-up time) instead of failing fast and sleeping: the new coordinator is heard within the channel's
+    reconnect backoff (at most 250 ms, jittered), not that plus a retry delay of the watch's own."""
+
+    async def body() -> None:
+        config = make_config(1, heartbeat_timeout=2.0)
+        first = await start_server(config, host="127.0.0.1", port=0)
+        port = first.port
+        client = CoordinationClient(first.target)
+        try:
+            member = await client.register("test", 0)
+            watching = asyncio.create_task(
+                client.watch_errors(member.task, give_up_after=10.0, service_incarnation=member.service_incarnation)
+            )
+            await asyncio.sleep(0.2)
+            await first.stop(grace=None)
+            await asyncio.sleep(1.0)  # dropped, retried against nobody: the channel is backing off
+            assert not watching.done()
+            second = await start_server(config, host="127.0.0.1", port=port)
+            back = time.monotonic()
+            try:
+                with pytest.raises(ClusterError) as excinfo:
+                    await asyncio.wait_for(watching, 5.0)
+                heard = time.monotonic() - back
+                assert excinfo.value.message.startswith(f"the coordinator at {first.target} restarted")
+                assert heard < 1.5, f"{heard:.2f} s"  # a loose bound for a loaded machine; typically ~0.2 s
+            finally:
+                await second.stop(grace=None)
+        finally:
+            await client.close()
+
+    run(body())
+
+
+def test_the_error_watch_still_gives_up_on_an_unreachable_coordinator_and_keeps_the_callers_timeout() -> None:
+    async def body() -> None:
+        config = make_config(1, heartbeat_timeout=2.0)
+        server = await start_server(config, host="127.0.0.1", port=0)
+        client = CoordinationClient(server.target)
+        try:
+            member = await client.register("test", 0)
+            await server.stop(grace=None)
+            started = time.monotonic()
+            with pytest.raises(CoordinatorUnreachable):
+                await client.watch_errors(member.task, give_up_after=0.8)
+            assert 0.8 <= time.monotonic() - started < 2.5
+            started = time.monotonic()
+            assert await client.watch_errors(member.task, timeout=0.6, give_up_after=30.0) is None
+            assert 0.5 <= time.monotonic() - started < 2.0
         finally:
             await client.close()
 

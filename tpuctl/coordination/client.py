@@ -393,26 +393,40 @@ class CoordinationClient:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         failing_since: float | None = None  # a parked poll is healthy: count from the first failure
-        failures = 0
+        unreachable: CoordinatorUnreachable | None = None
         while True:
             poll = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - time.monotonic())
             if poll <= 0:
                 return None
-            request = pb.PollForErrorRequest(task=convert.task_ref_pb(task), max_wait_seconds=poll)
             try:
-                response = await self._call(self._stub.PollForError, request, "PollForError", poll + self._rpc_timeout)
-            except CoordinatorUnreachable:
+                if failing_since is None:
+                    request = pb.PollForErrorRequest(task=convert.task_ref_pb(task), max_wait_seconds=poll)
+                    response = await self._call(self._stub.PollForError, request, "PollForError", poll + self._rpc_timeout)
+                else:
+                    # After a dropped poll, one that answers at once, sent the moment the channel reconnects
+                    # (wait_for_ready, until the give-up time): a restarted coordinator is heard as soon as
+                    # it listens, not after the channel's backoff plus a retry delay of our own.
+                    request = pb.PollForErrorRequest(task=convert.task_ref_pb(task), max_wait_seconds=0.0)
+                    until = failing_since + give_up_after if deadline is None else min(deadline, failing_since + give_up_after)
+                    left = max(0.01, until - time.monotonic())
+                    response = await self._call(self._stub.PollForError, request, "PollForError", left, wait_for_ready=True)
+            except CoordinatorUnreachable as exc:
                 # One dropped long poll must not take the host down (marin-community/marin#7430).
-                failing_since = failing_since or time.monotonic()
+                failing_since, unreachable = failing_since or time.monotonic(), exc
                 if time.monotonic() - failing_since > give_up_after:
                     raise
-                await asyncio.sleep(RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)])
-                failures += 1
+                await asyncio.sleep(RETRY_DELAYS_S[0])  # the next poll waits for the channel: no busy loop
                 continue
+            except DeadlineError:
+                if unreachable is None:
+                    raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None  # the caller's timeout came first
+                raise unreachable from None  # no connection within give_up_after: still unreachable
             except ClusterError as exc:
                 await self._raise_if_restarted(service_incarnation, exc)
                 raise
-            failing_since, failures = None, 0
+            failing_since, unreachable = None, None
             if response.HasField("failure"):
                 return convert.cluster_failure(response.failure)
 
@@ -540,9 +554,9 @@ class CoordinationClient:
 
     # --- plumbing ------------------------------------------------------------------------------------
 
-    async def _call(self, rpc: Any, request: Any, call: str, timeout: float) -> Any:
+    async def _call(self, rpc: Any, request: Any, call: str, timeout: float, *, wait_for_ready: bool = False) -> Any:
         try:
-            return await rpc(request, timeout=timeout, metadata=self._metadata, wait_for_ready=False)
+            return await rpc(request, timeout=timeout, metadata=self._metadata, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, call, timeout) from exc
 
