@@ -20,7 +20,6 @@ absent (``None``). Once no server answered, later calls fail at once with the sa
 
 from __future__ import annotations
 
-import http.client
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -100,6 +99,8 @@ def _reason(exc: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g} s"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    import http.client
+
     if isinstance(exc, http.client.HTTPException):
         return f"not an HTTP answer ({type(exc).__name__})"
     if isinstance(exc, OSError):
@@ -182,6 +183,8 @@ class MetadataClient:
         return failure
 
     def _request(self, endpoint: Endpoint, key: str, remaining: float) -> _Answer | _Failed:
+        import http.client  # here, not at import: `tpuctl init --config FILE` never asks a metadata server
+
         timeout = min(self.connect_timeout, remaining)
         conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
         connected = False
