@@ -57,6 +57,7 @@ CORE = (
     "tpuctl.files",
     "tpuctl.processes",
     "tpuctl.health",
+    "tpuctl.loglevel",
 )
 CORE_BANNED = frozenset({"grpc", "yaml", "click", "asyncio"})
 ENVIRONMENT = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})

@@ -50,8 +50,10 @@ NAMES = [name for name, _ in commands()]
 
 
 def test_the_walk_finds_every_command_of_tpuctl_help() -> None:
-    assert {"init", "status", "env", "topology show", "mesh plan", "sim up", "doctor", "detect"} <= set(NAMES)
-    assert set(NOT_DATA) - {"sim run", "logs", "completion"} <= set(NAMES)
+    assert {"init", "status", "env", "topology show", "mesh plan", "sim up", "sim status", "doctor", "detect"} <= set(
+        NAMES
+    )
+    assert set(NOT_DATA) <= set(NAMES)  # no stale exemption
 
 
 def help_text(name: str) -> str:
@@ -173,6 +175,79 @@ def test_the_light_path_refuses_a_wrong_format_as_click_does(command: str, capsy
 def test_env_takes_sh_as_its_text(capsys, tmp_path) -> None:
     from tpuctl.cli.light import parse
 
-    assert parse(["env", "-f", "sh"]) == ("env", {"fmt": "text", "state_dir": None})
-    assert parse(["env", "-o", "json", "--state-dir", "x"]) == ("env", {"fmt": "json", "state_dir": "x"})
-    assert parse(["status", "--json"]) == ("status", {"fmt": "json", "state_dir": None})
+    assert parse(["env", "-f", "sh"]) == ("env", {"fmt": "text", "state_dir": None, "log_level": None})
+    assert parse(["env", "-o", "json", "--state-dir", "x"]) == (
+        "env",
+        {"fmt": "json", "state_dir": "x", "log_level": None},
+    )
+    assert parse(["status", "--json"]) == ("status", {"fmt": "json", "state_dir": None, "log_level": None})
+
+
+@pytest.mark.parametrize(
+    ("args", "level"),
+    [
+        (["status"], None),
+        (["-v", "status"], 20),
+        (["status", "-vv"], 10),
+        (["--log-level", "error", "env", "-v"], 40),  # --log-level wins over -v
+        (["barrier", "step", "--log-level=DEBUG", "-q"], 10),
+        (["--debug", "--verbose", "status", "--json"], 20),
+    ],
+)
+def test_the_light_path_takes_the_log_options_anywhere(args: list[str], level: int | None, monkeypatch) -> None:
+    from tpuctl.cli.light import parse
+
+    monkeypatch.delenv("TPUCTL_LOG_LEVEL", raising=False)
+    parsed = parse(args)
+    assert parsed is not None and parsed[1]["log_level"] == level
+    monkeypatch.setenv("TPUCTL_LOG_LEVEL", "warning")
+    parsed = parse(args)
+    assert parsed is not None and parsed[1]["log_level"] == (level or 30)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_takes_the_log_options(name: str) -> None:
+    command = dict(commands())[name]
+    with_log = CliRunner().invoke(cli, [*name.split(), "--help"], prog_name="tpuctl").output
+    assert option(command, "--log-level") is not None and option(command, "-v") is not None, name
+    assert "--log-level LEVEL" in with_log and "-v, --verbose" in with_log
+
+
+@pytest.mark.parametrize(
+    "args", [["status", "--log-level", "loud"], ["topology", "show", "-a", "v4-8", "--log-level", "loud"]]
+)
+def test_a_wrong_log_level_is_a_usage_error_on_both_paths(args: list[str], capsys) -> None:
+    code, out, err = tpuctl(args, capsys)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "tpuctl: error: --log-level 'loud' is not a log level\nhint: levels: debug, info, warning, error, critical\n"
+    )
+
+
+def test_a_wrong_log_level_in_the_environment_names_the_variable(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TPUCTL_LOG_LEVEL", "debgu")
+    for args in (["status"], ["topology", "show", "-a", "v4-8"]):
+        code, out, err = tpuctl(args, capsys)
+        assert (code, out) == (2, ""), err
+        assert err == "tpuctl: error: TPUCTL_LOG_LEVEL 'debgu' is not a log level\nhint: did you mean 'debug'?\n"
+
+
+def test_log_levels() -> None:
+    from tpuctl.loglevel import chosen_level, level_name, parse_level
+
+    assert [parse_level(t) for t in ("debug", "INFO", "warn", "Warning", "error", "fatal", "15")] == [
+        10,
+        20,
+        30,
+        30,
+        40,
+        50,
+        15,
+    ]
+    assert (
+        chosen_level(None, 0, None) is None
+        and chosen_level(None, 3, "error") == 10
+        and chosen_level("info", 2, None) == 20
+    )
+    assert (level_name(10), level_name(15)) == ("debug", "15")

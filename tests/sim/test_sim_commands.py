@@ -64,9 +64,9 @@ def test_sim_status_shows_every_host_healthy(sim: Sim) -> None:
         doc = json.loads(done.out)
         assert doc["schema"] == "tpuctl.sim.status/v1" and doc["healthy"] is True
         assert doc["cluster"] == "sim-v4-16" and doc["accelerator"] == "v4-16"
-        assert [(h["task"], h["agent"], h["state"]) for h in doc["hosts"]] == [(0, "running", "connected"),
+        assert [(h["task"], h["agent"], h["state"]) for h in doc["tasks"]] == [(0, "running", "connected"),
                                                                               (1, "running", "connected")]  # fmt: skip
-        assert all(isinstance(h["agent_pid"], int) for h in doc["hosts"])
+        assert all(isinstance(h["agent_pid"], int) for h in doc["tasks"])
 
 
 def test_sim_run_prefixes_each_line_with_its_task_and_returns_the_worst_code(sim: Sim) -> None:
@@ -167,7 +167,7 @@ def test_a_stopped_agent_makes_sim_status_unhealthy_and_sim_run_refuse(sim: Sim)
     assert status.code == 3, status.err
     doc = json.loads(status.out)
     assert doc["healthy"] is False
-    assert doc["hosts"][1]["agent"] == "stopped" and doc["hosts"][1]["agent_pid"] is None
+    assert doc["tasks"][1]["agent"] == "stopped" and doc["tasks"][1]["agent_pid"] is None
     refused = sim.tpuctl("sim", "run", "--root", str(sim.root), "--", "true")
     assert refused.code == 5 and "task(s) 1" in refused.err, refused.err
     gone = sim.tpuctl("sim", "status", "--root", str(sim.root / "nowhere"))

@@ -68,13 +68,24 @@ def refuse_if_running(state: StateDir) -> None:
     )
 
 
+def agent_log_level() -> int:
+    """The agent's log level: ``TPUCTL_LOG_LEVEL`` (which ``--log-level`` and ``-v`` set), else info."""
+    from tpuctl.errors import InputError
+    from tpuctl.loglevel import AGENT_DEFAULT, LOG_LEVEL_ENV, chosen_level
+
+    try:
+        return chosen_level(None, 0, os.environ.get(LOG_LEVEL_ENV)) or AGENT_DEFAULT
+    except InputError:  # the command checked it already; a child started otherwise keeps the default
+        return AGENT_DEFAULT
+
+
 def run_foreground(options: AgentOptions, reporter: Reporter) -> int:
     """``init --foreground``: run the agent in this process, logging to stderr, until it stops."""
     import asyncio
 
     from tpuctl.agent.bringup import Agent, configure_logging
 
-    configure_logging(None)
+    configure_logging(None, agent_log_level())
     return asyncio.run(Agent(options, reporter).run())
 
 
@@ -231,7 +242,7 @@ def _agent_child(options: AgentOptions, write_fd: int) -> int:
     from tpuctl.agent.bringup import Agent, configure_logging
     from tpuctl.agent.reporter import PipeReporter
 
-    configure_logging(options.state.log_file)
+    configure_logging(options.state.log_file, agent_log_level())
     reporter = PipeReporter(os.fdopen(write_fd, "w"))
     try:
         return asyncio.run(Agent(options, reporter).run())

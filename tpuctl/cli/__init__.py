@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from tpuctl.cli.light import run_light
 
     try:
-        code = run_light(args)
+        # a shell asking for completions (tpuctl completion's script) is click's to answer
+        code = None if "_TPUCTL_COMPLETE" in os.environ else run_light(args)
     except TpuctlError as exc:
         sys.exit(report_error(exc))
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -21,7 +22,9 @@ import click
 
 from tpuctl import __version__
 from tpuctl.cli import report_bug, report_error
+from tpuctl.cli.common import apply_log_level, log_options, with_log_options
 from tpuctl.errors import EXIT_INTERRUPTED, TpuctlError
+from tpuctl.loglevel import LOG_LEVEL_ENV, chosen_level
 
 # name -> (module:attribute, one-line help shown by `tpuctl --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("tpuctl.cli.detect:detect", "Show the spec init detects without --config, and each value's source."),
     "sim": ("tpuctl.cli.sim:sim", "Run a whole simulated cluster on this machine."),
     "doctor": ("tpuctl.cli.doctor:doctor", "Check this host before a start: TPU devices, ports, peers, state."),
+    "logs": ("tpuctl.cli.logs:logs", "Show this host's agent log (--follow it)."),
+    "completion": ("tpuctl.cli.completion:completion", "Print the shell completion script: bash, zsh or fish."),
 }
 
 
@@ -53,7 +58,7 @@ class LazyGroup(click.Group):
         module_name, attr = entry[0].split(":")
         command = getattr(importlib.import_module(module_name), attr)
         assert isinstance(command, click.Command)
-        return command
+        return with_log_options(command)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -67,7 +72,7 @@ def _available(name: str) -> bool:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="tpuctl")
+@click.version_option(__version__, "--version", "-V", prog_name="tpuctl", message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, envvar="TPUCTL_DEBUG", help="Show tracebacks for internal errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -79,6 +84,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     To look around:  tpuctl topology show --accelerator v4-32
     Everything on one machine (simulated TPUs): tpuctl sim up v4-32
 
+    Every data command takes --format text|json (-o json, --json); files go to --out FILE;
+    --log-level LEVEL (or -v, -vv, TPUCTL_LOG_LEVEL) on any command; tpuctl completion bash|zsh|fish.
+
     Exit codes: 0 ok, 1 internal error, 2 bad input, 3 cluster failure, 4 deadline exceeded,
     5 local state (already/not running), 6 no TPU found, 7 bad mapping file, 130 interrupted.
     """
@@ -86,9 +94,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+cli.params.extend(log_options())
+
+
 def main(args: list[str], debug: bool) -> None:
     """Run the click application and turn every failure into a message and an exit code."""
     try:
+        level = chosen_level(None, 0, os.environ.get(LOG_LEVEL_ENV))
+        if level is not None:
+            apply_log_level(level)
         result: Any = cli.main(args=args, prog_name="tpuctl", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("tpuctl: interrupted", err=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from tpuctl.agent.statedir import STATE_DIR_ENV
+from tpuctl.loglevel import LOG_LEVEL_ENV, level_name, parse_level, verbosity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,3 +35,56 @@ def parse_duration_option(text: str | None, option: str) -> float | None:
 def say(text: str) -> None:
     """Chatter for people: stderr, so stdout stays data."""
     click.echo(text, err=True)
+
+
+# --- the log level: --log-level LEVEL, -v/-vv, TPUCTL_LOG_LEVEL (tpuctl.loglevel) -------------------------
+
+_EXPLICIT = "tpuctl.log_level"  # ctx.meta (shared by a command and its group): --log-level was given
+
+
+def apply_log_level(level: int) -> None:
+    """This process's ``tpuctl`` loggers to stderr at ``level``, and the variable set for what it starts
+    (the agent ``init`` forks, ``sim up``'s hosts, a job under ``run``)."""
+    import logging
+
+    os.environ[LOG_LEVEL_ENV] = level_name(level)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("tpuctl: %(levelname)s: %(name)s: %(message)s"))
+    root = logging.getLogger("tpuctl")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def _log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_EXPLICIT] = True
+        apply_log_level(parse_level(value))
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value and not ctx.meta.get(_EXPLICIT):
+        apply_log_level(verbosity(value))
+
+
+def log_options() -> list[click.Option]:
+    """``--log-level LEVEL`` and ``-v/--verbose``, for the group and every command (added by the group)."""
+    return [
+        click.Option(
+            ["--log-level"], metavar="LEVEL", expose_value=False, is_eager=True, callback=_log_level,
+            help=f"debug, info, warning (default), error or critical; else ${LOG_LEVEL_ENV}. The agent logs at it too.",
+        ),
+        click.Option(
+            ["-v", "--verbose"], count=True, expose_value=False, is_eager=True, callback=_verbose,
+            help="-v: info, -vv: debug (--log-level wins).",
+        ),
+    ]  # fmt: skip
+
+
+def with_log_options(command: click.Command) -> click.Command:
+    """Give ``command`` (and a group's subcommands) the log options once."""
+    if not any(p.name == "log_level" for p in command.params):
+        command.params.extend(log_options())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_log_options(sub)
+    return command

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
 from tpuctl.errors import EXIT_CLUSTER, InputError
 from tpuctl.health import Health, cluster_health
+from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
 from tpuctl.messages import sample, table
 
 # Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
@@ -175,10 +177,16 @@ _STATE_DIR = {"--state-dir": ("state_dir", True)}
 
 
 def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
-    """``["barrier", "step", "-q"]`` -> ("barrier", {...}); None for anything but the plain forms."""
+    """``["barrier", "step", "-q"]`` -> ("barrier", {...}); None for anything but the plain forms.
+
+    The log options (``--log-level LEVEL``, ``-v``, ``--verbose``; before the command too) come back as
+    ``log_level`` (None when none was given) in the values.
+    """
     args = list(args)
-    while args and args[0] == "--debug":
-        args.pop(0)
+    levels: dict[str, Any] = {"verbose": 0}
+    while args and (args[0] == "--debug" or _log_option(args, 0, levels)):
+        if args and args[0] == "--debug":
+            args.pop(0)
     if not args or args[0] not in _OPTIONS:
         return None
     command, rest = args[0], args[1:]
@@ -191,6 +199,8 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         if token == "--":
             positional += rest[i + 1 :]
             break
+        if _log_option(rest, i, levels):
+            continue
         name, eq, value = token.partition("=")
         if (name in options and name.startswith("--")) or token in options:
             dest, takes_value = options[name if eq else token]
@@ -210,18 +220,46 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         else:
             positional.append(token)
         i += 1
+    if levels.get("missing"):
+        return None  # --log-level without its value: click says so
+    level = chosen_level(levels.get("log_level"), levels["verbose"], os.environ.get(LOG_LEVEL_ENV))
     if command == "barrier":
         if len(positional) != 1:
             return None
         return command, {"name": positional[0], "timeout": values.get("timeout"),
-                         "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"]}  # fmt: skip
+                         "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"], "log_level": level}  # fmt: skip
     if positional:
         return None
     as_json = bool(values.get("as_json"))
     if command == "status":
-        return command, {"fmt": choose_format(command, values.get("fmt"), as_json), "state_dir": values["state_dir"]}
-    fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
-    return command, {"fmt": fmt, "state_dir": values["state_dir"]}
+        fmt = choose_format(command, values.get("fmt"), as_json)
+    else:
+        fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
+    return command, {"fmt": fmt, "state_dir": values["state_dir"], "log_level": level}
+
+
+def _log_option(args: list[str], i: int, levels: dict[str, Any]) -> bool:
+    """Take the log option at ``args[i]`` (removing it and its value) into ``levels``; False if none."""
+    if i >= len(args):
+        return False
+    token = args[i]
+    if token == "--verbose" or (len(token) > 1 and token.strip("-v") == "" and token.startswith("-v")):
+        levels["verbose"] += 1 if token == "--verbose" else len(token) - 1
+        del args[i]
+        return True
+    if token == "--log-level" or token.startswith("--log-level="):
+        if token == "--log-level":
+            if i + 1 >= len(args):
+                levels["missing"] = True
+                del args[i]
+                return True
+            levels["log_level"] = args[i + 1]
+            del args[i : i + 2]
+        else:
+            levels["log_level"] = token.partition("=")[2]
+            del args[i]
+        return True
+    return False
 
 
 def run_light(args: Sequence[str]) -> int | None:
@@ -230,8 +268,15 @@ def run_light(args: Sequence[str]) -> int | None:
     if parsed is None:
         return None
     command, values = parsed
+    level = values.pop("log_level")
+    started = time.monotonic()
     if command == "barrier":
-        return run_barrier(**values)
-    if command == "status":
-        return run_status(**values)
-    return run_env(**values)
+        code = run_barrier(**values)
+    elif command == "status":
+        code = run_status(**values)
+    else:
+        code = run_env(**values)
+    if level is not None and level <= LEVELS["debug"]:
+        state = resolve_state_dir(values["state_dir"])
+        say(f"tpuctl: debug: {command}: {(time.monotonic() - started) * 1e3:.1f} ms, agent socket {state.socket}")
+    return code

@@ -103,21 +103,22 @@ def sim_status(root: Path) -> dict[str, Any]:
         "asked_task": asked,
         "healthy": healthy,
         "error": error,
-        "hosts": hosts,
+        "num_hosts": len(hosts),
+        "tasks": hosts,
     }
 
 
 def render(doc: dict[str, Any]) -> str:
     """The document as text: a header, one row per host, the verdict (and the cluster's error)."""
     lines = [
-        f"cluster      {doc['cluster']}  ({doc['accelerator']}, {len(doc['hosts'])} hosts under {doc['root']})",
+        f"cluster      {doc['cluster']}  ({doc['accelerator']}, {doc['num_hosts']} hosts under {doc['root']})",
         f"coordinator  {doc['coordinator']}  (as task {doc['asked_task']}'s agent sees it)"
         if doc["asked_task"] is not None
         else f"coordinator  {doc['coordinator']}  (no agent answered)",
         "",
     ]
     rows = [("TASK", "ADDRESS", "AGENT", "PID", "STATE", "HEARTBEAT", "STATE DIR")]
-    for host in doc["hosts"]:
+    for host in doc["tasks"]:
         age = host["heartbeat_age"]
         rows.append(
             (
