@@ -133,3 +133,24 @@ def test_init_and_env_and_sim_up_print_documents_with_a_schema(tmp_path: Path) -
     finally:
         cluster.close()
         processes.close()
+
+
+@pytest.mark.slow
+def test_sim_up_prints_its_document(tmp_path: Path) -> None:
+    processes = Processes(tmp_path / "logs", name="sim up -o json")
+    root = tmp_path / "root"
+    try:
+        done = processes.run("sim-up", [*TPUCTL, "sim", "up", "v4-16", "--root", str(root), "-o", "json"], timeout=120)
+        assert done.code == 0, done.err
+        document = json.loads(done.out)
+        assert (document["schema"], document["num_hosts"], document["root"]) == ("tpuctl.sim.up/v1", 2, str(root))
+        assert [(t["task"], t["address"], t["state_dir"]) for t in document["tasks"]] == [
+            (0, "127.0.0.2", str(root / "host-0")),
+            (1, "127.0.0.3", str(root / "host-1")),
+        ]
+        assert all(Path(t["mapping"]).is_file() for t in document["tasks"])
+        status = processes.run("sim-status", [*TPUCTL, "sim", "status", "--root", str(root), "--json"], timeout=60)
+        assert status.code == 0 and json.loads(status.out)["schema"] == "tpuctl.sim.status/v1"
+    finally:
+        processes.run("sim-down", [*TPUCTL, "sim", "down", "--root", str(root)], timeout=60)
+        processes.close()

@@ -79,7 +79,7 @@ def test_detect_shows_every_source_of_a_tpu_vm(processes: Processes, tmp_path: P
     assert done.code == 0, done.err
     document = json.loads(done.out)
     assert document["schema"] == "tpuctl.detect/v1"
-    assert document["task"] == {"id": 1, "reason": "metadata agent-worker-number=1"}
+    assert (document["task"], document["task_reason"]) == (1, "metadata agent-worker-number=1")
     assert {s["key"]: s["source"] for s in document["sources"]}["hosts"] == "metadata worker-network-endpoints"
     assert document["coordinator"] == f"{hosts[0]}:8490"
 

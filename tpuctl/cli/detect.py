@@ -49,7 +49,8 @@ def _task(found: Detection, task_id: int | None) -> tuple[TaskIdentity | None, s
 
 
 def document(found: Detection, task: TaskIdentity | None, task_problem: str | None) -> dict[str, Any]:
-    """The ``--format json`` document: schema, platform, sources [{key, value, source}], task, notes."""
+    """The ``--format json`` document: schema, platform, sources [{key, value, source}], task (this host's
+    id, an integer as in every document), task_reason, task_problem, notes."""
     spec = found.spec
     return {
         "schema": SCHEMA,
@@ -59,7 +60,8 @@ def document(found: Detection, task: TaskIdentity | None, task_problem: str | No
         "hosts": list(spec.hosts),
         "coordinator": spec.coordinator_target,
         "sources": [{"key": s.key, "value": s.value, "source": s.origin} for s in found.sources],
-        "task": None if task is None else {"id": task.task_id, "reason": task.reason},
+        "task": None if task is None else task.task_id,
+        "task_reason": None if task is None else task.reason,
         "task_problem": task_problem,
         "notes": list(found.notes),
     }
