@@ -29,7 +29,8 @@ takes its place), the job is stopped as above, its root-cause table printed, and
 that generation's environment (new mapping, new job ports, ``TPUCTL_GENERATION``) and
 ``TPUCTL_RESTART_COUNT`` (0 for the first start, as torchrun's ``TORCHELASTIC_RESTART_COUNT``). It exits
 with the job's code once the job ends by itself, or 3 with a table of every generation when restarts run
-out or the cluster fails for good.
+out or the cluster fails for good. A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while no job runs ends
+that wait at once (exit 128 + N); after one, the job is never started again.
 
 Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
 """
@@ -66,6 +67,8 @@ STRAGGLER_KILL_WAIT_S = 10.0
 RESTART_MARGIN_S = 30.0  # beyond the restart timeout, waiting for the next generation (the agent decides first)
 SETTLE_S = 2.0  # beyond the heartbeat timeout: how long a job that failed by itself waits for its agent's word
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # tpuctl run must end: no (re)start after one
+STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -181,16 +184,30 @@ class JobRunner:
         self.pending: list[int] = []
         self.info: AgentInfo | None = None
         self.term_deadline: float | None = None
+        self.stopping: int | None = None
+        """The stop signal (``STOPPING``) received: the job is not started (again), and a wait ends at once."""
 
     # --- entry ----------------------------------------------------------------------------------
 
     def run(self) -> int:
         info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
         self.info = info
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
+        try:
+            return self._run(info)
+        finally:
+            self._take_terminal_back()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, info: AgentInfo) -> int:
         report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=INFO_TIMEOUT_S))
         if report.down and self._restartable(ClusterDown(report)):
             self.say(f"tpuctl: generation {report.generation} is over; waiting for the next one to start the job")
-            if self._next_generation(report.generation) is None:
+            formed = self._next_generation(report.generation)
+            if self.stopping is not None:
+                return self._stopped("while waiting for the next generation; the job was not started")
+            if formed is None:
                 return self._give_up(ClusterDown(report), "the job was not started")
         elif report.down:
             self.say("tpuctl: error: " + self._table(ClusterDown(report)))
@@ -199,29 +216,29 @@ class JobRunner:
         if not self._healthy_enough(info):
             return EXIT_CLUSTER
         become_subreaper()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED}
-        try:
-            while True:
-                code = self._attempt()
-                if not self.restart_wanted:
-                    return code
-                self.restart_wanted = False
-                ended = self.generations[-1]["generation"]
-                formed = self._next_generation(ended)
-                if formed is None:
-                    return self._give_up(self.down or ClusterDown(ErrorReport()), "no next generation formed")
-                self.restarts += 1
-                self.say(
-                    f"tpuctl: generation {formed.generation} formed; restarting the job "
-                    f"(restart {self.restarts} of {self.max_restarts})"
-                )
-        finally:
-            self._take_terminal_back()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        while True:
+            code = self._attempt()
+            if code is None:
+                again = "restarted" if self.generations else "started"
+                return self._stopped(f"before the job started; it was not {again}")
+            if not self.restart_wanted:
+                return code
+            self.restart_wanted = False
+            ended = self.generations[-1]["generation"]
+            formed = self._next_generation(ended)
+            if self.stopping is not None:
+                return self._stopped("while waiting for the next generation; the job was not restarted")
+            if formed is None:
+                return self._give_up(self.down or ClusterDown(ErrorReport()), "no next generation formed")
+            self.restarts += 1
+            self.say(
+                f"tpuctl: generation {formed.generation} formed; restarting the job "
+                f"(restart {self.restarts} of {self.max_restarts})"
+            )
 
-    def _attempt(self) -> int:
-        """Start the job under the agent's current generation and see it to its end."""
+    def _attempt(self) -> int | None:
+        """Start the job under the agent's current generation and see it to its end; None when a stop
+        signal came before it started (it is not started)."""
         from tpuctl.spec import hostenv
 
         info = self.info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
@@ -236,12 +253,17 @@ class JobRunner:
             {"generation": info.generation, "started": time.time(), "ended": None, "job": "running", "cause": ""}
         )
         agent_pid = info.pid if info.pid is not None else self.state.live_pid()
+        if self.stopping is not None:  # a stop signal before the job started: it is not started
+            self.generations.pop()
+            return None
         try:
             self.proc = self._spawn(environ)
         except OSError as exc:
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
             self.say(f"tpuctl: error: cannot run {self.command[0]!r}: {exc.strerror or exc}")
             return code
+        if self.stopping is not None:  # it came between the check and the spawn: the job gets it
+            self.pending.append(self.stopping)
         for sig in self.pending:
             self._forward(sig)
         self.pending = []
@@ -256,13 +278,14 @@ class JobRunner:
         finally:
             watcher.stopped.set()
             self._reap_orphans()
+            self.proc = None  # reaped: no signal goes to its process group any more (its pgid may be reused)
 
     # --- restarts -------------------------------------------------------------------------------
 
     def _restartable(self, down: ClusterDown) -> bool:
         """The job may start again: restarts left, and its generation ended without ending the cluster
         (or this host's agent died: a new `tpuctl init` may take its place)."""
-        if self.restarts >= self.max_restarts:
+        if self.restarts >= self.max_restarts or self.stopping is not None:
             return False
         report = down.report
         return bool(down.agent_gone) or (report.rejoining and not report.final)
@@ -277,13 +300,15 @@ class JobRunner:
             left = deadline - time.monotonic()
             args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": min(POLL_S, left), "since": since}
             try:
-                report = ErrorReport.from_json(
-                    call(self.state, Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S)
-                )
+                answer = self._ask(Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S)
             except TpuctlError:  # the agent is gone (or not up yet): a new `tpuctl init` may start one
-                time.sleep(min(AGENT_BACK_POLL_S, max(0.0, deadline - time.monotonic())))
+                if not self._pause(min(AGENT_BACK_POLL_S, max(0.0, deadline - time.monotonic()))):
+                    return None
                 since = None
                 continue
+            if answer is None:  # a stop signal
+                return None
+            report = ErrorReport.from_json(answer)
             if report.formed and report.generation > ended:
                 return report
             if report.final:
@@ -291,6 +316,49 @@ class JobRunner:
                 return None
             since = report.seen
         return None
+
+    def _ask(self, op: Op, args: dict[str, Any], *, timeout: float) -> Any:
+        """``call`` while no job runs, ending at once (None) on a stop signal: the call runs in a thread and
+        this one checks for the signal every ``STOP_CHECK_S`` (a handler must not take locks an interrupted
+        wait may hold, so it only sets ``self.stopping``). Raises what ``call`` raises."""
+        box: list[Any] = []
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                box.append(call(self.state, op, args, timeout=timeout))
+            except BaseException as exc:  # handed to the caller's thread
+                box.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name="tpuctl-run-call", daemon=True).start()
+        while not done.wait(STOP_CHECK_S):
+            if self.stopping is not None:
+                return None  # the call ends by its own timeout; nobody reads it
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep ``seconds``; False (at once) on a stop signal."""
+        until = time.monotonic() + seconds
+        while self.stopping is None and time.monotonic() < until:
+            time.sleep(min(STOP_CHECK_S, max(0.0, until - time.monotonic())))
+        return self.stopping is None
+
+    def _stopped(self, what: str) -> int:
+        """A stop signal came while no job ran (before its start, or between generations): 128 + N."""
+        assert self.stopping is not None
+        name = signal.Signals(self.stopping).name
+        runs = ""
+        if self.generations:
+            runs = (
+                f"; the job ran in {len(self.generations)} generation(s), restarted {self.restarts} of at most "
+                f"{self.max_restarts} times:\n" + generations_table(self.generations)
+            )
+        self.say(f"tpuctl: stopped by {name} {what}{runs}")
+        return 128 + self.stopping
 
     def _give_up(self, down: ClusterDown, why: str) -> int:
         self.say("tpuctl: error: " + self._table(down))
@@ -415,8 +483,11 @@ class JobRunner:
     # --- signals --------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.proc is None:
-            self.pending.append(signum)
+        if signum in STOPPING and self.stopping is None:
+            self.stopping = signum  # whatever runs now, nothing starts after it
+        if self.proc is None:  # no job (yet, or between generations): a stop signal ends the wait
+            if signum not in STOPPING:
+                self.pending.append(signum)
             return
         self._forward(signum)
 
@@ -451,11 +522,13 @@ class JobRunner:
             generation = self.generations[-1]["generation"] if self.generations else self.info.generation
             args = {"timeout": self.info.heartbeat_timeout + SETTLE_S, "since": [generation, False, True]}
         try:
-            wait = float(args["timeout"]) + CALL_MARGIN_S
-            report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, args, timeout=wait))
+            answer = self._ask(Op.WAIT_ERROR, args, timeout=float(args["timeout"]) + CALL_MARGIN_S)
         except TpuctlError:
+            answer = None
+        if answer is None:  # no word from the agent, or a stop signal: the job's own exit
             self._record(f"exited {code}", "")
             return code
+        report = ErrorReport.from_json(answer)
         if report.down and (report.error or self.max_restarts):
             return self._report(ClusterDown(report), f"the job exited with code {code}")
         self._record(f"exited {code}", "")
@@ -505,6 +578,8 @@ class JobRunner:
             if down.report.error:
                 self.say(f"tpuctl: the cluster's error: {down.report.error}")
             last = "no restarts left" if self.restarts >= self.max_restarts else "the cluster failed for good"
+            if self.stopping is not None:
+                last = f"stopped by {signal.Signals(self.stopping).name}: not restarted"
             self.say(
                 f"tpuctl: {last}; the job ran in {len(self.generations)} generation(s), restarted "
                 f"{self.restarts} of at most {self.max_restarts} times:\n" + generations_table(self.generations)

@@ -1,0 +1,58 @@
+"""``tpuctl run --max-restarts`` between two generations, on real processes (a 2-host v4-16 on loopback): a
+stop signal ends the wait at once and starts nothing; a cluster that cannot re-form (restart policy fail)
+is not waited for. Review 1's F1 and F2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from harness import TPUCTL, Proc
+from harness.clusters import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+SPEC = {"heartbeat": "500ms", "heartbeat_timeout": "3s", "register_timeout": "30s", "barrier_timeout": "30s"}
+REJOIN = {**SPEC, "extra": "restart: {policy: rejoin, timeout: 60s, max: 3}\n"}
+WAITING = "waiting for the next generation to restart the job"
+
+
+def run_job(c: LocalCluster, task: int, starts: Path, *options: str) -> Proc:
+    """``tpuctl run --max-restarts 2`` of a job that notes each of its starts in ``starts``."""
+    job = ["sh", "-c", f"echo start >> {starts}; exec sleep 100"]
+    return c.start(f"run-{task}", [*TPUCTL, "run", "--max-restarts", "2", "--grace", "2s", *options,
+                                   "--state-dir", str(c.state(task)), "--", *job])  # fmt: skip
+
+
+def wait_started(c: LocalCluster, starts: Path, count: int = 1, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (starts.exists() and len(starts.read_text().split()) >= count):
+        assert time.monotonic() < deadline, f"the job did not start {count} time(s):\n{c.logs()}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_waiting_for_the_next_generation_ends_tpuctl_run_at_once(make_cluster, tmp_path, sig):
+    c = make_cluster("v4-16", **REJOIN)
+    c.up()
+    starts = tmp_path / "starts"
+    run = run_job(c, 1, starts)
+    wait_started(c, starts)
+    os.kill(c.agent_pid(1), signal.SIGKILL)
+    c.processes.wait_for_output(run, WAITING, timeout=15)
+    signalled = time.monotonic()
+    run.send_signal(sig)
+    done = c.processes.wait(run, 5)
+    took = time.monotonic() - signalled
+    assert done.code == 128 + sig, done.err
+    assert took < 1.0, f"{took:.2f} s from {sig.name} to tpuctl run's exit"
+    assert f"stopped by {sig.name} while waiting for the next generation; the job was not restarted" in done.err
+    assert "GENERATION" in done.err, done.err  # the generations table
+    # the host comes back and the cluster re-forms: nothing starts the job again
+    c.start_init(1, label="init-again-1")
+    assert c.wait_init("init-again-1").code == 0, c.logs()
+    assert starts.read_text().split() == ["start"]
