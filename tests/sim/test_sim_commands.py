@@ -168,6 +168,12 @@ def test_a_stopped_agent_makes_sim_status_unhealthy_and_sim_run_refuse(sim: Sim)
     doc = json.loads(status.out)
     assert doc["healthy"] is False
     assert doc["tasks"][1]["agent"] == "stopped" and doc["tasks"][1]["agent_pid"] is None
+    # The shared verdict (tpuctl.health), in the words tpuctl status, run and barrier use for a host that left.
+    assert doc["health"]["verdict"] == "failed"
+    assert [p["task"] for p in doc["health"]["problems"]] == [1], doc["health"]
+    assert doc["health"]["problems"][0]["problem"].startswith("task 1 (127.0.0.3) left the cluster"), doc["health"]
+    text = sim.tpuctl("sim", "status", "--root", str(sim.root))
+    assert text.code == 3 and "health: failed\n  task 1 (127.0.0.3) left the cluster" in text.out, text.out
     refused = sim.tpuctl("sim", "run", "--root", str(sim.root), "--", "true")
     assert refused.code == 5 and "task(s) 1" in refused.err, refused.err
     gone = sim.tpuctl("sim", "status", "--root", str(sim.root / "nowhere"))

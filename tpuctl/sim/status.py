@@ -17,9 +17,11 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.statedir import StateDir, live_pids
 from tpuctl.coordination.values import TaskState
 from tpuctl.errors import StateError, TpuctlError
+from tpuctl.health import FAILED, Health, Problem, cluster_health
 from tpuctl.messages import table
 
 SCHEMA = "tpuctl.sim.status/v1"
+MAX_LISTED_PROBLEMS = 10
 STATUS_TIMEOUT_S = 10.0
 _HOST_DIR = re.compile(r"host-(\d+)")
 
@@ -88,6 +90,7 @@ def sim_status(root: Path) -> dict[str, Any]:
         )
     first = next((i for i in infos if i is not None), None)
     error = (cluster or {}).get("error") or problem
+    health = _health(cluster, hosts, problem)
     healthy = (
         cluster is not None
         and not error
@@ -102,10 +105,29 @@ def sim_status(root: Path) -> dict[str, Any]:
         "coordinator": (cluster or {}).get("coordinator") or (first.coordinator if first else None),
         "asked_task": asked,
         "healthy": healthy,
+        "health": health.to_json(),
         "error": error,
         "num_hosts": len(hosts),
         "tasks": hosts,
     }
+
+
+def _health(cluster: dict[str, Any] | None, hosts: list[dict[str, Any]], problem: str | None) -> Health:
+    """The shared verdict (:mod:`tpuctl.health`, as ``tpuctl status`` gives it) on the coordinator's view,
+    plus what only the sim sees: a host whose agent process is gone is failed here even before the
+    coordinator's heartbeat timeout says so."""
+    if cluster is None:
+        return Health(FAILED, (Problem(FAILED, None, "", "error", problem or "no agent is running"),))
+    verdict = cluster_health(cluster)
+    named = {p.task for p in verdict.problems}
+    stopped = tuple(
+        Problem(FAILED, h["task"], str(h["address"] or "?"), "stopped", "its agent is not running")
+        for h in hosts
+        if h["agent"] != "running" and h["task"] not in named
+    )
+    if not stopped:
+        return verdict
+    return Health(FAILED, tuple(sorted((*stopped, *verdict.problems), key=lambda p: (p.verdict != FAILED, p.task or 0))))
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -135,5 +157,13 @@ def render(doc: dict[str, Any]) -> str:
     lines.append("")
     if doc["error"]:
         lines.append(f"cluster error: {doc['error']}")
-    lines.append("healthy: every agent runs and every task is connected" if doc["healthy"] else "NOT healthy")
+    if doc["healthy"]:
+        lines.append("healthy: every agent runs and every task is connected")
+    else:
+        verdict = doc["health"]
+        lines.append(f"health: {verdict['verdict']}")
+        lines += [f"  {p['problem']}" for p in verdict["problems"][:MAX_LISTED_PROBLEMS]]
+        more = len(verdict["problems"]) - MAX_LISTED_PROBLEMS
+        if more > 0:
+            lines.append(f"  ... and {more:,} more (--format json lists all)")
     return "\n".join(lines)
