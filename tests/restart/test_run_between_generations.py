@@ -56,3 +56,29 @@ def test_a_stop_signal_while_waiting_for_the_next_generation_ends_tpuctl_run_at_
     c.start_init(1, label="init-again-1")
     assert c.wait_init("init-again-1").code == 0, c.logs()
     assert starts.read_text().split() == ["start"]
+
+
+def test_under_policy_fail_max_restarts_warns_and_a_dead_agent_ends_tpuctl_run_at_once(make_cluster, tmp_path):
+    c = make_cluster("v4-16", **SPEC)  # restart policy fail, the default
+    c.up()
+    starts = tmp_path / "starts"
+    run = run_job(c, 1, starts)
+    wait_started(c, starts)
+    assert "--max-restarts 2 restarts nothing" in run.err() and "restart policy 'fail'" in run.err(), run.err()
+    os.kill(c.agent_pid(1), signal.SIGKILL)
+    killed = time.monotonic()
+    done = c.processes.wait(run, 15)
+    took = time.monotonic() - killed
+    assert done.code == 3, done.err
+    assert took < 3 + 2 + 1.5, f"{took:.1f} s"  # the agent's silence (heartbeat timeout) + --grace + margin
+    assert WAITING not in done.err and "this host's tpuctl agent" in done.err, done.err
+    assert starts.read_text().split() == ["start"]
+
+
+def test_under_policy_fail_a_job_failing_by_itself_does_not_wait_for_the_agent(make_cluster, tmp_path):
+    c = make_cluster("v4-16", **SPEC)
+    c.up()
+    done = c.processes.run("run-exit-1", [*TPUCTL, "run", "--max-restarts", "1", "--state-dir", str(c.state(1)),
+                                          "--", "sh", "-c", "exit 1"], timeout=30)  # fmt: skip
+    assert done.code == 1, done.err
+    assert done.seconds < 2.0, f"{done.seconds:.1f} s (the heartbeat timeout is 3 s)"

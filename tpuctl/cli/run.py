@@ -49,7 +49,8 @@ def run(grace: str, max_restarts: int, force: bool, state_dir: str | None, comma
 
     With --max-restarts N (and the spec's restart: {policy: rejoin}), a generation's end stops the job,
     waits for the next generation and starts it again (TPUCTL_RESTART_COUNT counts), up to N times;
-    then exit 3 with a table of every generation.
+    then exit 3 with a table of every generation. Under restart policy fail (the default) it warns and
+    restarts nothing.
 
     Exit codes: the job's; 3 cluster failure (job stopped, or not started), 5 no agent, 126/127 CMD
     cannot be run.

@@ -215,6 +215,13 @@ class JobRunner:
             return EXIT_CLUSTER
         if not self._healthy_enough(info):
             return EXIT_CLUSTER
+        if self.max_restarts and not self._rejoin:
+            spec = f" ({info.config})" if info.config else ""
+            self.say(
+                f"tpuctl: warning: --max-restarts {self.max_restarts} restarts nothing: the cluster's spec{spec} has "
+                f"restart policy {info.restart_policy!r}, so a failed host ends the cluster for good (add "
+                "restart: {policy: rejoin} to it for hosts to come back and the job to restart)"
+            )
         become_subreaper()
         while True:
             code = self._attempt()
@@ -283,12 +290,18 @@ class JobRunner:
     # --- restarts -------------------------------------------------------------------------------
 
     def _restartable(self, down: ClusterDown) -> bool:
-        """The job may start again: restarts left, and its generation ended without ending the cluster
-        (or this host's agent died: a new `tpuctl init` may take its place)."""
-        if self.restarts >= self.max_restarts or self.stopping is not None:
+        """The job may start again: restart policy rejoin, restarts left, and its generation ended without
+        ending the cluster (or this host's agent died: a new `tpuctl init` may take its place; under policy
+        fail that init is refused, the cluster is over)."""
+        if self.restarts >= self.max_restarts or self.stopping is not None or not self._rejoin:
             return False
         report = down.report
         return bool(down.agent_gone) or (report.rejoining and not report.final)
+
+    @property
+    def _rejoin(self) -> bool:
+        """The cluster re-forms after a failure (spec ``restart: {policy: rejoin}``)."""
+        return self.info is not None and self.info.restart_policy == "rejoin"
 
     def _next_generation(self, ended: int) -> ErrorReport | None:
         """Wait (up to the restart timeout) for this host's agent, or its successor, to form a generation
@@ -518,7 +531,7 @@ class JobRunner:
         # The job failed on its own: was it because the cluster did? Say so if the agent knows (with
         # restarts, give the agent a heartbeat timeout to learn it: the job's runtime may notice first).
         args: dict[str, Any] = {"timeout": 0}
-        if self.max_restarts and self.info is not None:
+        if self.max_restarts and self._rejoin and self.info is not None:
             generation = self.generations[-1]["generation"] if self.generations else self.info.generation
             args = {"timeout": self.info.heartbeat_timeout + SETTLE_S, "since": [generation, False, True]}
         try:
