@@ -94,12 +94,14 @@ def test_survivors_rejoin_with_their_credential_and_the_failed_host_afresh() -> 
     progress = state.registration_progress(again[0], now=2.0)
     assert progress.missing_count == 1 and progress.missing[0].task_id == 2
     assert progress.seconds_left == pytest.approx(29.0)
-    # Nobody else may take a survivor's place, even while it has not re-registered yet.
+    # Nobody else may take a survivor's place while it has not re-registered yet, for the heartbeat timeout.
     state2, refs2 = formed()
+    state2.heartbeat(refs2[1], now=0.9)
     state2.report_error(refs2[2], "x", now=1.0)
     with pytest.raises(Refused) as excinfo:
         state2.register(registration(1, 4242), now=1.5)
-    assert refusal(excinfo)[0] is Reason.TASK_TAKEN
+    reason, message = refusal(excinfo)
+    assert reason is Reason.TASK_TAKEN and "for 0.4 s more" in message
     # The failed host's new process registers with a new incarnation and gets a new credential.
     new = state.register(registration(2, 5555), now=3.0).task
     assert new.generation == 2 and new.credential == credential(2, 5555)
@@ -221,3 +223,58 @@ def test_a_fresh_service_continues_above_a_generation_a_host_remembers() -> None
     ref = state.register(registration(1, generation=4), now=0.0).task
     assert ref.generation == 5 and state.generation == 5
     assert state.register(registration(0), now=0.0).task.generation == 5
+
+
+def test_a_survivor_silent_for_the_heartbeat_timeout_while_re_forming_frees_its_place() -> None:
+    """Two hosts lost 0.5 s apart (heartbeat timeout 1 s): the first ends generation 1, the second is still
+    a survivor then. Once silent for the timeout its place is free, a new process (a replaced VM, no
+    credential) takes it, and its death is named in what ended generation 1."""
+    state, refs = formed()
+    for t in (0, 1, 3):
+        state.heartbeat(refs[t], now=0.5)  # task 2 is silent from 0.0 on, task 3 from 0.5 on
+    assert [f.task.task_id for f in state.expire(now=1.05)] == [2]  # generation 1 ends
+    assert state.generation == 2
+    again = [rejoin(state, refs[t], 1.1) for t in (0, 1)]
+    assert state.expire(now=1.4) == ()  # task 3 silent 0.9 s: still held
+    with pytest.raises(Refused) as excinfo:
+        state.register(registration(3, 7777), now=1.4)
+    reason, message = refusal(excinfo)
+    assert reason is Reason.TASK_TAKEN and "for 0.1 s more" in message
+    assert "retry `tpuctl init` for task 3 after 0.1 s" in (excinfo.value.hint or "")
+    state.expire(now=1.6)  # silent 1.1 s: released
+    assert state.generation == 2 and state.failure is None  # still re-forming, not failed
+    new = state.register(registration(3, 7777), now=1.7).task
+    assert new.generation == 2 and new.credential == credential(3, 7777)
+    ended = state.ended(1)
+    assert ended is not None and ended.total == 2 and [f.task.task_id for f in ended.failures] == [2, 3]
+    assert "no heartbeat for 1.1 s (timeout 1 s), while generation 2 formed" in str(ended)
+    # the old process of task 3, if it was alive after all, finds its place taken
+    with pytest.raises(Refused) as excinfo:
+        rejoin(state, refs[3], 1.8)
+    assert refusal(excinfo)[0] is Reason.TASK_TAKEN
+    state.register(registration(2, 5555), now=1.9)
+    assert state.registration_waiting(again[0], now=1.9) is None
+
+
+def test_a_fresh_registration_frees_a_silent_survivors_place_without_waiting_for_expire() -> None:
+    state, refs = formed()
+    state.report_error(refs[2], "preempted", now=0.5)  # generation 1 ends; task 3 last heard at 0.0
+    new = state.register(registration(3, 8888), now=1.2).task  # no expire ran since: decided on the spot
+    assert new.generation == 2 and new.credential == credential(3, 8888)
+    ended = state.ended(1)
+    assert ended is not None and "task 3 (127.0.0.4): no heartbeat for 1.2 s" in str(ended)
+
+
+def test_a_released_survivor_that_never_returns_is_named_at_the_restart_timeout() -> None:
+    state, refs = formed(RestartPolicy(rejoin=True, timeout=5.0, max_restarts=2))
+    state.heartbeat(refs[3], now=0.3)
+    for t in (0, 1):
+        state.heartbeat(refs[t], now=0.8)
+    state.expire(now=1.05)  # task 2 fails (silent 1.05 s); generation 1 ends, 3 is a survivor
+    for t in (0, 1):
+        rejoin(state, refs[t], 1.1)
+    state.expire(now=1.4)  # task 3 silent 1.1 s: released
+    state.expire(now=6.1)  # the restart timeout
+    failure = state.failure
+    assert failure is not None and {f.task.task_id for f in failure.failures} == {2, 3}
+    assert "generation 1 ended: 2 tasks failed" in failure.earlier and "while generation 2 formed" in failure.earlier

@@ -154,7 +154,8 @@ class _Task:
     retry_secret: bytes = b""
     reserved: bool = False
     """A survivor of the last generation: only its own process (incarnation and retry secret, or its
-    credential) may register it into this one, keeping its credential."""
+    credential) may register it into this one, keeping its credential, until it has been silent for the
+    heartbeat timeout (then it is presumed dead too and anyone may take the task)."""
     stalled_at_heartbeat: float = 0.0
     """The service's stalled seconds (``CoordinationState.stalled``) when this task was last heard from."""
 
@@ -192,6 +193,8 @@ class CoordinationState:
         self._registration_verdict: Verdict | None = None
         self._by_heartbeat: OrderedDict[int, None] = OrderedDict()
         """Connected tasks, least recently heard from first."""
+        self._reserved: OrderedDict[int, None] = OrderedDict()
+        """Reserved survivors not re-registered yet, least recently heard from first (``expire`` releases them)."""
         self.stalled = 0.0
         """Seconds the service itself could not run (``service_stalled``): not counted as a task's silence."""
         self._disconnected: set[int] = set()
@@ -285,15 +288,19 @@ class CoordinationState:
         keep = False
         if task.reserved:
             keep = self._same_process(task, registration) or self._proves(task, registration.previous_credential)
-            if not keep:
+            if not keep and not self._release([task], now):
+                left = self.config.heartbeat_timeout - self._silence(task, now)
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is held for the process that registered it in generation "
-                    f"{self.generation - 1} (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
-                    hint=f"that process re-registers by itself; a new `tpuctl init` for task {task.info.task_id} "
-                    "must run on its host, with its state dir",
+                    f"{self.generation - 1} (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint}) "
+                    f"until it re-registers, or for {left:.1f} s more (silent for the heartbeat timeout, "
+                    f"{self.config.heartbeat_timeout:g} s, it is presumed dead)",
+                    hint=f"that process re-registers by itself; if it is dead (its VM replaced, its state dir lost), "
+                    f"retry `tpuctl init` for task {task.info.task_id} after {left:.1f} s",
                 )
         task.reserved = False
+        self._reserved.pop(task.info.task_id, None)
         task.state = TaskState.CONNECTED
         task.incarnation = registration.incarnation
         task.hostname = clip(registration.hostname, 255)
@@ -372,6 +379,13 @@ class CoordinationState:
         self._check_restart_deadline(now, refuse=False)
         late = []
         limit = self.config.heartbeat_timeout
+        silent = []
+        for task_id in self._reserved:
+            self.counters.touched += 1
+            if self._silence(self._tasks[task_id], now) <= limit:
+                break
+            silent.append(self._tasks[task_id])
+        self._release(silent, now)
         for task_id in self._by_heartbeat:
             task = self._tasks[task_id]
             self.counters.touched += 1
@@ -726,6 +740,7 @@ class CoordinationState:
         for task in self._tasks:
             task.reserved = task.state is TaskState.CONNECTED  # survivors keep their place
             task.state = TaskState.WAITING
+        self._reserved = OrderedDict((i, None) for i in self._by_heartbeat if self._tasks[i].reserved)
         self._by_heartbeat.clear()
         self._disconnected.clear()
         self._unregistered = Missing(len(self._tasks))
@@ -738,7 +753,27 @@ class CoordinationState:
     def _missing_again(self, task: _Task) -> None:
         task.state = TaskState.WAITING
         task.reserved = False
+        self._reserved.pop(task.info.task_id, None)
         self._unregistered.add(task.info.task_id)
+
+    def _release(self, tasks: list[_Task], now: float) -> bool:
+        """Free the places of reserved survivors silent for longer than the heartbeat timeout: they died
+        too (several VMs preempted within seconds), and a new process without their credential (a replaced
+        VM) may take their task. Their death joins what ended the last generation. True when all were."""
+        limit = self.config.heartbeat_timeout
+        released = [t for t in tasks if self._silence(t, now) > limit]
+        ended_at = self.generation - 1
+        end = self._ended.get(ended_at)
+        for task in released:
+            task.reserved = False
+            self._reserved.pop(task.info.task_id, None)
+            task.cause = f"{self._silence_cause(task, now)}, while generation {self.generation} formed"
+            if end is not None:
+                failures = end.failures + ((TaskFailure(task.info, task.cause),) if len(end.failures) < SAMPLE else ())
+                end = dataclasses.replace(end, failures=failures, total=end.total + 1)
+        if end is not None and released:
+            self._ended[ended_at] = end
+        return len(released) == len(tasks)
 
     def _check_restart_deadline(self, now: float, *, refuse: bool = True) -> None:
         """A generation after a restart that has not formed in time fails the cluster for good."""
