@@ -166,3 +166,19 @@ def test_run_stops_every_job_when_the_cluster_is_shut_down(sim_cluster: MakeClus
         assert "was shut down" in finished.err or "is stopping" in finished.err, finished.err
         assert f"tpuctl: task {task}: stopped the job" in finished.err
     assert_gone(c, job_pids)
+
+
+def test_a_job_whose_children_die_with_it_is_stopped_at_once_not_after_the_grace(sim_cluster: MakeCluster) -> None:
+    """A job with a child (a shell script, a launcher): SIGTERM ends both; the child is then tpuctl run's
+    zombie (a subreaper), still in the job's group. It is reaped, not waited for until --grace."""
+    c = sim_cluster("v4-16")
+    pids = c.root / "children.pids"
+    label = c.run(0, "sh", "-c", f"sleep 1000 & echo $$ $! > {pids}; wait", grace="5s")
+    wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, 20, "the job and its child to start")
+    child = int(pids.read_text().split()[1])
+    os.kill(c.agent_pid(1), signal.SIGKILL)
+    done = c.wait(label, timeout=SIM_HEARTBEAT_TIMEOUT_S + 5 + 10)
+    assert done.code == 3, done.err
+    stopped = next(line for line in done.err.splitlines() if "stopped the job" in line)
+    assert "with SIGTERM: exited in 0." in stopped and "leftover" not in stopped, stopped
+    assert not alive(child), stopped

@@ -490,7 +490,10 @@ class JobRunner:
             return True
         return True
 
-    def _group_alive(self) -> bool:
+    def _group_alive_reaped(self) -> bool:
+        """The job's group still has a live member, after reaping those of its members that are our
+        zombies (``kill(-pgid, 0)`` succeeds on a zombie)."""
+        self._reap_orphans()
         return self._kill_group(0)
 
     # --- signals --------------------------------------------------------------------------------
@@ -560,11 +563,12 @@ class JobRunner:
             self._kill_group(signal.SIGKILL)
             how = f"SIGTERM, then SIGKILL after {self.grace:g} s"
             self.exited.wait(STRAGGLER_KILL_WAIT_S)
-        # what is left of the job's process group (children the job started) goes too
+        # What is left of the job's process group (children the job started) goes too. Those the SIGTERM
+        # ended are this subreaper's zombies, still in the group: reaped first, so only live ones count.
         deadline = started + self.grace
-        while self._group_alive() and time.monotonic() < deadline:
+        while self._group_alive_reaped() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self._kill_group(signal.SIGKILL) and how == "SIGTERM":
+        if self._group_alive_reaped() and self._kill_group(signal.SIGKILL) and how == "SIGTERM":
             how = "SIGTERM (leftover processes of its group: SIGKILL)"
         took = time.monotonic() - started
         if self.exited.is_set():
