@@ -91,3 +91,32 @@ def test_the_shadowed_sitecustomize_still_runs(tmp_path: Path) -> None:
     assert out["stdout"] == ["the job environments own sitecustomize ran"]
     assert out["report"]["hooks"] == ["_Finder"]  # installed, waiting for jax._src.clusters
     assert out["stderr"] == ""
+
+
+def test_other_tpuctl_start_up_folders_on_the_path_do_not_recurse_and_the_foreign_one_runs_once(tmp_path: Path) -> None:
+    """Two more copies of tpuctl's start-up (another install's nested `tpuctl run`, one through a symlinked
+    prefix) after the job's own: each used to run the other again until RecursionError."""
+    import shutil
+
+    folders = []
+    for name in ("a", "b"):
+        job = tmp_path / name / "job"
+        shutil.copytree(STARTUP_DIR, job / "startup")
+        shutil.copy(Path(STARTUP_DIR).parent / "jaxcluster.py", job / "jaxcluster.py")
+        folders.append(str(job / "startup"))
+    (tmp_path / "linked").symlink_to(Path(STARTUP_DIR).parent.parent)
+    folders.append(str(tmp_path / "linked" / "job" / "startup"))  # this one, by another spelling
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "sitecustomize.py").write_text("print('the foreign sitecustomize ran')\n")
+    out = _child(TPUCTL_VARS, extra_path=os.pathsep.join([*folders, str(foreign)]))
+    assert out["stderr"] == ""
+    assert out["stdout"] == ["the foreign sitecustomize ran"]
+    assert out["report"]["hooks"] == ["_Finder"]  # one detector
+
+
+def test_the_job_path_keeps_empty_entries_and_drops_the_start_up_folder_by_real_path(tmp_path: Path) -> None:
+    (tmp_path / "linked").symlink_to(Path(STARTUP_DIR).parent.parent)
+    again = str(tmp_path / "linked" / "job" / "startup")
+    env = with_python_startup({"PYTHONPATH": os.pathsep.join(["", "/a", again, ""])})
+    assert env["PYTHONPATH"].split(os.pathsep) == [STARTUP_DIR, "", "/a", ""]  # "": the working directory

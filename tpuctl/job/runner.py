@@ -618,7 +618,10 @@ class JobRunner:
 def with_python_startup(environ: dict[str, str]) -> dict[str, str]:
     """``environ`` with ``tpuctl/job/startup`` first on ``PYTHONPATH``: a Python job then has tpuctl's JAX
     cluster detector, so plain ``jax.distributed.initialize()`` works (:mod:`tpuctl.job.jaxcluster`)."""
-    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != STARTUP_DIR]
+    here = os.path.realpath(STARTUP_DIR)
+    given = environ.get("PYTHONPATH", "")
+    # empty entries stay: Python reads them as the working directory
+    rest = [p for p in (given.split(os.pathsep) if given else []) if not (p and os.path.realpath(p) == here)]
     return {**environ, "PYTHONPATH": os.pathsep.join([STARTUP_DIR, *rest])}
 
 
