@@ -82,3 +82,11 @@ def test_under_policy_fail_a_job_failing_by_itself_does_not_wait_for_the_agent(m
                                           "--", "sh", "-c", "exit 1"], timeout=30)  # fmt: skip
     assert done.code == 1, done.err
     assert done.seconds < 2.0, f"{done.seconds:.1f} s (the heartbeat timeout is 3 s)"
+
+
+def test_a_barrier_of_a_generation_ahead_of_the_agent_does_not_call_it_over(make_cluster) -> None:
+    c = make_cluster("v4-16", **REJOIN)
+    c.up()
+    ahead = c.tpuctl("barrier", "step", task=1, timeout=20, env={"TPUCTL_GENERATION": "7"})
+    assert ahead.code == 3 and "this job is of generation 7; the cluster is at generation 1" in ahead.err, ahead.err
+    assert "is ahead of this host's agent" in ahead.err and "is over" not in ahead.err, ahead.err

@@ -573,9 +573,12 @@ class Agent:
                 hint="`tpuctl run --max-restarts N` restarts the job once the next generation formed",
             )
         if generation and generation != self.generation:
+            ahead = generation > self.generation  # not a generation of this agent's: another cluster's variables?
             raise GenerationOver(
                 f"this job is of generation {generation}; the cluster is at generation {self.generation}",
-                hint="the job's generation is over: restart it (`tpuctl run --max-restarts N` does)",
+                hint=f"TPUCTL_GENERATION={generation} is ahead of this host's agent: is the job's environment another "
+                "cluster's? (`tpuctl env` prints this host's)" if ahead
+                else "the job's generation is over: restart it (`tpuctl run --max-restarts N` does)",
             )
         waiting = asyncio.ensure_future(self._barrier(name, timeout))
         failed = asyncio.ensure_future(self.failed.wait())
