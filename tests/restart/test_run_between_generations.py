@@ -90,3 +90,50 @@ def test_a_barrier_of_a_generation_ahead_of_the_agent_does_not_call_it_over(make
     ahead = c.tpuctl("barrier", "step", task=1, timeout=20, env={"TPUCTL_GENERATION": "7"})
     assert ahead.code == 3 and "this job is of generation 7; the cluster is at generation 1" in ahead.err, ahead.err
     assert "is ahead of this host's agent" in ahead.err and "is over" not in ahead.err, ahead.err
+
+
+def test_a_generation_that_ended_and_re_formed_before_the_watcher_asked_is_not_an_agent_replaced(make_cluster):
+    """The watcher of a job of generation 1 first asks the agent when generation 2 has already formed (the
+    window is one round trip in tpuctl run; here it is made wide): the same agent, so the job's generation
+    ended, which is restartable, not 'this host's agent was replaced'."""
+    from tpuctl.agent.statedir import StateDir
+    from tpuctl.job.runner import Watcher
+
+    c = make_cluster("v4-16", **REJOIN)
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0").code == 0, c.logs()
+    c.wait_for_log(1, "generation 2 formed", 15)
+    seen = []
+    watcher = Watcher(StateDir(c.state(1)), c.agent_pid(1), seen.append, silence=3.0, generation=1)
+    watcher.start()
+    watcher.join(10)
+    assert len(seen) == 1, seen
+    down = seen[0]
+    assert not down.agent_gone, down
+    assert down.report.rejoining and not down.report.final and down.report.generation == 1, down
+    assert "generation 1 ended" in (down.report.ended or "") and "generation 2 formed" in down.report.ended, down
+
+
+def test_a_generation_ending_between_the_formed_word_and_the_job_env_waits_for_the_next(make_cluster, tmp_path):
+    """ENV refused (GenerationOver) after the agent said a generation formed: the job is started under the
+    next generation, not failed with a bare message."""
+    import threading
+
+    from tpuctl.agent.statedir import StateDir
+    from tpuctl.job.runner import JobRunner
+
+    c = make_cluster("v4-16", **REJOIN)
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    c.wait_for_log(1, "re-forming as the next generation", 15)
+    said: list[str] = []
+    starts = tmp_path / "starts"
+    runner = JobRunner(["sh", "-c", f"echo $TPUCTL_GENERATION >> {starts}"], StateDir(c.state(1)),
+                       grace=2.0, say=said.append, max_restarts=1)  # fmt: skip
+    threading.Timer(1.0, lambda: c.start_init(0, label="init-again-0")).start()
+    code = runner._attempt()  # as after _next_generation said generation 1 formed: it is over already
+    assert code == 0, said
+    assert starts.read_text().split() == ["2"], said
+    assert any("generation 1 of cluster" in line and "waiting for the next generation" in line for line in said), said

@@ -51,9 +51,9 @@ from typing import Any
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.statedir import StateDir
-from tpuctl.errors import EXIT_CLUSTER, TpuctlError
+from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
 from tpuctl.health import cluster_health
-from tpuctl.job.env import RESTART_COUNT_ENV, JobEnv
+from tpuctl.job.env import GENERATION_ENV, RESTART_COUNT_ENV, JobEnv
 from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
 from tpuctl.processes import pid_alive
 
@@ -68,6 +68,7 @@ RESTART_MARGIN_S = 30.0  # beyond the restart timeout, waiting for the next gene
 SETTLE_S = 2.0  # beyond the heartbeat timeout: how long a job that failed by itself waits for its agent's word
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # tpuctl run must end: no (re)start after one
+ENV_TRIES = 3  # generations that may end between the agent's word that one formed and the job's start
 STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -140,6 +141,11 @@ class Watcher(threading.Thread):
             if report.down:
                 self.on_down(ClusterDown(report))
                 return
+            if self.generation and report.generation != self.generation and self._same_agent():
+                # the job's generation ended and the next formed before this watcher's first question
+                self.on_down(ClusterDown(report._replace(rejoining=True, generation=self.generation,
+                                                         ended=self._ended(report))))  # fmt: skip
+                return
             if self.generation and report.generation != self.generation:  # the agent died, another one took over
                 self.on_down(ClusterDown(report, agent_gone=(
                     f"this host's tpuctl agent{f' (pid {self.agent_pid})' if self.agent_pid else ''} was replaced "
@@ -148,6 +154,18 @@ class Watcher(threading.Thread):
                 return
             if since is not None:
                 since = report.seen
+
+
+    def _same_agent(self) -> bool:
+        return self.agent_pid is not None and pid_alive(self.agent_pid) and self.state.live_pid() == self.agent_pid
+
+    def _ended(self, report: ErrorReport) -> str:
+        """What ended the job's generation, from the agent's history (bounded: one entry)."""
+        cause = next((str(h.get("cause") or "") for h in report.history if h.get("generation") == self.generation), "")
+        return (
+            f"generation {self.generation} ended{': ' + cause[:500] if cause else ''} (generation "
+            f"{report.generation} formed as the job started)"
+        )
 
 
 # --- running the job -------------------------------------------------------------------------------
@@ -248,8 +266,23 @@ class JobRunner:
         signal came before it started (it is not started)."""
         from tpuctl.spec import hostenv
 
-        info = self.info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
-        env = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S))
+        for _ in range(ENV_TRIES):
+            info = self.info = AgentInfo.from_json(call(self.state, Op.INFO, timeout=INFO_TIMEOUT_S))
+            try:
+                env = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S))
+                break
+            except GenerationOver as exc:  # it ended since the agent said it formed: wait for the next one
+                if not self.max_restarts:
+                    raise
+                self.say(f"tpuctl: {exc.message}; waiting for the next generation to start the job")
+                formed = self._next_generation(info.generation)
+                if self.stopping is not None:
+                    return None
+                if formed is None:
+                    return self._give_up(self.down or ClusterDown(ErrorReport()), "no next generation formed")
+        else:
+            return self._give_up(ClusterDown(ErrorReport()), f"{ENV_TRIES} generations ended before the job could start")
+        generation = _int(env.set.get(GENERATION_ENV), info.generation)  # the one env is of (INFO's may be older)
         environ = with_python_startup(env.apply(hostenv.environ()))
         if self.max_restarts:
             environ[RESTART_COUNT_ENV] = str(self.restarts)
@@ -257,7 +290,7 @@ class JobRunner:
         self.exited.clear()
         self.wake.clear()
         self.generations.append(
-            {"generation": info.generation, "started": time.time(), "ended": None, "job": "running", "cause": ""}
+            {"generation": generation, "started": time.time(), "ended": None, "job": "running", "cause": ""}
         )
         agent_pid = info.pid if info.pid is not None else self.state.live_pid()
         if self.stopping is not None:  # a stop signal before the job started: it is not started
@@ -277,7 +310,7 @@ class JobRunner:
         waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
         waiter.start()
         watcher = Watcher(
-            self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout, generation=info.generation
+            self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout, generation=generation
         )
         watcher.start()
         try:
@@ -691,6 +724,13 @@ def _reap_exited(pid: int) -> bool:
     except ChildProcessError:
         return False
     return done == pid
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
 
 
 def _cause(down: ClusterDown) -> str:
