@@ -6,7 +6,8 @@ state, heartbeat age and cause, the cluster's error) and decides:
 ========  ===========================================================================================
 healthy   every task connected, heartbeating, and the cluster in no error
 degraded  every task still in, but one is not registered (yet) or its heartbeat is late (older than
-          half the heartbeat timeout): jobs may start, the verdict says which host to watch
+          half the heartbeat timeout), or this host re-forms as the next generation (restart policy
+          rejoin, within the restart timeout): jobs may start, the verdict says which host to watch
 failed    the cluster is in error, or a task failed or left (``tpuctl down`` on that host): barriers
           cannot pass, ``status`` and ``barrier`` exit 3, ``run`` refuses to start a job
 ========  ===========================================================================================
@@ -127,6 +128,9 @@ def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = 
     error = status.get("error")
     if error and not failed:  # the coordinator unreachable, a shutdown: no task row says it
         failed.append(Problem(FAILED, None, "", "error", str(error)))
+    rejoining = status.get("rejoining")
+    if rejoining and not failed:  # within the restart timeout: not failed, not whole either
+        degraded.insert(0, Problem(DEGRADED, None, "", "re-forming", f"this host is re-forming: {rejoining}"))
     if failed:
         return Health(FAILED, (*failed, *degraded))
     if degraded:

@@ -137,3 +137,20 @@ def test_a_generation_ending_between_the_formed_word_and_the_job_env_waits_for_t
     assert code == 0, said
     assert starts.read_text().split() == ["2"], said
     assert any("generation 1 of cluster" in line and "waiting for the next generation" in line for line in said), said
+
+
+def test_status_while_re_forming_with_the_coordinator_down_says_so(make_cluster) -> None:
+    import json
+
+    c = make_cluster("v4-16", **REJOIN)
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    c.wait_for_log(1, "re-forming as the next generation", 15)
+    text = c.tpuctl("status", task=1, timeout=20)
+    assert text.code == 0, text.err
+    assert "None" not in text.out and "cluster error" not in text.out, text.out
+    assert "generation   1" in text.out and "(not answering: " in text.out, text.out
+    assert "health       degraded" in text.out and "this host is re-forming: generation 1 ended" in text.out, text.out
+    document = json.loads(c.tpuctl("status", "--json", task=1, timeout=20).out)
+    assert document["generation"] == 1 and not document.get("error"), document
+    assert document["health"]["verdict"] == "degraded", document

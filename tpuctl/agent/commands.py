@@ -144,6 +144,7 @@ class LocalCommands:
             "coordinator": agent.spec.coordinator_target,
             "mapping": str(agent.options.output),
             "restart_policy": agent.spec.restart.policy,
+            "generation": agent.generation,  # this agent's (while re-forming: the one that ended)
             "heartbeat_timeout": agent.spec.coordinator.heartbeat_timeout,  # for the health verdict
         }
         if agent.rejoining is not None:
@@ -160,6 +161,8 @@ class LocalCommands:
             why = exc.message if isinstance(exc, TpuctlError) else (
                 f"the coordinator at {agent.spec.coordinator_target} did not answer within {STATUS_RPC_S:g} s"
             )
+            if agent.cluster_error is None and agent.rejoining is not None:  # not final: it re-forms
+                return {**base, "tasks": [], "coordinator_unreachable": why}
             return {**base, "tasks": [], "error": agent.cluster_error.message if agent.cluster_error else why}
         local = agent.cluster_error.message if agent.cluster_error else None
         return {**base, **info, "error": info.get("error") or local}

@@ -120,7 +120,10 @@ def render_status(result: dict[str, Any], health: Health | None = None) -> str:
     health = health or cluster_health(result)
     lines = [
         f"cluster      {result.get('cluster')}  (this host: task {result.get('task')})",
-        f"coordinator  {result.get('coordinator')}  (service incarnation {result.get('service_incarnation')})",
+        f"coordinator  {result.get('coordinator')}  "
+        + (f"(service incarnation {result['service_incarnation']})" if result.get("service_incarnation")
+           else f"(not answering: {result['coordinator_unreachable']})" if result.get("coordinator_unreachable")
+           else "(service incarnation unknown)"),
     ]
     if result.get("mapping"):
         lines.append(f"mapping      {result['mapping']}")
