@@ -220,9 +220,17 @@ def test_a_restarted_coordinator_starts_above_the_last_generation() -> None:
 
 def test_a_fresh_service_continues_above_a_generation_a_host_remembers() -> None:
     state = new_state(2, restart=REJOIN)
-    ref = state.register(registration(1, generation=4), now=0.0).task
-    assert ref.generation == 5 and state.generation == 5
-    assert state.register(registration(0), now=0.0).task.generation == 5
+    ref = state.register(registration(1, generation=3), now=0.0).task
+    assert ref.generation == 4 and state.generation == 4
+    assert state.register(registration(0), now=0.0).task.generation == 4
+
+
+def test_a_remembered_generation_beyond_the_restart_limit_is_not_continued() -> None:
+    """REJOIN allows 2 restarts: generation 3 is the last one a cluster can reach. A claim of 10**9 (a
+    stranger on an auth-none port, a stale file) would make the first failure final."""
+    state = new_state(2, restart=REJOIN)
+    ref = state.register(registration(1, generation=10**9), now=0.0).task
+    assert ref.generation == 1 and state.generation == 1 and state.restarts == 0
 
 
 def test_a_survivor_silent_for_the_heartbeat_timeout_while_re_forming_frees_its_place() -> None:

@@ -261,8 +261,10 @@ class CoordinationState:
                 f"(it brought {len(registration.retry_secret)})",
                 hint="run the same tpuctl version on every host",
             )
-        if self._fresh() and registration.generation >= self.generation:
-            # Task 0's new process lost its state dir but a host remembers: continue above it.
+        if self._fresh() and self.generation <= registration.generation <= self.config.restart.max_restarts + 1:
+            # Task 0's new process lost its state dir but a host remembers: continue above it. Bounded by the
+            # last generation the restart limit allows (a larger one is no cluster's: it would make the
+            # first failure final).
             self._restart_at(registration.generation + 1)
         if task.state is TaskState.CONNECTED:
             if self._same_process(task, registration):
