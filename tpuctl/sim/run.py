@@ -132,6 +132,7 @@ class SimRun:
                     self._send(proc, sig)
             self.say(f"tpuctl: running on {len(hosts)} simulated hosts under {self.root}: {shlex.join(self.command)}")
             results, timed_out = self._wait(started)
+            took = time.monotonic() - started  # the jobs' time: not the wait below for output left behind
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -139,7 +140,7 @@ class SimRun:
         deadline = time.monotonic() + READER_JOIN_S
         for reader in readers:
             reader.join(max(0.0, deadline - time.monotonic()))
-        return self._outcome(results, timed_out, time.monotonic() - started)
+        return self._outcome(results, timed_out, took)
 
     # --- waiting ---------------------------------------------------------------------------------
 
