@@ -125,6 +125,20 @@ def _check_exists(sim: Sim, command: list[str]) -> None:
             assert Path(word).exists(), f"{' '.join(command)} names {word}, which does not exist"
 
 
+def test_sim_run_times_the_jobs_not_the_output_a_left_behind_child_holds(sim: Sim) -> None:
+    """A job leaving a background child that holds its stdout: sim run waits (bounded) for the last output,
+    but says how long the jobs took."""
+    pids = sim.root / "left-behind.pids"
+    script = f"sleep 30 & echo $! >> {pids}; echo bg"
+    try:
+        done = sim.tpuctl("sim", "run", "--root", str(sim.root), "--", "sh", "-c", script, timeout=60)
+        assert done.code == 0, done.err
+        took = re.search(r"all 2 tasks exited 0 in ([0-9.]+) s", done.err)
+        assert took is not None and float(took.group(1)) < 3.0, done.err
+    finally:
+        sim.processes.stop_recorded([pids])
+
+
 def test_a_plain_status_points_at_the_running_sim_with_exact_commands(sim: Sim) -> None:
     done = sim.tpuctl("status")
     assert done.code == 5, done.err  # no agent for this user's default state dir
@@ -179,16 +193,3 @@ def test_a_stopped_agent_makes_sim_status_unhealthy_and_sim_run_refuse(sim: Sim)
     gone = sim.tpuctl("sim", "status", "--root", str(sim.root / "nowhere"))
     assert gone.code == 5 and "no simulated cluster is running" in gone.err
 
-
-def test_sim_run_times_the_jobs_not_the_output_a_left_behind_child_holds(sim: Sim) -> None:
-    """A job leaving a background child that holds its stdout: sim run waits (bounded) for the last output,
-    but says how long the jobs took."""
-    pids = sim.root / "left-behind.pids"
-    script = f"sleep 30 & echo $! >> {pids}; echo bg"
-    try:
-        done = sim.tpuctl("sim", "run", "--root", str(sim.root), "--", "sh", "-c", script, timeout=60)
-        assert done.code == 0, done.err
-        took = re.search(r"all 2 tasks exited 0 in ([0-9.]+) s", done.err)
-        assert took is not None and float(took.group(1)) < 3.0, done.err
-    finally:
-        sim.processes.stop_recorded([pids])
