@@ -15,9 +15,10 @@ What runs, per implementation (tpuctl's service, then XLA's C++ coordination ser
 
 Phases (the orchestrator starts each phase on every driver at once and measures between phases):
 
-1. ``register``: tpuctl, as ``tpuctl init`` does (tpuctl/agent/bringup.py): register, start the
-   heartbeat loop (every 5 s, the spec default), wait for all (with a progress callback, re-polled as
-   the client paces it), start the error watch (a parked long poll). XLA: ``connect()`` (RegisterTask +
+1. ``register``: tpuctl, as ``tpuctl init`` does (tpuctl/agent/bringup.py): register, open the
+   session stream (``client.session``; heartbeats every 5 s, the spec default), wait for all (with a
+   progress callback, re-polled as the client paces it), start the error watch (on the session since
+   protocol v6; a parked long poll before). Every barrier goes on the session too (unary before v6). XLA: ``connect()`` (RegisterTask +
    the PjRT_Client_Connect barrier; it starts its own heartbeat thread and error poll).
 2. ``merge``: tpuctl: ``client.gather`` of the record ``tpuctl init`` publishes (4 core IDs and a
    DTensor port; task 0 also a time and JAX's port; tpuctl/agent/merge.py), with its progress polls,
@@ -213,6 +214,7 @@ class TpuctlHost:
     task: int
     client: Any
     membership: Any = None
+    session: Any = None
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     alive: bool = True
     step: str = ""
@@ -288,12 +290,19 @@ class TpuctlDriver:
         host.membership = m = await c.register(
             CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
         )
-        host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
+        if hasattr(c, "session"):  # as `tpuctl init` (protocol v6): heartbeats, barriers, error watch on one stream
+            host.session = c.session(m, interval=HEARTBEAT_INTERVAL_S)
+            host.background.append(asyncio.create_task(host.session.run()))
+        else:
+            host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
         host.step = "wait_for_all"
         await c.wait_for_all(
             m.task, timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
         )
-        host.background.append(asyncio.create_task(c.watch_errors(m.task)))
+        if host.session is not None:
+            host.background.append(asyncio.create_task(host.session.watch_errors()))
+        else:
+            host.background.append(asyncio.create_task(c.watch_errors(m.task)))
 
     async def merge(self, host: TpuctlHost, barriers: list[float]) -> None:
         c = host.client
@@ -328,7 +337,10 @@ class TpuctlDriver:
     async def barrier(self, host: TpuctlHost, name: str, barriers: list[float]) -> None:
         host.step = f"barrier {name}"
         start = time.monotonic()
-        await host.client.barrier(host.membership.task, name, timeout=self.timeout)
+        if host.session is not None:
+            await host.session.barrier(name, timeout=self.timeout)
+        else:
+            await host.client.barrier(host.membership.task, name, timeout=self.timeout)
         barriers.append(time.monotonic() - start)
 
     def check_background(self) -> None:

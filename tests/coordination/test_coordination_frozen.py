@@ -128,3 +128,39 @@ def test_a_freeze_shorter_than_the_heartbeat_timeout_is_ridden_out() -> None:
             assert (await cluster.client().status()).failure is None
 
     run(body())
+
+
+def test_a_frozen_coordinator_ends_a_session_and_its_waiting_barrier_within_the_heartbeat_timeout() -> None:
+    """The session stream (protocol v6) keeps the heartbeat loop's deadlines, and a barrier waiting on it
+    ends with the session, not at its own (30 s) timeout."""
+
+    async def body() -> None:
+        async with (
+            serving(make_config(2, heartbeat_timeout=TIMEOUT_S)) as cluster,
+            FreezingProxy(cluster.server.port) as proxy,
+        ):
+            client = CoordinationClient(proxy.target)
+            try:
+                member = await client.register("test", 0)
+                session = client.session(member, interval=0.1)
+                running = asyncio.create_task(session.run())
+                watching = asyncio.create_task(session.watch_errors())
+                waiting = asyncio.create_task(session.barrier("never", timeout=30.0))
+                await asyncio.sleep(1.0)  # confirmations flowing; task 1 never arrives
+                assert not running.done() and not waiting.done() and not watching.done()
+                proxy.freeze()
+                frozen = time.monotonic()
+                with pytest.raises(CoordinatorUnreachable) as excinfo:
+                    await asyncio.wait_for(running, 8.0)
+                took = time.monotonic() - frozen
+                with pytest.raises(CoordinatorUnreachable):
+                    await asyncio.wait_for(waiting, 0.5)
+                with pytest.raises(CoordinatorUnreachable):
+                    await asyncio.wait_for(watching, 0.5)
+                proxy.thaw()
+            finally:
+                await client.close()
+        assert "unreachable/frozen: no heartbeat confirmed for " in excinfo.value.message
+        assert TIMEOUT_S + CONFIRM_GRACE_S - TIMEOUT_S / 3 - 0.1 <= took <= TIMEOUT_S + CONFIRM_GRACE_S + 0.5, took
+
+    run(body())

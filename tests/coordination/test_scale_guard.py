@@ -1,10 +1,13 @@
 """Regression guard: the coordination service's work per host does not grow with the cluster.
 
 One real ``grpc.aio`` server on 127.0.0.1 port 0 and N hosts' clients in this process run what
-``tpuctl init`` runs on the wire (register, the heartbeat stream, wait for all, the error watch left
-running, a gather of 4 core IDs, two barriers) at two sizes. The service's own counters
+``tpuctl init`` runs on the wire (register, the session stream, wait for all, the error watch left
+running on the session, a gather of 4 core IDs, two barriers on the session) at two sizes. The service's own counters
 (``Counters``: RPCs, records visited, messages built and encoded, parked calls woken, bytes sent) divided
-by the host count may grow by at most 1.5x from the small size to the large one. Counting, not timing:
+by the host count may grow by at most 1.5x from the small size to the large one; so may the session
+streams' messages in and out and the bytes written on them (``stream_in``, ``stream_out``,
+``stream_bytes``), and no call stays parked per host once init is done (the barriers and the error
+watch are stream messages since protocol v6, not parked calls). Counting, not timing:
 the result does not depend on how loaded the machine is.
 
 The gather's table is the one answer that is O(hosts) per host by nature (every host needs every host's
@@ -53,18 +56,23 @@ async def init_sequence(hosts: int) -> dict[str, Any]:
         async def host(task: int) -> list[bytes]:
             client = clients[task]
             member = await client.register(CLUSTER, task, hostname=f"guard-{task}", connect_timeout=60.0)
-            # One streamed heartbeat (confirmed at once), then none for the rest of the run.
-            background.append(asyncio.create_task(client.heartbeat_loop(member, interval=3600.0)))
+            # One heartbeat on the session (confirmed at once), then none for the rest of the run.
+            session = client.session(member, interval=3600.0)
+            background.append(asyncio.create_task(session.run()))
             await client.wait_for_all(member.task, timeout=300.0, progress_every=60.0)
-            background.append(asyncio.create_task(client.watch_errors(member.task, timeout=3600.0)))
+            background.append(asyncio.create_task(session.watch_errors()))
             table = await client.gather(member.task, "cores", core_ids(task), timeout=300.0)
-            await client.barrier(member.task, "cores-done", timeout=300.0)
-            await client.barrier(member.task, "init-done", timeout=300.0)
+            await session.barrier("cores-done", timeout=300.0)
+            await session.barrier("init-done", timeout=300.0)
             return table
 
         tables = await asyncio.gather(*(host(t) for t in range(hosts)))
         await asyncio.sleep(0.2)  # let the last heartbeat confirmations land
         end = counters.snapshot()
+        service = server.service
+        parked = sum(len(slot) for slot in service._parking._slots.values())
+        assert parked == 0, f"{parked} calls parked after init"
+        assert not service._stream_barriers
         assert all(table == [core_ids(t) for t in range(hosts)] for table in tables)
         work = {name: end[name] - start[name] for name in end}
         work["gather_bytes"] = hosts * len(gather_response(1, tables[0]).SerializeToString())  # as sent (v3)
@@ -91,8 +99,21 @@ def test_service_work_and_bytes_per_host_stay_flat_from_250_to_1000_hosts() -> N
     small, large = per_host
     report = {name: (round(small[name], 2), round(large[name], 2)) for name in small}
     print("per host (small, large):", report)
-    for name in ("calls", "touched", "built", "encoded", "woken", "other_bytes"):
+    for name in (
+        "calls",
+        "touched",
+        "built",
+        "encoded",
+        "woken",
+        "other_bytes",
+        "stream_in",
+        "stream_out",
+        "stream_bytes",
+    ):
         assert large[name] <= small[name] * GROWTH, f"{name} per host grew: {report[name]}"
+    # The session: a heartbeat, the watch and two arrivals in; a confirmation and two outcomes out.
+    assert 4 <= large["stream_in"] <= 6 and 3 <= large["stream_out"] <= 5, report
+    assert large["stream_bytes"] <= 64, report
     # Shared answers are encoded once, not once per host: far fewer encodings than hosts.
     assert large["encoded"] < 1.0
     # The gather table per host is the table and nothing more: linear in hosts by nature (a little more

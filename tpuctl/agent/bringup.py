@@ -6,7 +6,8 @@
 1. take the state dir's lock (a second agent for the same state dir is refused);
 2. task 0 starts the coordination service at ``hosts[0]:port``;
 3. register (cluster name, task id, fresh incarnation) and wait for every host, reporting who is missing;
-4. heartbeat in the background; watch the service's error long-poll;
+4. open this host's session with the service (one stream: heartbeats, then the error watch and every
+   barrier of this host; ``CoordinationClient.session``);
 5. publish this host's core IDs (from the backend) and gather everyone's: the core-ID merge;
 6. build the topology and the device mapping; write the mapping file atomically;
 7. a final barrier, then report ready (``init`` prints its summary and exits 0);
@@ -123,6 +124,7 @@ class Agent:
         self._server: Any = None
         self.client: Any = None
         self.membership: Any = None
+        self.session: Any = None  # this generation's session stream (heartbeats, barriers, error watch)
         self._tasks: list[asyncio.Task[Any]] = []
         self._server_task: asyncio.Task[Any] | None = None
         self._mapping: Any = None
@@ -254,7 +256,10 @@ class Agent:
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         self._ended = asyncio.get_running_loop().create_future()
         # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
-        self._generation_tasks = [asyncio.create_task(self._heartbeats(self.membership), name=f"heartbeats-{generation}")]
+        self.session = self.client.session(self.membership, interval=self.spec.coordinator.heartbeat_interval)
+        self._generation_tasks = [
+            asyncio.create_task(self._heartbeats(self.membership, self.session), name=f"heartbeats-{generation}")
+        ]
         steps = asyncio.create_task(self._form_steps(wait), name=f"form-{generation}")
         waiting: set[asyncio.Future[Any]] = {steps, self._ended}
         try:
@@ -290,7 +295,9 @@ class Agent:
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
         self._generation_tasks.append(
-            asyncio.create_task(self._watch_errors(self.membership), name=f"watch-errors-{generation}")
+            asyncio.create_task(
+                self._watch_errors(self.membership, self.session), name=f"watch-errors-{generation}"
+            )
         )
         self.reporter.phase("merging core IDs", _probe_limit(spec) + spec.barrier_timeout)
         mapping, self.job_ports = await merge(
@@ -486,16 +493,19 @@ class Agent:
                 self.notify()
                 return
 
-    async def _heartbeats(self, membership: Any) -> None:
+    async def _heartbeats(self, membership: Any, session: Any) -> None:
         try:
-            await self.client.heartbeat_loop(membership, interval=self.spec.coordinator.heartbeat_interval)
+            await session.run()
         except TpuctlError as exc:
             self._end(membership, await self._why_ended(membership, exc))
 
-    async def _watch_errors(self, membership: Any) -> None:
+    async def _watch_errors(self, membership: Any, session: Any) -> None:
+        """The cluster's error, pushed on the session (the session's own end is the heartbeats' to tell)."""
         try:
-            failure = await self.client.watch_errors(membership.task, service_incarnation=membership.service_incarnation)
+            failure = await session.watch_errors()
         except TpuctlError as exc:
+            if exc is session.ended:
+                return  # the session itself ended: the heartbeats say why
             self._end(membership, await self._why_ended(membership, exc))
             return
         if failure is None:
@@ -558,7 +568,7 @@ class Agent:
                 self._main_task.cancel()  # init cannot finish: report the cluster's error now
 
     async def _barrier(self, name: str, timeout: float) -> int:
-        return int(await self.client.barrier(self.membership.task, name, timeout=timeout))
+        return int(await self.session.barrier(name, timeout=timeout))
 
     async def barrier(self, name: str, timeout: float, generation: int = 0) -> int:
         """A job's barrier (``tpuctl barrier``); ``generation``: the job's (``TPUCTL_GENERATION``; 0: any).

@@ -17,6 +17,8 @@ seconds, so a whole pod's progress lines cost the service a bounded number of sm
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import secrets
 import socket
@@ -256,6 +258,15 @@ class CoordinationClient:
         request = pb.HeartbeatRequest(task=convert.task_ref_pb(task), service_incarnation=service_incarnation)
         response = await self._call(self._stub.Heartbeat, request, "Heartbeat", self._rpc_timeout)
         return int(response.service_incarnation)
+
+    def session(
+        self, membership: Membership, *, interval: float | None = None, give_up_after: float | None = None
+    ) -> Session:
+        """This host's session (protocol v6): heartbeats, barriers and the error watch on one stream, so
+        the host holds one standing call in the service instead of three. ``await session.run()`` in a
+        task of its own (it heartbeats like ``heartbeat_loop`` and raises as it does); meanwhile
+        ``session.barrier(...)`` and ``session.watch_errors()`` use the stream."""
+        return Session(self, membership, interval=interval, give_up_after=give_up_after)
 
     async def heartbeat_loop(
         self, membership: Membership, *, interval: float | None = None, give_up_after: float | None = None
@@ -606,6 +617,19 @@ class CoordinationClient:
         """A barrier or gather call; with ``progress``, ask where it stands while it waits."""
         calling = self._call_streamed if streamed else self._call
         waiting = calling(rpc, request, call, wait + self._rpc_timeout)
+        return await self._with_progress(waiting, call, task, name, kind, progress, progress_every)
+
+    async def _with_progress(
+        self,
+        waiting: Awaitable[_Answer],
+        call: str,
+        task: TaskRef,
+        name: str,
+        kind: RendezvousKind,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
+        progress_every: float,
+    ) -> _Answer:
+        """Await ``waiting``; with ``progress``, ask where the rendezvous stands while it waits."""
         if progress is None:
             return await waiting
         running = asyncio.ensure_future(waiting)
@@ -625,6 +649,314 @@ class CoordinationClient:
                     await _report(progress(found))
         finally:
             running.cancel()
+
+
+class Session:
+    """One host's session with the coordinator (protocol v6): one stream (``HeartbeatStream``) carries
+    its heartbeats, its barrier arrivals and its error watch, so the service holds one call per host
+    instead of a stream, a parked error poll and a parked barrier, and answers a passed barrier with one
+    write per host. Made by ``CoordinationClient.session``.
+
+    ``run()`` heartbeats until cancelled, exactly as ``heartbeat_loop`` (the same confirmations, the same
+    deadlines: a frozen or cut-off coordinator is noticed within ``give_up_after + CONFIRM_GRACE_S`` s of
+    the last confirmation; an unreachable one is ridden out for ``give_up_after`` s by reopening the
+    stream) and raises as it does. One reader task per stream sorts what comes back: confirmations,
+    barrier outcomes (by request id) and the cluster's error.
+
+    While it runs: ``barrier`` (as ``CoordinationClient.barrier``; an arrival in flight when the stream
+    breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
+    error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
+    with its error."""
+
+    def __init__(
+        self,
+        client: CoordinationClient,
+        membership: Membership,
+        *,
+        interval: float | None = None,
+        give_up_after: float | None = None,
+    ) -> None:
+        self._client = client
+        self.membership = membership
+        self.interval = interval or membership.heartbeat_timeout / 3
+        self.give_up_after = give_up_after or membership.heartbeat_timeout
+        self._call: Any = None
+        self._write_lock = asyncio.Lock()  # gRPC: one write at a time on a call
+        self._opened = asyncio.Event()  # set while a stream is up (its first message sent)
+        self._pending: dict[int, asyncio.Future[int]] = {}
+        self._ids = itertools.count(1)
+        self._confirm: asyncio.Future[None] | None = None
+        self._watching = False
+        self._failure: asyncio.Future[ClusterFailure] = asyncio.get_running_loop().create_future()
+        self._ended: TpuctlError | None = None
+        self._broke: TpuctlError | None = None  # why the last stream broke (its waiting barriers wait)
+
+    @property
+    def ended(self) -> TpuctlError | None:
+        """Why ``run`` ended (None while it runs)."""
+        return self._ended
+
+    async def run(self) -> NoReturn:
+        client, membership = self._client, self.membership
+        interval, give_up_after = self.interval, self.give_up_after
+        confirmed = [time.monotonic()]
+        attempt = 0
+        try:
+            while True:
+                try:
+                    await self._stream(max(1, int(give_up_after / (3 * interval))), confirmed)
+                except (ClusterError, DeadlineError) as exc:
+                    if isinstance(exc, ClusterError) and not isinstance(exc, CoordinatorUnreachable):
+                        await client._raise_if_restarted(membership.service_incarnation, exc)
+                        raise
+                    silent = time.monotonic() - confirmed[0]
+                    if silent > give_up_after:
+                        raise client._unconfirmed(silent, give_up_after, exc) from exc
+                    log.warning("heartbeat failed (will retry): %s", exc.message)
+                    await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
+                    attempt += 1
+        except TpuctlError as exc:
+            self._end(exc)
+            raise
+        except BaseException:
+            self._end(ClusterError(f"task {membership.task.task_id}: the session with {client.target} was closed"))
+            raise
+
+    async def barrier(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 5.0,
+    ) -> int:
+        """``CoordinationClient.barrier`` for this session's task, on the stream: the same outcomes and
+        errors. Waits up to ``rpc_timeout`` for the stream to be up."""
+        client = self._client
+        call = f"barrier {shown(name)}"
+        wait = (client._max_wait if timeout is None else timeout) + client._rpc_timeout
+        return int(
+            await client._with_progress(
+                self._barrier(name, timeout or 0.0, call, wait),
+                call,
+                self.membership.task,
+                name,
+                "barrier",
+                progress,
+                progress_every,
+            )
+        )
+
+    async def watch_errors(self) -> ClusterFailure:
+        """The cluster's error, once there is one (the service pushes it on the stream). Raises the
+        session's error if it ends first."""
+        if not self._watching:
+            self._watching = True
+            if self._opened.is_set() and self._ended is None:
+                await self._send_watch()
+        return await asyncio.shield(self._failure)
+
+    # --- plumbing ------------------------------------------------------------------------------------
+
+    async def _barrier(self, name: str, timeout: float, call: str, wait: float) -> int:
+        client = self._client
+        started = time.monotonic()
+        if self._ended is not None:
+            raise self._ended
+        if not self._opened.is_set():
+            await self._until_open(client._rpc_timeout, call)
+        request_id = next(self._ids)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            arrival = pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout)
+            await self._write(pb.HeartbeatRequest(barrier=arrival), _left(started + wait, client._rpc_timeout), call)
+            left = started + wait - time.monotonic()
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), max(0.01, left))
+            except asyncio.TimeoutError:
+                raise DeadlineError(
+                    f"the coordinator at {client.target} did not answer {call} within {wait:.1f} s",
+                    hint="it may be overloaded or stuck; `tpuctl status` shows what it sees",
+                ) from None
+        finally:
+            self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: no "never retrieved" warning for an abandoned wait
+
+    async def _until_open(self, limit: float, call: str) -> None:
+        ended: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(self._failure))
+        opened: asyncio.Future[Any] = asyncio.ensure_future(self._opened.wait())
+        try:
+            await asyncio.wait({ended, opened}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            opened.cancel()
+        if self._ended is not None:
+            raise self._ended
+        if not self._opened.is_set():
+            raise CoordinatorUnreachable(
+                f"{call}: no session with the coordinator at {self._client.target} within {limit:.1f} s",
+                hint="check that task 0's agent runs and is reachable from this host",
+            )
+
+    async def _send_watch(self) -> None:
+        with contextlib.suppress(TpuctlError):  # a broken stream: the next one sends it again
+            await self._write(pb.HeartbeatRequest(watch_errors=True), self._client._rpc_timeout, "HeartbeatStream")
+
+    async def _write(self, request: pb.HeartbeatRequest, timeout: float, call: str) -> None:
+        stream = self._call
+        if stream is None:
+            raise CoordinatorUnreachable(f"{call}: the session with {self._client.target} is reconnecting")
+        try:
+            async with self._write_lock:
+                await asyncio.wait_for(stream.write(request), timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._client._error(exc, call, self._client._rpc_timeout) from exc
+        except asyncio.InvalidStateError as exc:  # written to a call the service already ended
+            raise self._client._error(await _finished(stream), call, self._client._rpc_timeout) from exc
+        except asyncio.TimeoutError as exc:
+            raise DeadlineError(
+                f"the coordinator at {self._client.target} took no {call} message within {timeout:.1f} s",
+                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
+            ) from exc
+
+    async def _stream(self, confirm_every: int, confirmed: list[float]) -> NoReturn:
+        """One stream until it fails: heartbeats every ``interval`` s, every ``confirm_every``-th one
+        confirmed (the first too); ``confirmed[0]``: when the service last confirmed one."""
+        client, membership, give_up = self._client, self.membership, self.give_up_after
+        call = client._stub.HeartbeatStream(metadata=client._metadata, wait_for_ready=False)
+        self._call = call
+        reader: asyncio.Future[Any] = asyncio.ensure_future(self._read(call))
+        loop = asyncio.get_running_loop()
+        first = pb.HeartbeatRequest(
+            task=convert.task_ref_pb(membership.task), service_incarnation=membership.service_incarnation, ack=True
+        )
+        sent = 0
+        waited_from = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                ask = sent % confirm_every == 0
+                if sent == 0:
+                    request = first
+                else:
+                    request = pb.HeartbeatRequest(ack=ask, service_incarnation=membership.service_incarnation)
+                sent += 1
+                # Due by the last confirmation + give_up (+ grace); a heartbeat sent long after it (an
+                # interval over the timeout) gets half the timeout. Never more than the rpc_timeout.
+                deadline = max(confirmed[0] + give_up + CONFIRM_GRACE_S, now + give_up / 2)
+                waited_from = now
+                if ask:
+                    self._confirm = loop.create_future()
+                await self._write(request, _left(deadline, client._rpc_timeout), "HeartbeatStream")
+                if sent == 1:
+                    self._broken()  # arrivals of the broken stream: their outcomes went with it
+                    self._opened.set()
+                    if self._watching:
+                        await self._send_watch()
+                if ask:
+                    assert self._confirm is not None
+                    either: set[asyncio.Future[Any]] = {self._confirm, reader}
+                    done, _ = await asyncio.wait(
+                        either, timeout=_left(deadline, client._rpc_timeout),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )  # fmt: skip
+                    if reader in done:
+                        reader.result()  # raises why the stream ended
+                    if not self._confirm.done():
+                        raise asyncio.TimeoutError
+                    confirmed[0] = time.monotonic()
+                done, _ = await asyncio.wait({reader}, timeout=self.interval)
+                if done:
+                    reader.result()
+        except asyncio.TimeoutError as exc:
+            self._broke = DeadlineError(
+                f"the coordinator at {client.target} did not confirm a heartbeat within "
+                f"{time.monotonic() - waited_from:.1f} s",
+                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
+            )
+            raise self._broke from exc
+        except TpuctlError as exc:
+            self._broke = exc
+            raise
+        finally:
+            self._opened.clear()
+            self._call = None
+            reader.cancel()
+            call.cancel()
+
+    async def _read(self, call: Any) -> NoReturn:
+        """Sort what the stream answers until it ends; raises why it ended (a ``TpuctlError``)."""
+        client, pending = self._client, self._pending
+        expected = self.membership.service_incarnation
+        try:
+            while True:
+                response = await call.read()
+                if not isinstance(response, pb.HeartbeatResponse):  # EOF: the service ended the stream
+                    ended = await _finished(call)
+                    if ended.code() is not grpc.StatusCode.OK:
+                        raise client._error(ended, "HeartbeatStream", client._rpc_timeout)
+                    raise ClusterError(f"the coordinator at {client.target} ended the heartbeat stream")
+                if response.request_id:
+                    future = pending.pop(response.request_id, None)
+                    if future is not None and not future.done():
+                        if response.code:
+                            future.set_exception(self._refusal(response, "barrier"))
+                        else:
+                            future.set_result(int(response.instance))
+                elif response.HasField("failure"):
+                    if not self._failure.done():
+                        self._failure.set_result(convert.cluster_failure(response.failure))
+                elif response.code:  # the error watch was refused
+                    if not self._failure.done():
+                        error = self._refusal(response, "the error watch")
+                        await client._raise_if_restarted(expected, error)
+                        self._failure.set_exception(error)
+                else:  # a heartbeat confirmation
+                    if response.service_incarnation != expected:
+                        raise client._restart_error(int(response.service_incarnation), expected)
+                    if self._confirm is not None and not self._confirm.done():
+                        self._confirm.set_result(None)
+        except grpc.aio.AioRpcError as exc:
+            raise client._error(exc, "HeartbeatStream", client._rpc_timeout) from exc
+
+    def _refusal(self, response: pb.HeartbeatResponse, call: str) -> TpuctlError:
+        code = _STATUS_BY_VALUE.get(response.code, grpc.StatusCode.UNKNOWN)
+        client = self._client
+        return convert.error_from_status(
+            code, response.details, response.hint or None, target=client.target, call=call, timeout=client._rpc_timeout
+        )
+
+    def _broken(self, error: TpuctlError | None = None) -> None:
+        """A stream broke and a new one is up (or the session ended, ``error``): the barriers that waited
+        on the broken one fail (their arrivals may have been counted; never sent twice). Until then they
+        wait, so that a coordinator that stays unreachable or frozen fails them with the session's verdict."""
+        broke, self._broke = self._broke, None
+        if error is None and broke is None:
+            return
+        pending = list(self._pending.values())
+        self._pending.clear()  # in place: the reader holds this dict
+        if error is None and broke is not None:
+            error = CoordinatorUnreachable(
+                f"the session with the coordinator at {self._client.target} broke while the call waited: "
+                f"{broke.message}",
+                hint=broke.hint,
+            )
+        for future in pending:
+            if not future.done() and error is not None:
+                future.set_exception(error)
+
+    def _end(self, error: TpuctlError) -> None:
+        self._ended = error
+        self._broken(error)
+        if not self._failure.done():
+            self._failure.set_exception(error)
+            self._failure.exception()  # retrieved here: nobody may be watching
+
+
+_Answer = Any
+_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
 
 async def _report(outcome: Awaitable[None] | None) -> None:

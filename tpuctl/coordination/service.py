@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import secrets
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -29,6 +29,7 @@ from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.state import (
     ERRORS,
     REGISTRATION,
+    BarrierId,
     ClusterFailure,
     CoordinationState,
     Counters,
@@ -37,6 +38,7 @@ from tpuctl.coordination.state import (
     Reason,
     Refused,
     TaskFailure,
+    TaskRef,
     WaitKey,
     Wakeup,
     barrier_key,
@@ -58,6 +60,8 @@ _FANOUT_BYTES = 32 * 1024 * 1024
 _FANOUT_MIN = 16
 """... but at least this many answers."""
 _KV_DIR_CACHE = 64
+_FLUSH_S = 1.0
+"""How long a session's end waits for its queued writes."""
 """Key listings kept encoded (by prefix) until the next key-value write."""
 
 # Refusals that mean a host is misconfigured or a process is duplicated: worth a warning in the log.
@@ -128,6 +132,53 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _Session:
+    """The service's side of one host's session stream (``HeartbeatStream``, protocol v6): whose it is,
+    and its outbox. gRPC allows one write at a time on a call, and barrier outcomes and the pushed error
+    come from other calls' handlers: every write goes through ``send``, which queues it and keeps one
+    writer task running while the queue is not empty (none while idle)."""
+
+    __slots__ = ("_counters", "_queue", "_writer", "closed", "context", "task", "watching", "wire")
+
+    def __init__(self, context: Any, counters: Counters) -> None:
+        self.context = context
+        self.task: TaskRef | None = None
+        self.wire: pb.TaskRef | None = None
+        self.closed = False
+        self.watching = False
+        self._queue: deque[bytes] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._counters = counters
+
+    def send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._queue.append(data)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue and not self.closed:
+                data = self._queue.popleft()
+                self._counters.stream_out += 1
+                self._counters.stream_bytes += len(data)
+                await self.context.write(data)
+        except Exception as exc:  # the call ended under the write (the host went away): nothing to tell
+            log.debug("session stream write failed: %s", exc)
+            self.closed = True
+        finally:
+            self._writer = None
+
+    async def flush(self) -> None:
+        """Wait (a bounded time: the host may be frozen) for the queued writes, so that the stream's end
+        does not overtake them."""
+        writer = self._writer
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(writer), _FLUSH_S)
+
+
 def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Request, _Response]:
     """Send a ``Refused`` as its gRPC status; wake whatever the call changed, however it ended."""
 
@@ -163,10 +214,17 @@ class CoordinationServicer:
         self._parking = _Parking(self.counters)
         self._watchdog: asyncio.Task[None] | None = None
         self._shared: dict[str, bytes] = {}
-        self._error: tuple[ClusterFailure, bytes] | None = None
+        self._error: tuple[ClusterFailure, bytes, bytes] | None = None
+        """The cluster's error as an error poll's answer and as a session's push, encoded once."""
         self._gathered: dict[str, tuple[Gathered, bytes, asyncio.Semaphore]] = {}
         self._kv_dirs: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self.refusal_log = RateLimitedLog(log)
+        # Barrier arrivals on session streams, by wait key: (session, request id, barrier), answered once
+        # each when the key is woken and decided; one timer per key for its deadline, not one per host.
+        self._stream_barriers: dict[WaitKey, list[tuple[_Session, int, BarrierId]]] = {}
+        self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
+        self._watchers: set[_Session] = set()
+        """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
 
     @property
     def state(self) -> CoordinationState:
@@ -241,16 +299,134 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def HeartbeatStream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Any) -> None:
-        """One task's heartbeats for its lifetime; O(1) per message, answered only when asked."""
+        """One task's session for its lifetime; O(1) per message. A heartbeat is answered only when asked;
+        a barrier arrival (v6) once the barrier is decided; the error watch (v6) once there is an error.
+        The first message names the stream's task, checked as every task-scoped call is; later messages
+        are of that task (one naming another is refused, ending the stream)."""
         state, clock, counters = self._state, self._clock, self.counters
-        async for request in requests:
-            counters.calls += 1
-            task = request.task
-            state.heartbeat(
-                convert.task_ref(task), now=clock(), service_incarnation=request.service_incarnation
-            )
-            if request.ack:
-                await context.write(self._heartbeat_answer())
+        session = _Session(context, counters)
+        try:
+            async for request in requests:
+                counters.calls += 1
+                counters.stream_in += 1
+                caller = session.task
+                if caller is None:
+                    session.wire = request.task
+                    caller = session.task = convert.task_ref(request.task)
+                elif request.HasField("task") and request.task != session.wire:
+                    raise Refused(
+                        Reason.NOT_PERMITTED,
+                        f"a session stream carries the calls of the task that opened it (task {caller.task_id}); "
+                        f"a message for task {request.task.task_id} was refused",
+                        hint="open one stream per task",
+                    )
+                if request.HasField("barrier"):
+                    self._stream_barrier(session, caller, request.barrier)
+                elif request.watch_errors:
+                    self._watch(session, caller)
+                else:
+                    state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
+                    if request.ack:
+                        session.send(self._heartbeat_answer())
+        except Refused:
+            await session.flush()
+            raise
+        finally:
+            session.closed = True
+            self._watchers.discard(session)
+        await session.flush()
+
+    def _stream_barrier(self, session: _Session, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
+        """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
+        pass, a failure) or at its deadline. Refusals answer the arrival; the stream goes on."""
+        request_id = arrival.request_id
+        try:
+            barrier = self._state.barrier_arrive(caller, arrival.name, arrival.timeout_seconds, now=self._clock())
+            outcome = self._state.barrier_outcome(barrier, now=self._clock())
+        except Refused as refused:
+            session.send(_outcome_refused(request_id, refused))
+            return
+        if not isinstance(outcome, Pending):
+            session.send(_outcome_passed(request_id, outcome))
+            return
+        key = barrier_key(barrier)
+        waiting = self._stream_barriers.get(key)
+        if waiting is None:
+            waiting = self._stream_barriers[key] = []
+        waiting.append((session, request_id, barrier))
+        if key not in self._barrier_timers:
+            delay = max(0.0, outcome.deadline - self._clock())
+            self._barrier_timers[key] = asyncio.get_running_loop().call_later(delay, self._barrier_due, key)
+
+    def _barrier_due(self, key: WaitKey) -> None:
+        self._barrier_timers.pop(key, None)
+        self._answer_barriers([key])
+        self._wake()
+
+    def _answer_barriers(self, keys: list[WaitKey] | frozenset[WaitKey]) -> None:
+        """Answer every session waiting on ``keys`` whose barrier is decided: the outcome is decided and
+        encoded once per key, then written to each waiting stream (O(1) each)."""
+        now = self._clock()
+        for key in keys:
+            waiting = self._stream_barriers.get(key)
+            if not waiting:
+                continue
+            barrier = waiting[0][2]
+            try:
+                outcome = self._state.barrier_outcome(barrier, now=now)
+            except Refused as refused:
+                tail = _outcome_refused(0, refused)
+            else:
+                if isinstance(outcome, Pending):
+                    timer = self._barrier_timers.pop(key, None)
+                    if timer is not None:
+                        timer.cancel()
+                    self._barrier_timers[key] = asyncio.get_running_loop().call_later(
+                        max(0.0, outcome.deadline - now), self._barrier_due, key
+                    )
+                    continue
+                tail = _outcome_passed(0, outcome)
+            del self._stream_barriers[key]
+            timer = self._barrier_timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self.counters.touched += len(waiting)
+            self.counters.woken += len(waiting)
+            for session, request_id, _ in waiting:
+                session.send(_request_id_prefix(request_id) + tail)
+
+    def _watch(self, session: _Session, caller: TaskRef) -> None:
+        """Push the cluster's error on ``session`` once there is one (at once if there is)."""
+        if session.watching:
+            return
+        session.watching = True
+        self._watchers.add(session)
+        self._push_error(session, caller)
+
+    def _push_error(self, session: _Session, caller: TaskRef) -> None:
+        try:
+            failure = self._state.poll_error(caller, now=self._clock())
+        except Refused as refused:
+            self._watchers.discard(session)
+            session.send(_outcome_refused(0, refused))
+            return
+        if failure is None:
+            return
+        self._watchers.discard(session)
+        if self._error is None or self._error[0] is not failure:
+            self._encode_error(failure)
+        assert self._error is not None
+        session.send(self._error[2])
+
+    def _encode_error(self, failure: ClusterFailure) -> None:
+        self.counters.built += 1
+        self.counters.encoded += 2
+        message = convert.cluster_failure_pb(failure)
+        self._error = (
+            failure,
+            pb.PollForErrorResponse(failure=message).SerializeToString(),
+            pb.HeartbeatResponse(failure=message).SerializeToString(),
+        )
 
     @_refusals_as_status
     async def ReportError(self, request: pb.ReportErrorRequest, context: Any) -> Answer:
@@ -275,10 +451,8 @@ class CoordinationServicer:
         if failure is None:
             return b""  # an empty PollForErrorResponse
         if self._error is None or self._error[0] is not failure:
-            self.counters.built += 1
-            self.counters.encoded += 1
-            message = pb.PollForErrorResponse(failure=convert.cluster_failure_pb(failure))
-            self._error = (failure, message.SerializeToString())
+            self._encode_error(failure)
+        assert self._error is not None
         return self._error[1]
 
     @_refusals_as_status
@@ -389,7 +563,17 @@ class CoordinationServicer:
             await self._parking.park(key, outcome.deadline - now)
 
     def _wake(self) -> None:
-        self._parking.wake(self._state.take_wakeup())
+        wakeup = self._state.take_wakeup()
+        if not wakeup.everyone and not wakeup.keys:
+            return
+        self._parking.wake(wakeup)
+        if self._stream_barriers:
+            self._answer_barriers(list(self._stream_barriers) if wakeup.everyone else wakeup.keys)
+        if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
+            for session in list(self._watchers):
+                self.counters.touched += 1
+                if session.task is not None:
+                    self._push_error(session, session.task)
 
     def _share(self, key: str, build: Callable[[], Message]) -> bytes:
         """An answer that is the same for every caller, serialized once."""
@@ -431,6 +615,41 @@ class CoordinationServicer:
             log.warning("%s failed: %s", failure.task, failure.cause)
         if len(failures) > SAMPLE:
             log.warning("... and %d more tasks failed (`tpuctl status --json` lists all)", len(failures) - SAMPLE)
+
+
+def _request_id_prefix(request_id: int) -> bytes:
+    """``HeartbeatResponse.request_id`` (field 2, a varint) on the wire: prepended to an outcome encoded
+    once for every waiter (protobuf messages concatenate; the outcome itself leaves the field unset)."""
+    if not request_id:
+        return b""
+    out = bytearray(b"\x10")
+    while True:
+        low = request_id & 0x7F
+        request_id >>= 7
+        if request_id:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _outcome_passed(request_id: int, instance: int) -> bytes:
+    return _request_id_prefix(request_id) + _passed_tail(instance)
+
+
+@functools.lru_cache(maxsize=256)
+def _passed_tail(instance: int) -> bytes:
+    return pb.HeartbeatResponse(instance=instance).SerializeToString()
+
+
+def _outcome_refused(request_id: int, refused: Refused) -> bytes:
+    """A refusal as a session answer: what the unary call's status and hint would have carried, bounded."""
+    return pb.HeartbeatResponse(
+        request_id=request_id,
+        code=convert.STATUS_CODES[refused.reason].value[0],
+        details=convert.status_details(refused.message),
+        hint=convert.fit_text(refused.hint, convert.MAX_HINT_BYTES, percent=False) if refused.hint else "",
+    ).SerializeToString()
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
@@ -25,7 +25,9 @@ shows credential fingerprints instead of incarnations; task-scoped key-value wri
 ``shutdown`` flag of an error report; a gather's table sent compressed. v4: generations (a task-scoped
 call carries its generation; registrations bring the last one and the previous credential; failures say
 whether the cluster re-forms). v5: a gather's table is xz (LZMA), not zlib (3x smaller for tables of core
-IDs and ports, sent to every host), answered on a server stream so the service paces a pod's answers."""
+IDs and ports, sent to every host), answered on a server stream so the service paces a pod's answers. v6: the heartbeat stream is the host's
+session: it carries barrier arrivals (answered on it by request id) and the error watch (the cluster's
+error pushed once), and its later messages may omit the task the first one named."""
 
 # --- limits ------------------------------------------------------------------------------------------
 
@@ -590,7 +592,10 @@ class Counters:
     ``touched``: task records, list entries and parked calls visited (every loop counts its steps);
     ``built``: protobuf messages built for answers; ``encoded``: answers serialized (a shared answer
     counts once); ``sent_bytes``: bytes of answers and refusal texts sent (a shared answer counts each
-    time it is sent); ``woken``: parked calls woken; ``calls``: RPCs and stream messages handled.
+    time it is sent); ``woken``: parked calls woken; ``calls``: RPCs and stream messages handled;
+    ``stream_in`` / ``stream_out``: messages read from / written to session streams (heartbeats, barrier
+    arrivals and watches in; confirmations, barrier outcomes and pushed failures out), ``stream_bytes``:
+    the bytes of those written (also in ``sent_bytes``).
     """
 
     calls: int = 0
@@ -599,6 +604,9 @@ class Counters:
     encoded: int = 0
     sent_bytes: int = 0
     woken: int = 0
+    stream_in: int = 0
+    stream_out: int = 0
+    stream_bytes: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return dict(vars(self))

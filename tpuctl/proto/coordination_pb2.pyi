@@ -48,6 +48,12 @@ call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskR
 per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
 Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
 server stream, so the service paces a pod's answers.
+Version 6: `HeartbeatStream` is the host's session: besides heartbeats it carries barrier arrivals
+(`HeartbeatRequest.barrier`, answered on the same stream by request id once the barrier passes, times
+out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cluster's error is pushed
+once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
+error poll each. The stream is the task of its first message: later messages may omit `task`, and one
+naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
 """
 
 from collections import abc as _abc
@@ -397,41 +403,111 @@ class HeartbeatRequest(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
     SERVICE_INCARNATION_FIELD_NUMBER: _builtins.int
+    BARRIER_FIELD_NUMBER: _builtins.int
+    WATCH_ERRORS_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
     """The service incarnation the task registered with (0: unchecked); another one is refused as a restart."""
+    watch_errors: _builtins.bool
+    """v6, on `HeartbeatStream` only: push the cluster's error on this stream once there is one (at once if
+    there is one already). Not a heartbeat either.
+    """
     @_builtins.property
-    def task(self) -> Global___TaskRef: ...
+    def task(self) -> Global___TaskRef:
+        """On `HeartbeatStream`, the first message's task is the stream's (checked once, credential and all);
+        later messages may leave it unset, and one that names another task is refused PERMISSION_DENIED.
+        """
+
+    @_builtins.property
+    def barrier(self) -> Global___StreamBarrier:
+        """v6, on `HeartbeatStream` only: this message is a barrier arrival, not a heartbeat."""
+
     def __init__(
         self,
         *,
         task: Global___TaskRef | None = ...,
         ack: _builtins.bool = ...,
         service_incarnation: _builtins.int = ...,
+        barrier: Global___StreamBarrier | None = ...,
+        watch_errors: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "service_incarnation", b"service_incarnation", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "service_incarnation", b"service_incarnation", "task", b"task", "watch_errors", b"watch_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
 
 @_typing.final
+class StreamBarrier(_message.Message):
+    """A barrier arrival on the session stream: the same as a `BarrierRequest` by the stream's task."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the client, unique on its stream (not 0): the outcome names it."""
+    name: _builtins.str
+    timeout_seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "request_id", b"request_id", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamBarrier: _TypeAlias = StreamBarrier  # noqa: Y015
+
+@_typing.final
 class HeartbeatResponse(_message.Message):
+    """On `HeartbeatStream`: a heartbeat confirmation (only `service_incarnation` set), a barrier's outcome
+    (`request_id` set: `instance` when it passed, else `code`, `details` and `hint` as the unary call's
+    status would be), or the cluster's error (`failure`), pushed once.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SERVICE_INCARNATION_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    HINT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
+    request_id: _builtins.int
+    instance: _builtins.int
+    code: _builtins.int
+    """A gRPC status code (0: passed)."""
+    details: _builtins.str
+    """Cut to the same bound as a status message."""
+    hint: _builtins.str
+    @_builtins.property
+    def failure(self) -> Global___ClusterFailure: ...
     def __init__(
         self,
         *,
         service_incarnation: _builtins.int = ...,
+        request_id: _builtins.int = ...,
+        instance: _builtins.int = ...,
+        code: _builtins.int = ...,
+        details: _builtins.str = ...,
+        hint: _builtins.str = ...,
+        failure: Global___ClusterFailure | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["service_incarnation", b"service_incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "hint", b"hint", "instance", b"instance", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -132,7 +132,8 @@ class CoordinationServiceServicer:
 
     def HeartbeatStream(self, request_iterator, context):
         """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-        it sets `ack`. A refusal ends the stream with its status.
+        it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
+        carries barrier arrivals and the error watch (see `HeartbeatRequest`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -48,6 +48,12 @@ call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskR
 per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
 Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
 server stream, so the service paces a pod's answers.
+Version 6: `HeartbeatStream` is the host's session: besides heartbeats it carries barrier arrivals
+(`HeartbeatRequest.barrier`, answered on the same stream by request id once the barrier passes, times
+out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cluster's error is pushed
+once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
+error poll each. The stream is the task of its first message: later messages may omit `task`, and one
+naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
 """
 
 from collections import abc as _abc
@@ -86,7 +92,8 @@ class CoordinationServiceStub:
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
     HeartbeatStream: _grpc.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]
     """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-    it sets `ack`. A refusal ends the stream with its status.
+    it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
+    carries barrier arrivals and the error watch (see `HeartbeatRequest`).
     """
     ReportError: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]
     """A task reports its own fatal error: the cluster is in error from then on."""
@@ -122,7 +129,8 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
     HeartbeatStream: _aio.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-    it sets `ack`. A refusal ends the stream with its status.
+    it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
+    carries barrier arrivals and the error watch (see `HeartbeatRequest`).
     """
     ReportError: _aio.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]  # type: ignore[assignment]
     """A task reports its own fatal error: the cluster is in error from then on."""
@@ -179,7 +187,8 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_coordination_pb2.HeartbeatResponse], _abc.AsyncIterator[_coordination_pb2.HeartbeatResponse]]:
         """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-        it sets `ack`. A refusal ends the stream with its status.
+        it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
+        carries barrier arrivals and the error watch (see `HeartbeatRequest`).
         """
 
     @_abc_1.abstractmethod

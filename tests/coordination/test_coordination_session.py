@@ -1,0 +1,223 @@
+"""The session stream (protocol v6) over real gRPC on 127.0.0.1: heartbeats, barriers and the error watch
+of a host on one ``HeartbeatStream``. The outcomes and messages are the unary calls' (same texts), the
+service parks nothing per host, and the stream is its opener's task only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import grpc
+import pytest
+from coordination_harness import make_config, run, serving
+
+from tpuctl.coordination import convert
+from tpuctl.coordination.client import CoordinationClient, Session
+from tpuctl.coordination.state import RestartPolicy, TaskInfo
+from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
+from tpuctl.proto import coordination_pb2 as pb
+from tpuctl.proto import coordination_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def sessions(cluster: Any, interval: float = 0.2) -> tuple[list[Session], list[asyncio.Task[Any]]]:
+    members = [await cluster.join(i, heartbeat_interval=None) for i in range(len(cluster.server.service.state.tasks))]
+    opened = [client.session(member, interval=interval) for client, member in members]
+    return opened, [asyncio.create_task(s.run()) for s in opened]
+
+
+async def close(runs: list[asyncio.Task[Any]]) -> None:
+    for task in runs:
+        task.cancel()
+    for task in runs:
+        with contextlib.suppress(BaseException):
+            await task
+
+
+def test_barriers_on_sessions_pass_in_order_without_a_unary_call() -> None:
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, runs = await sessions(cluster)
+            counters = cluster.server.service.counters
+            try:
+                await asyncio.sleep(0.3)  # the streams are open
+                before = counters.snapshot()
+                for round_ in range(1, 6):
+                    assert await asyncio.gather(*(s.barrier("step", timeout=5.0) for s in opened)) == [round_] * 4
+                after = counters.snapshot()
+                # 20 arrivals in, 20 outcomes out (plus heartbeats and their confirmations), no unary call:
+                # every RPC counted is a stream message.
+                assert after["calls"] - before["calls"] == after["stream_in"] - before["stream_in"]
+                assert after["stream_in"] - before["stream_in"] >= 20
+                assert after["woken"] - before["woken"] >= 15  # the waiting arrivals, answered by key
+                # A unary barrier of the same task counts in the same series (the service counts per task).
+                client, member = cluster.clients[0], opened[0].membership
+                unary = asyncio.create_task(client.barrier(member.task, "step", timeout=5.0))
+                assert await asyncio.gather(*(s.barrier("step", timeout=5.0) for s in opened[1:])) == [6] * 3
+                assert await unary == 6
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_barrier_timeout_on_a_session_says_what_the_unary_call_says() -> None:
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, runs = await sessions(cluster)
+            try:
+                started = time.monotonic()
+                results = await asyncio.gather(
+                    *(s.barrier("sync", timeout=0.5) for s in opened[:3]), return_exceptions=True
+                )
+                assert 0.5 <= time.monotonic() - started < 2.0
+                for result in results:
+                    assert isinstance(result, DeadlineError)
+                    assert result.message == (
+                        "barrier 'sync' #1 timed out after 0.5 s: 3 of 4 hosts arrived; missing: task 3 (127.0.0.4)"
+                    )
+                    assert result.hint is not None and "missing hosts" in result.hint
+                # A late arrival is told at once; the cluster goes on.
+                with pytest.raises(DeadlineError, match=r"timed out after 0\.5 s"):
+                    await opened[3].barrier("sync", timeout=0.5)
+                assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in opened)) == [1] * 4
+                # A name too long for the service is refused clearly, on the stream, and the stream goes on.
+                with pytest.raises(InputError, match="barrier name is 60,000 characters"):
+                    await opened[0].barrier("x" * 60_000, timeout=1.0)
+                assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in opened)) == [2] * 4
+                assert not any(r.done() for r in runs)
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_silent_host_is_pushed_to_every_session_and_fails_their_barriers() -> None:
+    heartbeat_timeout, interval = 1.0, 0.2
+
+    async def body() -> None:
+        async with serving(make_config(4, heartbeat_timeout=heartbeat_timeout)) as cluster:
+            opened, runs = await sessions(cluster, interval=interval)
+            try:
+                watches = [asyncio.create_task(s.watch_errors()) for s in opened[:3]]
+                barriers = [asyncio.create_task(s.barrier("sync", timeout=30.0)) for s in opened[:3]]
+                await asyncio.sleep(0.3)
+                assert not any(b.done() for b in barriers)
+                assert not cluster.server.service._parking._slots  # nothing parked per host
+                runs[3].cancel()  # task 3 goes silent
+                silent_since = time.monotonic()
+                failures = await asyncio.gather(*watches)
+                heard_after = time.monotonic() - silent_since
+                assert heartbeat_timeout - interval - 0.05 <= heard_after < heartbeat_timeout + 1.0
+                for failure in failures:
+                    (only,) = failure.failures
+                    assert only.task == TaskInfo(3, "127.0.0.4")
+                    assert only.cause.startswith("no heartbeat for ")
+                done, _ = await asyncio.wait(barriers, timeout=0.5)
+                assert len(done) == 3
+                for barrier in barriers:
+                    error = barrier.exception()
+                    assert isinstance(error, ClusterError)
+                    assert error.message.startswith("barrier 'sync' #1 failed: task 3 (127.0.0.4) failed: no heartbeat")
+                # A watch started after the failure hears it at once.
+                late = cluster.client()
+                assert (await asyncio.wait_for(opened[0].watch_errors(), 1.0)).failures == failures[0].failures
+                await late.close()
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_session_barrier_of_an_ended_generation_is_refused_naming_both() -> None:
+    async def body() -> None:
+        policy = RestartPolicy(rejoin=True, timeout=30.0, max_restarts=2)
+        async with serving(make_config(2, restart=policy)) as cluster:
+            opened, runs = await sessions(cluster)
+            try:
+                assert await asyncio.gather(*(s.barrier("b", timeout=5.0) for s in opened)) == [1, 1]
+                watch = asyncio.create_task(opened[0].watch_errors())
+                await cluster.clients[1].report_error(opened[1].membership.task, "boom")
+                failure = await asyncio.wait_for(watch, 2.0)
+                assert failure.rejoin and failure.generation == 1
+                with pytest.raises((GenerationOver, ClusterError)) as excinfo:
+                    await opened[0].barrier("b", timeout=5.0)
+                assert "generation 1" in excinfo.value.message and "generation 2" in excinfo.value.message
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_session_carries_only_its_openers_task() -> None:
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            (c0, m0), (_c1, m1) = [await cluster.join(i, heartbeat_interval=None) for i in (0, 1)]
+            channel = grpc.aio.insecure_channel(cluster.server.target)
+            stub = pb_grpc.CoordinationServiceStub(channel)
+            try:
+                call = stub.HeartbeatStream()
+                await call.write(pb.HeartbeatRequest(task=convert.task_ref_pb(m0.task), ack=True))
+                assert isinstance(await call.read(), pb.HeartbeatResponse)
+                # Later messages may omit the task; one naming task 1 (with task 1's own credential) is refused.
+                await call.write(pb.HeartbeatRequest(ack=True))
+                assert isinstance(await call.read(), pb.HeartbeatResponse)
+                await call.write(pb.HeartbeatRequest(task=convert.task_ref_pb(m1.task), ack=True))
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call.read()
+                assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+                assert "carries the calls of the task that opened it (task 0)" in (refused.value.details() or "")
+                # A stream opened with a forged credential gets nothing done, barriers included.
+                forged = pb.TaskRef(task_id=1, incarnation=m1.task.incarnation, credential=b"x" * 32, generation=1)
+                call = stub.HeartbeatStream()
+                await call.write(pb.HeartbeatRequest(task=forged, barrier=pb.StreamBarrier(request_id=7, name="b")))
+                answer = await call.read()
+                assert answer.request_id == 7 and answer.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+                assert "does not carry the credential" in answer.details
+                await call.write(pb.HeartbeatRequest(ack=True))
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call.read()
+                assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+                assert (await c0.status()).barriers == ()  # the forged arrival was not counted
+            finally:
+                await channel.close()
+
+    run(body())
+
+
+def test_a_session_barrier_before_the_stream_is_up_waits_for_it() -> None:
+    async def body() -> None:
+        async with serving(make_config(1)) as cluster:
+            client = cluster.client()
+            member = await client.register("test", 0)
+            session = client.session(member, interval=0.2)
+            waiting = asyncio.create_task(session.barrier("solo", timeout=2.0))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            running = asyncio.create_task(session.run())
+            try:
+                assert await asyncio.wait_for(waiting, 2.0) == 1
+            finally:
+                await close([running])
+            # Once run ended, the session refuses at once with why it ended.
+            with pytest.raises(ClusterError, match=r"session with .* was closed"):
+                await session.barrier("solo", timeout=2.0)
+
+    run(body())
+
+
+def test_session_and_unary_client_stay_compatible() -> None:
+    """A v6 service still answers the unary calls other clients (status, tools) make."""
+
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            members = await cluster.join_all()
+            assert await asyncio.gather(*(c.barrier(m.task, "u", timeout=5.0) for c, m in members)) == [1, 1]
+            client: CoordinationClient = members[0][0]
+            assert await client.watch_errors(members[0][1].task, timeout=0.2) is None
+
+    run(body())
