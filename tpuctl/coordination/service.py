@@ -138,7 +138,7 @@ class _Session:
     come from other calls' handlers: every write goes through ``send``, which queues it and keeps one
     writer task running while the queue is not empty (none while idle)."""
 
-    __slots__ = ("_counters", "_queue", "_writer", "closed", "context", "task", "watching", "wire")
+    __slots__ = ("_busy", "_counters", "_queue", "_writer", "closed", "context", "task", "watching", "wire")
 
     def __init__(self, context: Any, counters: Counters) -> None:
         self.context = context
@@ -148,14 +148,35 @@ class _Session:
         self.watching = False
         self._queue: deque[bytes] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self._busy = False  # the stream's own handler is writing (``write``)
         self._counters = counters
 
     def send(self, data: bytes) -> None:
+        """Queue ``data`` (from any handler); written in order, one write at a time."""
         if self.closed:
             return
         self._queue.append(data)
-        if self._writer is None:
+        if self._writer is None and not self._busy:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def write(self, data: bytes) -> None:
+        """From the stream's own handler: written at once when nothing else is being written (a
+        heartbeat confirmation: no task per write), else queued behind it."""
+        if self._writer is not None or self._busy or self._queue or self.closed:
+            self.send(data)
+            return
+        self._busy = True
+        try:
+            self._counters.stream_out += 1
+            self._counters.stream_bytes += len(data)
+            await self.context.write(data)
+        except Exception as exc:
+            log.debug("session stream write failed: %s", exc)
+            self.closed = True
+        finally:
+            self._busy = False
+            if self._queue and self._writer is None and not self.closed:
+                self._writer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
@@ -177,6 +198,7 @@ class _Session:
         if writer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(writer), _FLUSH_S)
+        # (a ``write`` of the handler itself has finished: the handler awaited it)
 
 
 def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Request, _Response]:
@@ -327,7 +349,7 @@ class CoordinationServicer:
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
                     if request.ack:
-                        session.send(self._heartbeat_answer())
+                        await session.write(self._heartbeat_answer())
         except Refused:
             await session.flush()
             raise
