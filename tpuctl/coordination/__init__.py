@@ -6,10 +6,11 @@ The public client API::
 
     async with CoordinationClient("10.0.0.2:8476", token=token) as client:
         member = await client.register("pod-a", task_id, connect_timeout=300)
-        beating = asyncio.create_task(client.heartbeat_loop(member, interval=5))
+        session = client.session(member, interval=5)  # heartbeats, barriers, error watch on one stream
+        beating = asyncio.create_task(session.run())
         await client.wait_for_all(member.task, timeout=300, progress=lambda p: print(p.describe()))
         values = await client.gather(member.task, "cores", b"[0, 1, 2, 3]", timeout=60)  # by task id
-        await client.barrier(member.task, "ready", timeout=60)
+        await session.barrier("ready", timeout=60)
 
 Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv`` and
 ``rendezvous`` (parts of the state), ``state`` (the pure state machine; no grpc, asyncio or clock),
@@ -45,11 +46,12 @@ from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, I
 
 if TYPE_CHECKING:
     from tpuctl.coordination.auth import load_token
-    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.client import CoordinationClient, Session
     from tpuctl.coordination.server import CoordinationServer, start_server
 
 _LAZY = {
     "CoordinationClient": "tpuctl.coordination.client",
+    "Session": "tpuctl.coordination.client",
     "CoordinationServer": "tpuctl.coordination.server",
     "start_server": "tpuctl.coordination.server",
     "load_token": "tpuctl.coordination.auth",
@@ -73,6 +75,7 @@ __all__ = [
     "ClusterStatus",
     "CoordinationClient",
     "CoordinationServer",
+    "Session",
     "CoordinatorUnreachable",
     "DeadlineError",
     "InputError",
