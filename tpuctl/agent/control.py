@@ -89,36 +89,55 @@ def call(
             sock.connect(str(state.socket))
         except (FileNotFoundError, ConnectionRefusedError):
             raise _not_answering(state) from None
-        sock.sendall(json.dumps({"op": op.value, "args": args or {}}).encode() + b"\n")
-        reader = _LineReader(sock)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineError(
-                    f"the tpuctl agent in {state.path} did not answer {op.value!r} within {timeout:.1f} s",
-                    hint=f"check its log: {state.log_file}",
-                )
-            sock.settimeout(min(left, 1.0))
-            try:
-                line = reader.readline()
-            except TimeoutError:
-                continue
-            if line is None:
-                raise StateError(
-                    f"the tpuctl agent in {state.path} closed the connection during {op.value!r}",
-                    hint=f"it may have exited; check {state.log_file}",
-                )
-            message = json.loads(line)
-            if "progress" in message:
-                if progress is not None:
-                    progress(str(message["progress"]))
-                continue
-            if message.get("ok"):
-                result = message.get("result", {})
-                return result if isinstance(result, dict) else {}
-            raise error_from_payload(message.get("error", {}))
+        try:
+            return _exchange(state, op, args, sock, deadline, timeout, progress)
+        except ConnectionError as exc:  # reset or broken pipe: the agent died mid-call (kill -9)
+            raise StateError(
+                f"the tpuctl agent in {state.path} closed the connection during {op.value!r} ({exc.strerror or exc})",
+                hint=f"it may have exited; check {state.log_file}",
+            ) from None
     finally:
         sock.close()
+
+
+def _exchange(
+    state: StateDir,
+    op: Op,
+    args: dict[str, Any] | None,
+    sock: socket.socket,
+    deadline: float,
+    timeout: float,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """One request and its answer on a connected socket (:func:`call`)."""
+    sock.sendall(json.dumps({"op": op.value, "args": args or {}}).encode() + b"\n")
+    reader = _LineReader(sock)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineError(
+                f"the tpuctl agent in {state.path} did not answer {op.value!r} within {timeout:.1f} s",
+                hint=f"check its log: {state.log_file}",
+            )
+        sock.settimeout(min(left, 1.0))
+        try:
+            line = reader.readline()
+        except TimeoutError:
+            continue
+        if line is None:
+            raise StateError(
+                f"the tpuctl agent in {state.path} closed the connection during {op.value!r}",
+                hint=f"it may have exited; check {state.log_file}",
+            )
+        message = json.loads(line)
+        if "progress" in message:
+            if progress is not None:
+                progress(str(message["progress"]))
+            continue
+        if message.get("ok"):
+            result = message.get("result", {})
+            return result if isinstance(result, dict) else {}
+        raise error_from_payload(message.get("error", {}))
 
 
 def _not_answering(state: StateDir) -> StateError:
