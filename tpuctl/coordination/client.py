@@ -286,33 +286,11 @@ class CoordinationClient:
         ``give_up_after`` plus ``CONFIRM_GRACE_S`` (a confirmation in flight after a short cut arrives late,
         behind TCP's retransmission backoff), so such a coordinator is noticed within ``give_up_after +
         CONFIRM_GRACE_S`` s of its last confirmation, not after the ``rpc_timeout``.
+
+        A ``Session`` (``session``) that only heartbeats: one implementation of the stream, its
+        confirmations, deadlines and retries.
         """
-        interval = interval or membership.heartbeat_timeout / 3
-        give_up_after = give_up_after or membership.heartbeat_timeout
-        confirmed = [time.monotonic()]
-        attempt = 0
-        while True:
-            try:
-                await self._heartbeat_stream(
-                    membership, interval, max(1, int(give_up_after / (3 * interval))), confirmed, give_up_after
-                )
-            except ClusterError as exc:
-                if not isinstance(exc, CoordinatorUnreachable):
-                    await self._raise_if_restarted(membership.service_incarnation, exc)
-                    raise
-                silent = time.monotonic() - confirmed[0]
-                if silent > give_up_after:
-                    raise self._unconfirmed(silent, give_up_after, exc) from exc
-                log.warning("heartbeat failed (will retry): %s", exc.message)
-                await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
-                attempt += 1
-            except DeadlineError as exc:
-                silent = time.monotonic() - confirmed[0]
-                if silent > give_up_after:
-                    raise self._unconfirmed(silent, give_up_after, exc) from exc
-                log.warning("heartbeat failed (will retry): %s", exc.message)
-                await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
-                attempt += 1
+        await self.session(membership, interval=interval, give_up_after=give_up_after).run()
 
     def _unconfirmed(self, silent: float, give_up_after: float, exc: TpuctlError) -> CoordinatorUnreachable:
         return CoordinatorUnreachable(
@@ -341,50 +319,6 @@ class CoordinationClient:
             return
         if now not in (0, service_incarnation):
             raise self._restart_error(now, service_incarnation) from refusal
-
-    async def _heartbeat_stream(
-        self, membership: Membership, interval: float, confirm_every: int, confirmed: list[float], give_up: float
-    ) -> NoReturn:
-        """Heartbeats on one stream until it fails, every ``confirm_every``-th one confirmed (the first too);
-        ``confirmed[0]``: when the service last confirmed one."""
-        call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
-        task = convert.task_ref_pb(membership.task)
-        sent = 0
-        waited_from = time.monotonic()
-        try:
-            while True:
-                now = time.monotonic()
-                ask = sent % confirm_every == 0
-                sent += 1
-                request = pb.HeartbeatRequest(task=task, ack=ask, service_incarnation=membership.service_incarnation)
-                # Due by the last confirmation + give_up (+ grace); a heartbeat sent long after it (an
-                # interval over the timeout) gets half the timeout. Never more than the rpc_timeout.
-                deadline = max(confirmed[0] + give_up + CONFIRM_GRACE_S, now + give_up / 2)
-                waited_from = now
-                await asyncio.wait_for(call.write(request), _left(deadline, self._rpc_timeout))
-                if ask:
-                    response = await asyncio.wait_for(call.read(), _left(deadline, self._rpc_timeout))
-                    if not isinstance(response, pb.HeartbeatResponse):  # EOF: the service ended the stream
-                        ended = await _finished(call)
-                        if ended.code() is not grpc.StatusCode.OK:
-                            raise self._error(ended, "HeartbeatStream", self._rpc_timeout)
-                        raise ClusterError(f"the coordinator at {self.target} ended the heartbeat stream")
-                    if response.service_incarnation != membership.service_incarnation:
-                        raise self._restart_error(int(response.service_incarnation), membership.service_incarnation)
-                    confirmed[0] = time.monotonic()
-                await asyncio.sleep(interval)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, "HeartbeatStream", self._rpc_timeout) from exc
-        except asyncio.InvalidStateError as exc:  # written to a call the service already ended
-            raise self._error(await _finished(call), "HeartbeatStream", self._rpc_timeout) from exc
-        except asyncio.TimeoutError as exc:
-            raise DeadlineError(
-                f"the coordinator at {self.target} did not confirm a heartbeat within "
-                f"{time.monotonic() - waited_from:.1f} s",
-                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
-            ) from exc
-        finally:
-            call.cancel()
 
     async def watch_errors(
         self,
