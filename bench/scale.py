@@ -287,18 +287,31 @@ class TpuctlDriver:
     async def register(self, host: TpuctlHost, barriers: list[float]) -> None:
         c = host.client
         host.step = "register"
-        host.membership = m = await c.register(
-            CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
-        )
-        if hasattr(c, "session"):  # as `tpuctl init` (protocol v6): heartbeats, barriers, error watch on one stream
-            host.session = c.session(m, interval=HEARTBEAT_INTERVAL_S)
+        if hasattr(c, "open_session"):  # as `tpuctl init` (protocol v7): registered on the session's stream
+            host.session = await c.open_session(
+                CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout,
+                interval=HEARTBEAT_INTERVAL_S,
+            )  # fmt: skip
+            host.membership = m = host.session.membership
             host.background.append(asyncio.create_task(host.session.run()))
         else:
-            host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
+            host.membership = m = await c.register(
+                CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
+            )
+            if hasattr(c, "session"):  # protocol v6: heartbeats, barriers, error watch on one stream
+                host.session = c.session(m, interval=HEARTBEAT_INTERVAL_S)
+                host.background.append(asyncio.create_task(host.session.run()))
+            else:
+                host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
         host.step = "wait_for_all"
-        await c.wait_for_all(
-            m.task, timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
-        )
+        if hasattr(host.session, "wait_for_all"):  # v7: on the session
+            await host.session.wait_for_all(
+                timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
+            )
+        else:
+            await c.wait_for_all(
+                m.task, timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
+            )
         if host.session is not None:
             host.background.append(asyncio.create_task(host.session.watch_errors()))
         else:

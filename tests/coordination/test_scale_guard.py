@@ -1,8 +1,8 @@
 """Regression guard: the coordination service's work per host does not grow with the cluster.
 
 One real ``grpc.aio`` server on 127.0.0.1 port 0 and N hosts' clients in this process run what
-``tpuctl init`` runs on the wire (register, the session stream, wait for all, the error watch left
-running on the session, a gather of 4 core IDs, two barriers on the session) at two sizes. The service's own counters
+``tpuctl init`` runs on the wire (a registration opening the session stream, the wait for all and the
+error watch on it, a gather of 4 core IDs, two barriers on the session) at two sizes. The service's own counters
 (``Counters``: RPCs, records visited, messages built and encoded, parked calls woken, bytes sent) divided
 by the host count may grow by at most 1.5x from the small size to the large one; so may the session
 streams' messages in and out and the bytes written on them (``stream_in``, ``stream_out``,
@@ -55,11 +55,13 @@ async def init_sequence(hosts: int) -> dict[str, Any]:
 
         async def host(task: int) -> list[bytes]:
             client = clients[task]
-            member = await client.register(CLUSTER, task, hostname=f"guard-{task}", connect_timeout=60.0)
-            # One heartbeat on the session (confirmed at once), then none for the rest of the run.
-            session = client.session(member, interval=3600.0)
+            # Registered on the session's stream (its first, confirmed heartbeat); no heartbeat after it.
+            session = await client.open_session(
+                CLUSTER, task, hostname=f"guard-{task}", connect_timeout=60.0, interval=3600.0
+            )
+            member = session.membership
             background.append(asyncio.create_task(session.run()))
-            await client.wait_for_all(member.task, timeout=300.0, progress_every=60.0)
+            await session.wait_for_all(timeout=300.0, progress_every=60.0)
             background.append(asyncio.create_task(session.watch_errors()))
             table = await client.gather(member.task, "cores", core_ids(task), timeout=300.0)
             await session.barrier("cores-done", timeout=300.0)
@@ -111,9 +113,12 @@ def test_service_work_and_bytes_per_host_stay_flat_from_250_to_1000_hosts() -> N
         "stream_bytes",
     ):
         assert large[name] <= small[name] * GROWTH, f"{name} per host grew: {report[name]}"
-    # The session: a heartbeat, the watch and two arrivals in; a confirmation and two outcomes out.
-    assert 4 <= large["stream_in"] <= 6 and 3 <= large["stream_out"] <= 5, report
-    assert large["stream_bytes"] <= 64, report
+    # The session: the registration, the wait for all, the watch and two arrivals in; the registration's
+    # answer, the wait's and two outcomes out. A host's only calls are the stream and its gather
+    # (protocol v7: no RegisterTask, no WaitForAllTasks).
+    assert 5 <= large["stream_in"] <= 6 and 4 <= large["stream_out"] <= 5, report
+    assert large["calls"] - large["stream_in"] <= 2.05, report
+    assert large["stream_bytes"] <= 160, report
     # Shared answers are encoded once, not once per host: far fewer encodings than hosts.
     assert large["encoded"] < 1.0
     # The gather table per host is the table and nothing more: linear in hosts by nature (a little more

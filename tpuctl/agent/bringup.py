@@ -241,7 +241,9 @@ class Agent:
         """One generation's bring-up: None once it formed, else why it ended first."""
         spec, task = self.spec, self.task
         wait = spec.coordinator.register_timeout if first else spec.restart.timeout
-        self.membership = await self.client.register(
+        # Registered on the session's stream (protocol v7): it heartbeats from then on, since waiting for
+        # late hosts can take longer than the heartbeat timeout.
+        self.session = await self.client.open_session(
             spec.cluster,
             task,
             incarnation=self.incarnation,
@@ -249,14 +251,14 @@ class Agent:
             connect_timeout=wait,
             generation=self._last_generation,
             previous_credential=self._previous_credential,
+            interval=spec.coordinator.heartbeat_interval,
         )
+        self.membership = self.session.membership
         generation = self.generation
         self._last_generation, self._previous_credential = generation, self.membership.task.credential
         self.options.state.write_registration(spec.cluster, task, generation, self._previous_credential)
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         self._ended = asyncio.get_running_loop().create_future()
-        # Heartbeat from registration on: waiting for late hosts can take longer than the heartbeat timeout.
-        self.session = self.client.session(self.membership, interval=self.spec.coordinator.heartbeat_interval)
         self._generation_tasks = [
             asyncio.create_task(self._heartbeats(self.membership, self.session), name=f"heartbeats-{generation}")
         ]
@@ -283,13 +285,12 @@ class Agent:
         return None
 
     async def _form_steps(self, wait: float) -> None:
-        spec, task, client = self.spec, self.task, self.client
+        spec, task = self.spec, self.task
         generation = self.generation
         gen = f" (generation {generation})" if generation > 1 else ""
         self.reporter.phase("waiting for every host", wait)
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{gen}; waiting for every host")
-        await client.wait_for_all(
-            self.membership.task,
+        await self.session.wait_for_all(
             timeout=wait,
             progress=lambda progress: self.reporter.progress(f"task {task}{gen}: {progress.describe()}"),
             progress_every=REGISTER_PROGRESS_EVERY_S,

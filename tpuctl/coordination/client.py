@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -56,6 +56,7 @@ from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tpuctl.coordination")
+_T = TypeVar("_T")
 
 RPC_TIMEOUT_S = 10.0
 MAX_WAIT_S = 3600.0
@@ -184,6 +185,86 @@ class CoordinationClient:
         ended, or a new process replacing its dead predecessor, whose registration then fails at once).
         The answer's ``Membership.generation`` is the generation registered into.
         """
+        task, request = self._registration(
+            cluster, task_id, incarnation, hostname, with_tasks, generation, previous_credential
+        )
+
+        async def attempt() -> Membership:
+            response = await self._call(self._stub.RegisterTask, request, "RegisterTask", self._rpc_timeout)
+            return convert.membership(response, task)
+
+        self.membership = await self._retrying(attempt, connect_timeout)
+        return self.membership
+
+    async def open_session(
+        self,
+        cluster: str,
+        task_id: int,
+        *,
+        incarnation: int | None = None,
+        hostname: str | None = None,
+        connect_timeout: float = 0.0,
+        with_tasks: bool = False,
+        generation: int = 0,
+        previous_credential: bytes = b"",
+        interval: float | None = None,
+        give_up_after: float | None = None,
+    ) -> Session:
+        """``register`` and ``session`` in one (protocol v7): the registration is the first message of
+        the session's stream, so a host costs the service one call instead of two, and the answer is the
+        session's first confirmed heartbeat. The same arguments, retries, answers and errors as
+        ``register``; ``session.membership`` is the registration. ``await session.run()`` next (in a task
+        of its own), then ``session.wait_for_all(...)``."""
+        task, request = self._registration(
+            cluster, task_id, incarnation, hostname, with_tasks, generation, previous_credential
+        )
+        first = pb.HeartbeatRequest(register=request)
+
+        async def attempt() -> tuple[Membership, Any]:
+            call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
+            try:
+                await asyncio.wait_for(call.write(first), self._rpc_timeout)
+                response = await asyncio.wait_for(call.read(), self._rpc_timeout)
+                if not isinstance(response, pb.HeartbeatResponse):  # EOF: refused, the status says why
+                    raise self._error(await _finished(call), "RegisterTask", self._rpc_timeout)
+                if not response.HasField("registered"):
+                    raise ClusterError(
+                        f"the coordinator at {self.target} answered a registration on the session stream "
+                        "with something else",
+                        hint="every host and the coordinator must run the same tpuctl version",
+                    )
+                return convert.membership(response.registered, task), call
+            except grpc.aio.AioRpcError as exc:
+                call.cancel()
+                raise self._error(exc, "RegisterTask", self._rpc_timeout) from exc
+            except asyncio.InvalidStateError as exc:  # written to a call the service already ended
+                raise self._error(await _finished(call), "RegisterTask", self._rpc_timeout) from exc
+            except asyncio.TimeoutError as exc:
+                call.cancel()
+                raise DeadlineError(
+                    f"the coordinator at {self.target} did not answer RegisterTask within {self._rpc_timeout:.1f} s",
+                    hint="it may be frozen or overloaded; check task 0's host and its agent log",
+                ) from exc
+            except BaseException:
+                call.cancel()
+                raise
+
+        membership, call = await self._retrying(attempt, connect_timeout)
+        self.membership = membership
+        session = Session(self, membership, interval=interval, give_up_after=give_up_after)
+        session._adopted = call
+        return session
+
+    def _registration(
+        self,
+        cluster: str,
+        task_id: int,
+        incarnation: int | None,
+        hostname: str | None,
+        with_tasks: bool,
+        generation: int,
+        previous_credential: bytes,
+    ) -> tuple[TaskRef, pb.RegisterTaskRequest]:
         task = TaskRef(task_id, incarnation or new_incarnation())
         if task.incarnation != self._retry_secret[0]:  # a new registration: new secret; a retry: the same
             self._retry_secret = (task.incarnation, secrets.token_bytes(CREDENTIAL_BYTES))
@@ -198,13 +279,15 @@ class CoordinationClient:
             generation=generation,
             previous_credential=previous_credential,
         )
+        return task, request
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[_T]], connect_timeout: float) -> _T:
+        """``attempt()`` until it answers, retrying for ``connect_timeout`` s while nobody answers."""
         give_up_at = time.monotonic() + connect_timeout
-        attempt = 0
+        retries = 0
         while True:
             try:
-                response = await self._call(self._stub.RegisterTask, request, "RegisterTask", self._rpc_timeout)
-                self.membership = convert.membership(response, task)
-                return self.membership
+                return await attempt()
             except CoordinatorUnreachable as exc:
                 left = give_up_at - time.monotonic()
                 if left <= 0:
@@ -214,8 +297,8 @@ class CoordinationClient:
                         f"{exc.message} (kept trying for {connect_timeout:.1f} s)", hint=exc.hint
                     ) from exc
                 log.info("coordinator at %s not answering yet; retrying", self.target)
-                await asyncio.sleep(min(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)], left))
-                attempt += 1
+                await asyncio.sleep(min(RETRY_DELAYS_S[min(retries, len(RETRY_DELAYS_S) - 1)], left))
+                retries += 1
 
     async def wait_for_all(
         self,
@@ -615,9 +698,12 @@ class Session:
         self.interval = interval or membership.heartbeat_timeout / 3
         self.give_up_after = give_up_after or membership.heartbeat_timeout
         self._call: Any = None
+        self._adopted: Any = None
+        """The stream ``open_session`` registered on: the first stream ``run`` uses (already confirmed)."""
         self._write_lock = asyncio.Lock()  # gRPC: one write at a time on a call
         self._opened = asyncio.Event()  # set while a stream is up (its first message sent)
-        self._pending: dict[int, asyncio.Future[int]] = {}
+        self._pending: dict[int, asyncio.Future[pb.HeartbeatResponse]] = {}
+        self._calls: dict[int, str] = {}  # what each pending request is, for its refusal's message
         self._ids = itertools.count(1)
         self._confirm: asyncio.Future[None] | None = None
         self._watching = False
@@ -699,22 +785,77 @@ class Session:
             raise self._ended
         if not self._opened.is_set():
             await self._until_open(client._rpc_timeout, call)
+        def arrival(request_id: int) -> pb.HeartbeatRequest:
+            return pb.HeartbeatRequest(
+                barrier=pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout)
+            )
+
+        response = await self._request(arrival, call, started, started + wait)
+        return int(response.instance)
+
+    async def wait_for_all(
+        self,
+        *,
+        timeout: float,
+        progress: Callable[[RegistrationProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 1.0,
+    ) -> None:
+        """``CoordinationClient.wait_for_all`` for this session's task, on the stream (protocol v7): the
+        same progress, pacing, answers and errors, without a call per host in the service."""
+        started = time.monotonic()
+        every = _progress_interval(progress_every, self.membership.num_tasks)
+        while True:
+            left = started + timeout - time.monotonic()
+            if left <= 0:
+                raise DeadlineError(f"registration not complete after waiting {timeout:.1f} s")
+            poll = min(every, left)
+            if self._ended is not None:
+                raise self._ended
+            if not self._opened.is_set():  # reopening: the session rides out a cut for give_up_after
+                await self._until_open(max(0.01, min(left, self.give_up_after + CONFIRM_GRACE_S)), "WaitForAllTasks")
+
+            def waiting(request_id: int, poll: float = poll) -> pb.HeartbeatRequest:
+                return pb.HeartbeatRequest(wait_for_all=pb.StreamWaitForAll(request_id=request_id, max_wait_seconds=poll))
+
+            now = time.monotonic()
+            try:
+                response = await self._request(waiting, "WaitForAllTasks", now, now + poll + self._client._rpc_timeout)
+            except CoordinatorUnreachable:
+                if self._ended is not None:
+                    raise self._ended from None
+                await asyncio.sleep(RETRY_DELAYS_S[0])
+                continue  # the stream broke under the wait (it is idempotent): ask again on the next one
+            if response.registration.complete:
+                return
+            current = convert.progress(response.registration)
+            every = _progress_interval(progress_every, current.total)
+            if progress is not None:
+                await _report(progress(current))
+
+    async def _request(
+        self, build: Callable[[int], pb.HeartbeatRequest], call: str, started: float, deadline: float
+    ) -> pb.HeartbeatResponse:
+        """Send ``build(request_id)`` (a new request id) and await its answer until ``deadline``."""
+        client = self._client
         request_id = next(self._ids)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        request = build(request_id)
+        future: asyncio.Future[pb.HeartbeatResponse] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        self._calls[request_id] = call
         try:
-            arrival = pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout)
-            await self._write(pb.HeartbeatRequest(barrier=arrival), _left(started + wait, client._rpc_timeout), call)
-            left = started + wait - time.monotonic()
+            await self._write(request, _left(deadline, client._rpc_timeout), call)
+            left = deadline - time.monotonic()
             try:
                 return await asyncio.wait_for(asyncio.shield(future), max(0.01, left))
             except asyncio.TimeoutError:
                 raise DeadlineError(
-                    f"the coordinator at {client.target} did not answer {call} within {wait:.1f} s",
+                    f"the coordinator at {client.target} did not answer {call} within "
+                    f"{time.monotonic() - started:.1f} s",
                     hint="it may be overloaded or stuck; `tpuctl status` shows what it sees",
                 ) from None
         finally:
             self._pending.pop(request_id, None)
+            self._calls.pop(request_id, None)
             if future.done() and not future.cancelled():
                 future.exception()  # retrieved: no "never retrieved" warning for an abandoned wait
 
@@ -759,7 +900,8 @@ class Session:
         """One stream until it fails: heartbeats every ``interval`` s, every ``confirm_every``-th one
         confirmed (the first too); ``confirmed[0]``: when the service last confirmed one."""
         client, membership, give_up = self._client, self.membership, self.give_up_after
-        call = client._stub.HeartbeatStream(metadata=client._metadata, wait_for_ready=False)
+        adopted, self._adopted = self._adopted, None
+        call = adopted or client._stub.HeartbeatStream(metadata=client._metadata, wait_for_ready=False)
         self._call = call
         reader: asyncio.Future[Any] = asyncio.ensure_future(self._read(call))
         loop = asyncio.get_running_loop()
@@ -769,6 +911,14 @@ class Session:
         sent = 0
         waited_from = time.monotonic()
         try:
+            if adopted is not None:  # registered on it (``open_session``): its first heartbeat, confirmed
+                sent = 1
+                self._opened.set()
+                if self._watching:
+                    await self._send_watch()
+                done, _ = await asyncio.wait({reader}, timeout=self.interval)
+                if done:
+                    reader.result()
             while True:
                 now = time.monotonic()
                 ask = sent % confirm_every == 0
@@ -836,9 +986,9 @@ class Session:
                     future = pending.pop(response.request_id, None)
                     if future is not None and not future.done():
                         if response.code:
-                            future.set_exception(self._refusal(response, "barrier"))
+                            future.set_exception(self._refusal(response, self._calls.get(response.request_id, "")))
                         else:
-                            future.set_result(int(response.instance))
+                            future.set_result(response)
                 elif response.HasField("failure"):
                     if not self._failure.done():
                         self._failure.set_result(convert.cluster_failure(response.failure))

@@ -44,7 +44,7 @@ from tpuctl.coordination.state import (
     barrier_key,
     kv_key,
 )
-from tpuctl.coordination.values import CREDENTIAL_BYTES, SAMPLE
+from tpuctl.coordination.values import CREDENTIAL_BYTES, SAMPLE, Membership
 from tpuctl.proto import coordination_pb2 as pb
 
 log = logging.getLogger("tpuctl.coordination")
@@ -138,7 +138,9 @@ class _Session:
     come from other calls' handlers: every write goes through ``send``, which queues it and keeps one
     writer task running while the queue is not empty (none while idle)."""
 
-    __slots__ = ("_busy", "_counters", "_queue", "_writer", "closed", "context", "task", "watching", "wire")
+    __slots__ = (
+        "_busy", "_counters", "_queue", "_writer", "closed", "context", "task", "wait_for_all", "watching", "wire",
+    )  # fmt: skip
 
     def __init__(self, context: Any, counters: Counters) -> None:
         self.context = context
@@ -146,6 +148,7 @@ class _Session:
         self.wire: pb.TaskRef | None = None
         self.closed = False
         self.watching = False
+        self.wait_for_all: _WaitForAll | None = None
         self._queue: deque[bytes] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._busy = False  # the stream's own handler is writing (``write``)
@@ -201,6 +204,20 @@ class _Session:
         # (a ``write`` of the handler itself has finished: the handler awaited it)
 
 
+class _WaitForAll:
+    """A session's ``StreamWaitForAll``: whose, its request id, when it answers with progress at the
+    latest, and its timer."""
+
+    __slots__ = ("answer_by", "caller", "request_id", "session", "timer")
+
+    def __init__(self, session: _Session, caller: TaskRef, request_id: int, answer_by: float) -> None:
+        self.session = session
+        self.caller = caller
+        self.request_id = request_id
+        self.answer_by = answer_by
+        self.timer: asyncio.TimerHandle | None = None
+
+
 def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Request, _Response]:
     """Send a ``Refused`` as its gRPC status; wake whatever the call changed, however it ended."""
 
@@ -246,6 +263,8 @@ class CoordinationServicer:
         self._stream_barriers: dict[WaitKey, list[tuple[_Session, int, BarrierId]]] = {}
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
         self._watchers: set[_Session] = set()
+        self._waiting_for_all: set[_Session] = set()
+        """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
         """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
 
     @property
@@ -276,21 +295,26 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Any) -> Answer:
+        return self._register(request, context.peer())[1]
+
+    def _register(self, request: pb.RegisterTaskRequest, peer: str) -> tuple[Membership, bytes]:
+        """A registration (``RegisterTask``, or the first message of a session stream): the membership
+        and the ``RegisterTaskResponse`` as sent."""
         # The credential is generated here, at the edge; the state keeps it (a retry gets the first one).
         credential = secrets.token_bytes(CREDENTIAL_BYTES)
-        registration = convert.registration(request, peer=context.peer(), credential=credential)
+        registration = convert.registration(request, peer=peer, credential=credential)
         membership = self._state.register(registration, now=self._clock())
         log.info(
             "task %d registered into generation %d from %s (%s), fingerprint %s",
             request.task_id,
             membership.generation,
             request.hostname[:255],
-            context.peer(),
+            peer,
             self._state.status_fingerprint(request.task_id),
         )
         key = f"register+tasks/{membership.generation}" if request.with_tasks else f"register/{membership.generation}"
         shared = self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
-        return shared + convert.credential_answer(membership.task.credential)
+        return membership, shared + convert.credential_answer(membership.task.credential)
 
     @_refusals_as_status
     async def WaitForAllTasks(self, request: pb.WaitForAllTasksRequest, context: Any) -> Answer:
@@ -333,8 +357,22 @@ class CoordinationServicer:
                 counters.stream_in += 1
                 caller = session.task
                 if caller is None:
+                    if request.HasField("register"):  # v7: register on the stream, the session's first answer
+                        membership, answer = self._register(request.register, context.peer())
+                        session.task = membership.task
+                        session.wire = convert.task_ref_pb(membership.task)
+                        await session.write(_length_delimited(_REGISTERED_FIELD, answer))
+                        self._wake()  # the last host's registration completes everyone's wait
+                        continue
                     session.wire = request.task
                     caller = session.task = convert.task_ref(request.task)
+                elif request.HasField("register"):
+                    raise Refused(
+                        Reason.NOT_PERMITTED,
+                        f"a session stream registers once, with its first message (task {caller.task_id}'s "
+                        "stream sent another registration)",
+                        hint="open a new stream to register again",
+                    )
                 elif request.HasField("task") and request.task != session.wire:
                     raise Refused(
                         Reason.NOT_PERMITTED,
@@ -344,8 +382,13 @@ class CoordinationServicer:
                     )
                 if request.HasField("barrier"):
                     self._stream_barrier(session, caller, request.barrier)
+                    self._wake()  # the last arrival passes the barrier for every waiting session now
+                elif request.HasField("wait_for_all"):
+                    self._stream_wait_for_all(session, caller, request.wait_for_all)
+                    self._wake()
                 elif request.watch_errors:
                     self._watch(session, caller)
+                    self._wake()
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
                     if request.ack:
@@ -356,7 +399,78 @@ class CoordinationServicer:
         finally:
             session.closed = True
             self._watchers.discard(session)
+            self._drop_wait_for_all(session)
         await session.flush()
+
+    def _stream_wait_for_all(self, session: _Session, caller: TaskRef, request: pb.StreamWaitForAll) -> None:
+        """``WaitForAllTasks`` on a session: answered at once when registration is complete (or refused),
+        else when it completes (one answer encoded for every waiter), fails, or this wait's own
+        ``max_wait_seconds`` passes (the progress so far, bounded). One wait per session."""
+        self._drop_wait_for_all(session)
+        now = self._clock()
+        waiter = _WaitForAll(session, caller, request.request_id, now + _poll_seconds(request.max_wait_seconds))
+        if self._answer_wait_for_all(waiter, now):
+            return
+        session.wait_for_all = waiter
+        self._waiting_for_all.add(session)
+
+    def _answer_wait_for_all(self, waiter: _WaitForAll, now: float) -> bool:
+        """Answer ``waiter`` if its wait is over (True); else (re)arm its timer."""
+        request_id = waiter.request_id
+        try:
+            left = self._state.registration_waiting(waiter.caller, now=now)
+            if left is None:
+                total = len(self._state.tasks)
+                complete = self._share(
+                    "registered/stream",
+                    lambda: pb.HeartbeatResponse(
+                        registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
+                    ),
+                )
+                waiter.session.send(_request_id_prefix(request_id) + complete)
+                return True
+            if now >= waiter.answer_by:
+                self.counters.built += 1
+                progress = convert.progress_response(self._state.registration_progress(waiter.caller, now=now))
+                response = pb.HeartbeatResponse(request_id=request_id, registration=progress)
+                waiter.session.send(response.SerializeToString())
+                return True
+        except Refused as refused:
+            waiter.session.send(_outcome_refused(request_id, refused))
+            return True
+        finally:
+            self.counters.touched += 1
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        delay = max(0.0, min(waiter.answer_by, now + left) - now)
+        waiter.timer = asyncio.get_running_loop().call_later(delay, self._wait_for_all_due, waiter)
+        return False
+
+    def _wait_for_all_due(self, waiter: _WaitForAll) -> None:
+        waiter.timer = None
+        session = waiter.session
+        if session.wait_for_all is not waiter:
+            return
+        if self._answer_wait_for_all(waiter, self._clock()):
+            self._drop_wait_for_all(session)
+        self._wake()  # deciding may have changed the state (the registration timeout)
+
+    def _answer_waits_for_all(self) -> None:
+        now = self._clock()
+        for session in list(self._waiting_for_all):
+            waiter = session.wait_for_all
+            if waiter is not None and self._answer_wait_for_all(waiter, now):
+                self._drop_wait_for_all(session)
+
+    def _drop_wait_for_all(self, session: _Session) -> None:
+        waiter = session.wait_for_all
+        if waiter is None:
+            return
+        session.wait_for_all = None
+        self._waiting_for_all.discard(session)
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+            waiter.timer = None
 
     def _stream_barrier(self, session: _Session, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
         """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
@@ -591,6 +705,8 @@ class CoordinationServicer:
         self._parking.wake(wakeup)
         if self._stream_barriers:
             self._answer_barriers(list(self._stream_barriers) if wakeup.everyone else wakeup.keys)
+        if self._waiting_for_all and (wakeup.everyone or REGISTRATION in wakeup.keys):
+            self._answer_waits_for_all()
         if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
             for session in list(self._watchers):
                 self.counters.touched += 1
@@ -639,20 +755,30 @@ class CoordinationServicer:
             log.warning("... and %d more tasks failed (`tpuctl status --json` lists all)", len(failures) - SAMPLE)
 
 
-def _request_id_prefix(request_id: int) -> bytes:
-    """``HeartbeatResponse.request_id`` (field 2, a varint) on the wire: prepended to an outcome encoded
-    once for every waiter (protobuf messages concatenate; the outcome itself leaves the field unset)."""
-    if not request_id:
-        return b""
-    out = bytearray(b"\x10")
+_REGISTERED_FIELD = pb.HeartbeatResponse.DESCRIPTOR.fields_by_name["registered"].number
+
+
+def _length_delimited(field: int, data: bytes) -> bytes:
+    """``data`` (an encoded message) as field ``field`` of an enclosing message, on the wire."""
+    return _varint((field << 3) | 2) + _varint(len(data)) + data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
     while True:
-        low = request_id & 0x7F
-        request_id >>= 7
-        if request_id:
+        low = value & 0x7F
+        value >>= 7
+        if value:
             out.append(low | 0x80)
         else:
             out.append(low)
             return bytes(out)
+
+
+def _request_id_prefix(request_id: int) -> bytes:
+    """``HeartbeatResponse.request_id`` (field 2, a varint) on the wire: prepended to an outcome encoded
+    once for every waiter (protobuf messages concatenate; the outcome itself leaves the field unset)."""
+    return b"\x10" + _varint(request_id) if request_id else b""
 
 
 def _outcome_passed(request_id: int, instance: int) -> bytes:

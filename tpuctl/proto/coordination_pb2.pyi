@@ -405,6 +405,8 @@ class HeartbeatRequest(_message.Message):
     SERVICE_INCARNATION_FIELD_NUMBER: _builtins.int
     BARRIER_FIELD_NUMBER: _builtins.int
     WATCH_ERRORS_FIELD_NUMBER: _builtins.int
+    REGISTER_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_ALL_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -423,6 +425,17 @@ class HeartbeatRequest(_message.Message):
     def barrier(self) -> Global___StreamBarrier:
         """v6, on `HeartbeatStream` only: this message is a barrier arrival, not a heartbeat."""
 
+    @_builtins.property
+    def register(self) -> Global___RegisterTaskRequest:
+        """v7, the first message of a `HeartbeatStream` only (then `task` is unset): register on the stream, as
+        `RegisterTask` would; the answer (`HeartbeatResponse.registered`) makes the stream that task's
+        session, and counts as its first confirmed heartbeat. A refusal ends the stream with its status.
+        """
+
+    @_builtins.property
+    def wait_for_all(self) -> Global___StreamWaitForAll:
+        """v7, on `HeartbeatStream` only: `WaitForAllTasks` on the session; answered by `request_id`."""
+
     def __init__(
         self,
         *,
@@ -431,14 +444,41 @@ class HeartbeatRequest(_message.Message):
         service_incarnation: _builtins.int = ...,
         barrier: Global___StreamBarrier | None = ...,
         watch_errors: _builtins.bool = ...,
+        register: Global___RegisterTaskRequest | None = ...,
+        wait_for_all: Global___StreamWaitForAll | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "task", b"task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "service_incarnation", b"service_incarnation", "task", b"task", "watch_errors", b"watch_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class StreamWaitForAll(_message.Message):
+    """`WaitForAllTasks` on the session stream by the stream's task."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the client, unique on its stream (not 0): the answer names it."""
+    max_wait_seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        max_wait_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_wait_seconds", b"max_wait_seconds", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamWaitForAll: _TypeAlias = StreamWaitForAll  # noqa: Y015
 
 @_typing.final
 class StreamBarrier(_message.Message):
@@ -472,7 +512,8 @@ Global___StreamBarrier: _TypeAlias = StreamBarrier  # noqa: Y015
 class HeartbeatResponse(_message.Message):
     """On `HeartbeatStream`: a heartbeat confirmation (only `service_incarnation` set), a barrier's outcome
     (`request_id` set: `instance` when it passed, else `code`, `details` and `hint` as the unary call's
-    status would be), or the cluster's error (`failure`), pushed once.
+    status would be), the answer to a wait for all (`request_id` and `registration`, or a refusal as a
+    barrier's), the registration (`registered`, v7), or the cluster's error (`failure`), pushed once.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -484,6 +525,8 @@ class HeartbeatResponse(_message.Message):
     DETAILS_FIELD_NUMBER: _builtins.int
     HINT_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    REGISTRATION_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -494,6 +537,14 @@ class HeartbeatResponse(_message.Message):
     hint: _builtins.str
     @_builtins.property
     def failure(self) -> Global___ClusterFailure: ...
+    @_builtins.property
+    def registered(self) -> Global___RegisterTaskResponse:
+        """v7: the answer to a registration on the stream (the stream's first answer)."""
+
+    @_builtins.property
+    def registration(self) -> Global___WaitForAllTasksResponse:
+        """v7: the answer to a `StreamWaitForAll` (with its `request_id`), as `WaitForAllTasks` answers."""
+
     def __init__(
         self,
         *,
@@ -504,10 +555,12 @@ class HeartbeatResponse(_message.Message):
         details: _builtins.str = ...,
         hint: _builtins.str = ...,
         failure: Global___ClusterFailure | None = ...,
+        registered: Global___RegisterTaskResponse | None = ...,
+        registration: Global___WaitForAllTasksResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "registered", b"registered", "registration", b"registration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "hint", b"hint", "instance", b"instance", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
