@@ -14,9 +14,11 @@ import grpc
 import pytest
 from coordination_harness import make_config, run, serving
 
+from tpuctl.coordination import client as client_module
 from tpuctl.coordination import convert
 from tpuctl.coordination.client import CoordinationClient, Session
 from tpuctl.coordination.state import RestartPolicy, TaskInfo
+from tpuctl.coordination.values import TaskState
 from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
@@ -221,3 +223,116 @@ def test_session_and_unary_client_stay_compatible() -> None:
             assert await client.watch_errors(members[0][1].task, timeout=0.2) is None
 
     run(body())
+
+
+# --- protocol v7: registering and waiting for all on the session ------------------------------------------
+
+
+async def open_sessions(
+    cluster: Any, tasks: range, interval: float = 0.2
+) -> tuple[list[Session], list[asyncio.Task[Any]]]:
+    name = cluster.server.service.state.config.cluster
+    opened = [await cluster.client().open_session(name, i, hostname=f"host-{i}", interval=interval) for i in tasks]
+    return opened, [asyncio.create_task(s.run()) for s in opened]
+
+
+def test_open_session_registers_on_the_stream_and_waits_for_all_there() -> None:
+    async def body() -> None:
+        async with serving(make_config(3)) as cluster:
+            counters = cluster.server.service.counters
+            opened, runs = await open_sessions(cluster, range(2))
+            try:
+                # Two registrations, each the first message of its stream: two calls (the streams), no unary.
+                assert counters.calls - counters.stream_in == 2
+                assert [s.membership.task.task_id for s in opened] == [0, 1]
+                assert all(s.membership.num_tasks == 3 and len(s.membership.task.credential) > 0 for s in opened)
+                seen: list[str] = []
+                waiting = [
+                    asyncio.create_task(
+                        s.wait_for_all(timeout=10.0, progress=lambda p: seen.append(p.describe()), progress_every=0.1)
+                    )
+                    for s in opened
+                ]
+                await asyncio.sleep(0.4)
+                assert not any(w.done() for w in waiting)
+                assert "waiting for 1 of 3 hosts: task 2 (127.0.0.3)" in seen
+                late, late_runs = await open_sessions(cluster, range(2, 3))
+                runs += late_runs
+                started = time.monotonic()
+                await asyncio.wait_for(asyncio.gather(*waiting, late[0].wait_for_all(timeout=5.0)), 5.0)
+                assert time.monotonic() - started < 0.5  # answered when the last host registered, not at a poll
+                assert counters.calls - counters.stream_in == 3  # three streams, still not one unary call
+                # The sessions work as sessions: a barrier of all three on them.
+                everyone = [*opened, *late]
+                assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in everyone)) == [1, 1, 1]
+                # The credential the stream handed out is the task's: a unary call with it is accepted.
+                assert await cluster.clients[0].heartbeat(opened[0].membership.task) > 0
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_open_session_is_refused_as_register_is() -> None:
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            client = cluster.client()
+            with pytest.raises(ClusterError, match="cluster name mismatch") as wrong:
+                await client.open_session("other", 0)
+            assert wrong.value.hint is not None and "same cluster spec" in wrong.value.hint
+            with pytest.raises(InputError, match=r"unknown task id 7: cluster .test. has tasks 0\.\.1"):
+                await client.open_session("test", 7)
+            # Nothing was registered by the refusals.
+            assert all(t.state is TaskState.WAITING for t in (await client.status()).tasks)
+
+    run(body())
+
+
+def test_a_second_registration_on_one_stream_is_refused() -> None:
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            session = await cluster.client().open_session("test", 0)
+            call = session._adopted
+            try:
+                again = pb.HeartbeatRequest(
+                    register=pb.RegisterTaskRequest(
+                        protocol_version=7, cluster_name="test", task_id=1, incarnation=5, retry_secret=b"s" * 16
+                    )
+                )
+                await call.write(again)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    for _ in range(5):  # a heartbeat confirmation may come first
+                        await call.read()
+                assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+                assert "registers once" in (refused.value.details() or "")
+                assert (await cluster.clients[0].status()).tasks[1].state is TaskState.WAITING
+            finally:
+                call.cancel()
+
+    run(body())
+
+
+def test_a_registration_timeout_on_the_session_is_the_unary_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "PROGRESS_POLLS_PER_S", 1e9)  # progress every 0.2 s even at 10,000 hosts
+
+    async def body() -> None:
+        async with serving(make_config(10_000, register_timeout=1.0, heartbeat_timeout=60.0)) as cluster:
+            opened, runs = await open_sessions(cluster, range(1))
+            lines: list[str] = []
+            try:
+                assert opened[0].membership.tasks == ()  # no O(hosts) answer by default
+                with pytest.raises(DeadlineError) as excinfo:
+                    await opened[0].wait_for_all(
+                        timeout=10.0, progress=lambda p: lines.append(p.describe()), progress_every=0.2
+                    )
+            finally:
+                await close(runs)
+            message = excinfo.value.message
+            assert message.startswith("registration timed out after 1.0 s: 1 of 10,000 hosts registered; missing: ")
+            assert message.endswith(", ... and 9,989 more; `tpuctl status --json` lists all")
+            assert len(message) < 2_000
+            assert excinfo.value.hint is not None and "tpuctl init" in excinfo.value.hint
+            assert lines and all(len(line) < 2_000 for line in lines)
+            assert lines[0].startswith("waiting for 9,999 of 10,000 hosts: task 1 (127.0.0.2), ")
+
+    run(body(), timeout=60.0)
