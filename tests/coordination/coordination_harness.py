@@ -15,9 +15,12 @@ from typing import Any, TypeVar
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import CoordinationServer, start_server
 from tpuctl.coordination.state import Membership, ServiceConfig, TaskSpec
-from tpuctl.errors import TpuctlError
+from tpuctl.errors import DeadlineError, TpuctlError
 
 T = TypeVar("T")
+
+MESSAGE_BOUND = 2_000
+"""Characters: any message about any number of hosts stays under this (addresses here are short)."""
 
 
 def address(task_id: int) -> str:
@@ -93,3 +96,16 @@ async def serving(config: ServiceConfig, **server_options: Any) -> AsyncIterator
         for client in cluster.clients:
             await client.close()
         await server.stop(grace=None)
+
+
+def check_bounded_registration_timeout(error: DeadlineError, lines: list[str]) -> None:
+    """What a host hears when 1 of 10,000 registered and the service's 1 s register timeout ran out, on
+    the unary wait and on the session alike: counts and a bounded sample, in the timeout message (with
+    its hint) and in every progress line."""
+    message = error.message
+    assert message.startswith("registration timed out after 1.0 s: 1 of 10,000 hosts registered; missing: ")
+    assert message.endswith(", ... and 9,989 more; `tpuctl status --json` lists all")
+    assert len(message) < MESSAGE_BOUND
+    assert error.hint is not None and "tpuctl init" in error.hint
+    assert lines and all(len(line) < MESSAGE_BOUND for line in lines)
+    assert lines[0].startswith("waiting for 9,999 of 10,000 hosts: task 1 (127.0.0.2), ")

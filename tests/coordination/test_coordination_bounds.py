@@ -7,7 +7,7 @@ Pure (no grpc, no clock): 10,000-host clusters are cheap here. Work is asserted 
 from __future__ import annotations
 
 import pytest
-from coordination_harness import make_config
+from coordination_harness import MESSAGE_BOUND, make_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +30,6 @@ from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import MAX_NAME_CHARS, SAMPLE, ClusterFailure, TaskFailure, TaskInfo
 
 BIG = 10_000
-MESSAGE_BOUND = 2_000
-"""Characters: any message about any number of hosts stays under this (addresses here are short)."""
 
 
 def new_state(tasks: int, **overrides: object) -> CoordinationState:
