@@ -5,8 +5,12 @@ process run (interleaved, min/median of several repeats):
 
 * slice model: building the largest pods' device lists, beside libtpu building the same pod;
 * CLI start-up: ``tpuctl --help`` beside ``python -c pass``;
-* ``tpuctl barrier``, ``status`` and ``env`` from a shell on an 8-host simulated cluster, beside
-  ``python -c pass`` (median of 15);
+* ``tpuctl barrier``, ``status`` and ``env`` from a shell on an 8-host simulated cluster, through the
+  console script users run (``.venv/bin/tpuctl``; ``--light-entry module``: ``python -m tpuctl``),
+  each run interleaved with a ``python -c pass`` (median of 15); ``--light-venv DIR`` times another
+  install's console script and python against this venv's cluster (a wheel, without the editable
+  install's import hook: ``pip wheel --no-deps -w W .``, ``python -m venv V``,
+  ``V/bin/pip install --no-deps W/tpuctl-*.whl``); ``--light-only`` runs only this part;
 * wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``;
 * full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py).
 
@@ -21,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +33,7 @@ from pathlib import Path
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 PY = sys.executable
 TPUCTL = [PY, "-m", "tpuctl"]
+SCRIPT = [str(Path(PY).parent / "tpuctl")]  # the console script: what a job script runs
 
 
 def timed(fn: Callable[[], object], repeats: int) -> list[float]:
@@ -39,8 +45,22 @@ def timed(fn: Callable[[], object], repeats: int) -> list[float]:
     return out
 
 
-def run_quiet(cmd: list[str]) -> None:
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+def run_quiet(cmd: list[str], limit: float = 120.0) -> None:
+    """Run ``cmd`` to its end, output discarded; CalledProcessError when it fails.
+
+    The wait is a blocking ``wait()``: ``subprocess.run(timeout=...)`` polls the child with sleeps that
+    double up to 50 ms, which rounds every wall time up to that schedule (about 31, 63, 113, 163 ms).
+    ``limit`` seconds kill a child that hangs.
+    """
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killer = threading.Timer(limit, proc.kill)
+    killer.start()
+    try:
+        code = proc.wait()
+    finally:
+        killer.cancel()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
 
 
 def ms(seconds: float) -> str:
@@ -81,10 +101,12 @@ def bench_startup(repeats: int) -> None:
     print(f"python -c pass {ms(b)}   tpuctl --help {ms(o)}   ratio {o / b:.1f}x")
 
 
-def bench_cluster(hosts_accel: str, repeats: int) -> None:
+def bench_cluster(hosts_accel: str, repeats: int, light: list[str], base_py: str) -> None:
+    """``light``: how the light commands are started; ``base_py``: the python whose ``-c pass`` they are
+    compared with (the same install's)."""
     root = Path(tempfile.mkdtemp(prefix="tpuctl-bench-"))
     print(f"## simulated cluster {hosts_accel} under {root}")
-    base = statistics.median(timed(lambda: run_quiet([PY, "-c", "pass"]), 5))
+    print(f"light commands run as {' '.join(light)}; beside {base_py} -c pass")
     start = time.perf_counter()
     proc = subprocess.run(
         [*TPUCTL, "sim", "up", hosts_accel, "--root", str(root)], capture_output=True, text=True, timeout=300
@@ -97,52 +119,64 @@ def bench_cluster(hosts_accel: str, repeats: int) -> None:
     print(f"sim up (all inits, wall) {up:.2f} s; {init_lines[0] if init_lines else ''}")
     try:
         state = root / "host-0"
-        # One host's barrier blocks until all arrive: run every host's barrier, time them as a batch,
-        # and the single-process cost with the others already waiting.
-        samples = []
+        hosts = len(list(root.glob("host-*")))
+        # One host's barrier blocks until all arrive: start every other host's barrier, let them park,
+        # then time the last arrival alone (and a `python -c pass` just before it, on the same machine).
+        pairs = []
         for i in range(repeats):
             others = [
                 subprocess.Popen(
-                    [*TPUCTL, "barrier", f"b{i}", "-q", "--state-dir", str(root / f"host-{t}")],
+                    [*light, "barrier", f"b{i}", "-q", "--state-dir", str(root / f"host-{t}")],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
-                for t in range(1, len(list(root.glob("host-*"))))
+                for t in range(1, hosts)
             ]
             time.sleep(0.5)  # the others are parked at the barrier
-            start = time.perf_counter()
-            run_quiet([*TPUCTL, "barrier", f"b{i}", "-q", "--state-dir", str(state)])
-            samples.append(time.perf_counter() - start)
+            b = timed(lambda: run_quiet([base_py, "-c", "pass"]), 1)[0]
+            o = timed(lambda i=i: run_quiet([*light, "barrier", f"b{i}", "-q", "--state-dir", str(state)]), 1)[0]
+            pairs.append((b, o))
             for p in others:
                 p.wait(timeout=60)
-        med = statistics.median(samples)
-        print(
-            f"tpuctl barrier (last arrival, median of {repeats}) {ms(med)}; python -c pass {ms(base)}; ratio {med / base:.2f}x"
-        )
+        report("barrier (last arrival)", pairs)
         # The other light commands (tpuctl/cli/light.py: no click, asyncio or grpc), each interleaved with
         # its own `python -c pass` so both see the same machine.
         for what in (["status"], ["status", "--json"], ["env"]):
             pairs = [
                 (
-                    timed(lambda: run_quiet([PY, "-c", "pass"]), 1)[0],
-                    timed(lambda what=what: run_quiet([*TPUCTL, *what, "--state-dir", str(state)]), 1)[0],
+                    timed(lambda: run_quiet([base_py, "-c", "pass"]), 1)[0],
+                    timed(lambda what=what: run_quiet([*light, *what, "--state-dir", str(state)]), 1)[0],
                 )
                 for _ in range(repeats)
             ]
-            b = statistics.median(p[0] for p in pairs)
-            o = statistics.median(p[1] for p in pairs)
-            name = " ".join(what)
-            print(f"tpuctl {name} (median of {repeats}) {ms(o)}; python -c pass {ms(b)}; ratio {o / b:.2f}x")
+            report(" ".join(what), pairs)
         print(f"8-host init wall (from sim up) {init_lines[0] if init_lines else up}")
     finally:
         subprocess.run([*TPUCTL, "sim", "down", "--root", str(root)], capture_output=True, timeout=60)
+
+
+def report(name: str, pairs: list[tuple[float, float]]) -> None:
+    """One line: the command's median, its interleaved ``python -c pass`` median, their ratio."""
+    b = statistics.median(p[0] for p in pairs)
+    o = statistics.median(p[1] for p in pairs)
+    print(f"tpuctl {name} (median of {len(pairs)}) {ms(o)}; python -c pass {ms(b)}; ratio {o / b:.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--light-only", action="store_true", help="only the light commands on the cluster")
+    parser.add_argument("--light-entry", choices=("script", "module"), default="script")
+    parser.add_argument("--light-venv", type=Path, help="time this venv's bin/tpuctl and bin/python instead")
     args = parser.parse_args()
+    if args.light_venv is not None:
+        light, base_py = [str(args.light_venv / "bin" / "tpuctl")], str(args.light_venv / "bin" / "python")
+    else:
+        light, base_py = (SCRIPT if args.light_entry == "script" else TPUCTL), PY
+    if args.light_only:
+        bench_cluster("v4-64", args.repeats, light, base_py)
+        return
     bench_slice_model(5)
     bench_startup(args.repeats)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -150,7 +184,7 @@ def main() -> None:
 
     bench_mesh(7)
     if not args.skip_cluster:
-        bench_cluster("v4-64", args.repeats)  # 8 hosts
+        bench_cluster("v4-64", args.repeats, light, base_py)  # 8 hosts
 
 
 if __name__ == "__main__":
