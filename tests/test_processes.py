@@ -66,5 +66,5 @@ def test_pid_alive_reads_the_state_after_the_last_parenthesis(monkeypatch: pytes
     pid = os.getpid()
     for state, alive in (("S", True), ("R", True), ("T", True), ("Z", False), ("X", False)):
         text = f"{pid} (a) b) (c) {state} 1 2 3\n"
-        monkeypatch.setattr(processes.Path, "read_text", lambda self, text=text: text)
+        monkeypatch.setattr(processes, "_read_stat", lambda pid, text=text: text)
         assert pid_alive(pid) is alive, state

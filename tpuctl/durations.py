@@ -3,20 +3,26 @@
 Every duration tpuctl takes has bounds (:class:`Bounds`, the constants below; the README's limits table
 lists them): a spec's waits are checked by ``tpuctl validate`` with the same bounds ``init`` relies on, and
 the command-line durations (``--timeout``, ``--grace``) are refused outside theirs with exit 2.
+
+Parsed by hand, and :class:`Bounds` is a record (:mod:`tpuctl.records`), not a dataclass: ``tpuctl barrier
+--timeout 5m`` imports this module, and ``re`` plus ``dataclasses`` (which brings ``inspect``) cost that
+command more than the rest of its imports together.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from tpuctl.errors import InputError
+
+TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
+if TYPE_CHECKING:
+    from typing import NamedTuple as Record
+else:
+    from tpuctl.records import Record
 
 DAY = 86400.0
 
 
-@dataclass(frozen=True)
-class Bounds:
+class Bounds(Record):
     """The shortest and longest value a duration may take (seconds, both inclusive)."""
 
     low: float
@@ -58,8 +64,6 @@ MAX_DURATION_CHARS = 100
 """Longest duration text read; longer text is refused before it is parsed."""
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 
 
 def parse_duration(text: str, *, what: str = "duration", bounds: Bounds | None = None) -> float:
@@ -73,16 +77,41 @@ def parse_duration(text: str, *, what: str = "duration", bounds: Bounds | None =
     try:
         seconds = float(value)
     except ValueError:
-        if not _WHOLE.match(value):
+        parts = _parts(value)
+        if not parts:
             raise InputError(
                 f"{what}: {text!r} is not a duration", hint="write e.g. 90s, 10m, 1h30m, 250ms, or seconds as a number"
             ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value))
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0 or seconds != seconds or seconds == float("inf"):
         raise InputError(f"{what}: {text!r} must be a positive, finite duration", hint="e.g. 90s or 10m")
     if bounds is not None and (problem := bounds.problem(seconds, repr(text))):
         raise InputError(f"{what}: {problem}", hint=f"e.g. {what} {_example(bounds)}")
     return seconds
+
+
+def _parts(value: str) -> list[tuple[str, str]]:
+    """``1h30m`` -> ``[("1", "h"), ("30", "m")]``: the text as number-unit pairs (a number: digits, maybe a
+    ``.`` and digits; a unit: ms, s, m, h); empty unless all of it is such pairs."""
+    parts: list[tuple[str, str]] = []
+    i, n = 0, len(value)
+    while i < n:
+        start = i
+        while i < n and value[i].isdecimal():
+            i += 1
+        if i == start:
+            return []
+        if i + 1 < n and value[i] == "." and value[i + 1].isdecimal():
+            i += 1
+            while i < n and value[i].isdecimal():
+                i += 1
+        number = value[start:i]
+        unit = "ms" if value.startswith("ms", i) else value[i : i + 1]
+        if unit not in _UNITS:
+            return []
+        parts.append((number, unit))
+        i += len(unit)
+    return parts
 
 
 def _example(bounds: Bounds) -> str:

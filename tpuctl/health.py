@@ -19,8 +19,13 @@ standard library only (``tpuctl status`` runs it on the light path). Cost O(task
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+    from typing import NamedTuple as Record
+else:
+    from tpuctl.records import Record
 
 HEALTHY = "healthy"
 DEGRADED = "degraded"
@@ -50,7 +55,7 @@ def left(names: Sequence[str], total: int | None = None) -> str:
     return f"{who} {LEFT}: {LEFT_CAUSE if total == 1 else LEFT_CAUSE_MANY}"
 
 
-class Problem(NamedTuple):
+class Problem(Record):
     """One reason the cluster is not healthy: a task (None: the cluster as a whole) and what is wrong."""
 
     verdict: str
@@ -71,7 +76,7 @@ class Problem(NamedTuple):
         return {"task": self.task, "address": self.address or None, "state": self.state, "problem": str(self)}
 
 
-class Health(NamedTuple):
+class Health(Record):
     """The verdict and every problem behind it (failures first, in task order)."""
 
     verdict: str

@@ -8,7 +8,9 @@ standard library, no I/O: the core packages (``tpu``, ``mesh``, ``spec``, ``mapp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = ["closest", "did_you_mean", "listed", "plural", "sample", "suggestion", "table"]
 

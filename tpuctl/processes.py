@@ -9,7 +9,6 @@ alive. Standard library only; the zombie check reads ``/proc`` where there is on
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 __all__ = ["pid_alive"]
 
@@ -31,7 +30,7 @@ def pid_alive(pid: int) -> bool:
         return True
     state = _state(pid)
     if state is None:  # it exited between the two looks, or there is no /proc to ask
-        return not Path("/proc/self/stat").exists()
+        return not os.path.exists("/proc/self/stat")
     return state not in ("Z", "X")
 
 
@@ -42,8 +41,14 @@ def _state(pid: int) -> str | None:
     field after the last ``)``.
     """
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = _read_stat(pid)
     except OSError:
         return None
     fields = text.rsplit(")", 1)[-1].split()
     return fields[0] if fields else None
+
+
+def _read_stat(pid: int) -> str:
+    """``/proc/PID/stat``'s text (os and open: pathlib is not imported on ``tpuctl barrier``'s path)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read()

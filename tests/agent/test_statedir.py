@@ -21,8 +21,8 @@ def own_dir(path: Path) -> StateDir:
 
 def test_a_folder_open_to_others_is_refused_before_anything_in_it_is_read(tmp_path: Path) -> None:
     state = own_dir(tmp_path / "s")
-    (state.path / "agent.json").write_text('{"planted": true}')
-    state.path.chmod(0o777)
+    Path(state.info_file).write_text('{"planted": true}')
+    os.chmod(state.path, 0o777)
     for use in (state.ensure, state.live_pid, state.read_info):
         with pytest.raises(StateError, match=r"has mode 0777: others may write in it; expected 0700") as info:
             use()
@@ -31,10 +31,10 @@ def test_a_folder_open_to_others_is_refused_before_anything_in_it_is_read(tmp_pa
 
 def test_a_folder_of_ours_that_others_may_only_read_is_closed_by_init(tmp_path: Path) -> None:
     state = own_dir(tmp_path / "s")
-    state.path.chmod(0o755)
+    os.chmod(state.path, 0o755)
     assert state.live_pid() is None  # readable by others, but nobody else could have written in it
     state.ensure()
-    assert state.path.stat().st_mode & 0o777 == 0o700
+    assert os.stat(state.path).st_mode & 0o777 == 0o700
 
 
 def test_a_folder_of_another_user_or_a_symlink_is_refused(tmp_path: Path) -> None:
@@ -57,8 +57,8 @@ def test_a_missing_folder_is_simply_not_running(tmp_path: Path) -> None:
 def test_liveness_comes_from_the_lock_not_from_a_stale_pid_file(tmp_path: Path) -> None:
     state = own_dir(tmp_path / "s")
     # a killed agent's pid file now names a live process that is not an agent (this test's own)
-    state.pid_file.write_text(f"{os.getpid()}\n")
-    state.lock_file.touch()
+    Path(state.pid_file).write_text(f"{os.getpid()}\n")
+    Path(state.lock_file).touch()
     assert state.live_pid() is None
     # a process holding the lock is the agent, whatever the pid file says
     holder = subprocess.Popen(
@@ -79,7 +79,7 @@ def test_liveness_comes_from_the_lock_not_from_a_stale_pid_file(tmp_path: Path) 
 
 def test_a_lock_held_in_this_process_is_seen(tmp_path: Path) -> None:
     state = own_dir(tmp_path / "s")
-    with state.lock_file.open("a+") as handle:
+    with open(state.lock_file, "a+") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert lock_holder(state.lock_file) == os.getpid()
     assert lock_holder(state.lock_file) is None

@@ -1,12 +1,26 @@
-"""The commands used in job scripts stay cheap: no grpc, numpy, tensorflow or jax on their path."""
+"""The commands used in job scripts stay cheap: no grpc, numpy, tensorflow or jax on their path, and on
+the light path (barrier, status, env answered by an agent) none of the standard library's costly modules.
+
+Counted, not timed: a probe process runs the command and lists what it imported. The light-path probe
+runs ``python -S`` (no site, so no editable install's import hook, which imports pathlib, re and enum
+itself) with tpuctl on PYTHONPATH, against a fake agent on a real unix socket, and compares every module
+it imported with the few the light path may load.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import tpuctl
 
 HEAVY = ("grpc", "numpy", "tensorflow", "jax", "yaml")
 # barrier, status and env run on the standard library alone (tpuctl.cli.light): not even click
@@ -55,3 +69,119 @@ def test_agent_commands_import_nothing_heavy(args: list[str], tmp_path: Path) ->
     assert heavy_line == ["HEAVY="], proc.stdout + proc.stderr
     if args != ["--help"]:
         assert f"no tpuctl agent is running for state dir {tmp_path}" in proc.stderr
+
+
+# What barrier, status and env may import beyond what `python -S -c 'import os'` has loaded, besides tpuctl's own
+# modules: each costs a fraction of a millisecond (docs/PERFORMANCE.md, "The CLI's light path").
+LIGHT_PATH_STDLIB = frozenset({"__future__", "_json", "_operator", "_socket", "fcntl"})
+# Named for the message: what the light path stopped importing, each a few milliseconds or more.
+LIGHT_PATH_FORBIDDEN = (
+    *LIGHT_PATH_HEAVY,
+    "typing", "pathlib", "re", "json", "enum", "socket", "selectors", "collections", "functools",
+    "dataclasses", "inspect", "urllib", "ipaddress", "shlex", "fnmatch", "contextlib", "importlib",
+    "decimal", "logging", "threading",
+)  # fmt: skip
+
+COUNTING_PROBE = """
+import os, sys  # what site imports in every python (os brings stat, posixpath, _collections_abc)
+before = set(sys.modules)
+from tpuctl.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+else:
+    code = None
+new = sorted(m for m in set(sys.modules) - before if m != "tpuctl" and not m.startswith("tpuctl."))
+print("CODE=" + str(code))
+print("NEW=" + ",".join(new))
+"""
+
+AGENT_INFO = {
+    "schema_version": 1, "cluster": "c", "task": 0, "num_tasks": 1, "coordinator": "127.0.0.1:1",
+    "mapping": "/nonexistent/mapping.json", "job_ports": {"dtensor": [2], "jax": 3}, "barrier_timeout": 30.0,
+}  # fmt: skip
+ANSWERS = {
+    "status": {"cluster": "c", "task": 0, "coordinator": "127.0.0.1:1", "heartbeat_timeout": 30.0,
+               "tasks": [{"task": 0, "address": "127.0.0.1", "state": "connected", "heartbeat_age": 0.5}]},
+    "env": {"set": [["TPUCTL_TASK_ID", "0"], ["QUOTED", "a b'c"]], "unset": ["TPU_PROCESS_PORT"]},
+    "barrier": {"name": "step", "instance": 1, "hosts": 1},
+}  # fmt: skip
+
+
+class FakeAgent:
+    """A unix socket in an owner-only state dir answering each request with ``ANSWERS[op]`` (a barrier
+    after one progress line), and an ``agent.json``: what a command on the light path reads."""
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(mode=0o700)
+        (state_dir / "agent.json").write_text(json.dumps(AGENT_INFO))
+        self.ops: list[str] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(state_dir / "agent.sock"))
+        self.server.listen(8)
+        self.server.settimeout(30)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for _ in range(100):  # bounded: one connection per command the test runs
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                request = json.loads(conn.makefile("rb").readline())
+                self.ops.append(request["op"])
+                if request["op"] == "barrier":
+                    conn.sendall(json.dumps({"progress": "waiting at barrier 'step' for 5 s"}).encode() + b"\n")
+                answer = {"ok": True, "result": ANSWERS[request["op"]]}
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[FakeAgent]:
+    fake = FakeAgent(tmp_path / "state")
+    yield fake
+    fake.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["barrier", "step"],
+        ["barrier", "step", "-q", "--timeout", "1m30s"],
+        ["status"],
+        ["status", "--json"],
+        ["-v", "status", "-o", "text"],
+        ["env"],
+        ["env", "--format=json"],
+        ["--log-level", "debug", "env", "--format", "sh"],
+    ],
+)
+def test_the_light_path_imports_only_cheap_modules(args: list[str], agent: FakeAgent, tmp_path: Path) -> None:
+    """Counted in a ``python -S`` process: typing, pathlib, re, json, enum, socket, collections and the
+    like never load on the light path (each cost milliseconds of a command that should cost little more
+    than ``python -c pass``)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tpuctl.__file__).resolve().parents[1])}
+    env.pop("TPUCTL_LOG_LEVEL", None)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", COUNTING_PROBE, *args, "--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith(("CODE=", "NEW=")))
+    assert lines.get("CODE") == "0", proc.stdout + proc.stderr
+    new = set(filter(None, lines["NEW"].split(",")))
+    forbidden = sorted(new & set(LIGHT_PATH_FORBIDDEN))
+    assert not forbidden, f"tpuctl {' '.join(args)} imported {forbidden}; all it imported: {sorted(new)}"
+    assert new <= LIGHT_PATH_STDLIB, f"tpuctl {' '.join(args)} imported more: {sorted(new - LIGHT_PATH_STDLIB)}"
+    assert agent.ops == [next(a for a in args if a in ANSWERS)]
+    if args[0] == "env" and "json" not in args[-1]:
+        assert "export QUOTED='a b'\"'\"'c'" in proc.stdout

@@ -71,7 +71,7 @@ def check_pod(pod: dict[str, Any], hosts: int) -> list[list[str]]:
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         assert set(env) <= TPUCTL_READS, f"{container['name']}: {set(env) - TPUCTL_READS} are not read by tpuctl"
         if STATE_DIR_ENV in env:
-            assert Path(env[STATE_DIR_ENV]) == DEFAULT_ROOT  # root's default state dir, the unit's too
+            assert Path(env[STATE_DIR_ENV]) == Path(DEFAULT_ROOT)  # root's default state dir, the unit's too
             mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
             assert not mounts or env[STATE_DIR_ENV] in mounts
         port = int(env.get(detect.PORT_ENV, DEFAULT_PORT))
@@ -132,7 +132,7 @@ def test_the_systemd_unit_runs_init_in_the_foreground_with_root_s_state_dir() ->
     assert parse_with_tpuctl(start).params["foreground"] is True
     assert parse_with_tpuctl(stop).info_name == "down"
     name, _, value = service["Environment"].partition("=")
-    assert name in TPUCTL_READS and Path(value) == DEFAULT_ROOT == Path("/run") / service["RuntimeDirectory"]
+    assert name in TPUCTL_READS and Path(value) == Path(DEFAULT_ROOT) == Path("/run") / service["RuntimeDirectory"]
     assert service["RuntimeDirectoryMode"] == "0700"  # a state dir is owner-only (StateDir.check)
     assert service["Type"] == "exec"
     if shutil.which("systemd-analyze"):

@@ -466,11 +466,11 @@ def test_a_symlinked_state_dir_fails(fake: FakeHost, tmp_path: Path) -> None:
 
 def test_a_stale_pid_file_warns(fake: FakeHost, tmp_path: Path) -> None:
     state = StateDir(tmp_path / "state")
-    state.path.mkdir(mode=0o700)
+    os.mkdir(state.path, mode=0o700)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(30)
-    state.pid_file.write_text(f"{dead.pid}\n")
-    state.socket.write_text("")
+    Path(state.pid_file).write_text(f"{dead.pid}\n")
+    Path(state.socket).write_text("")
     check = check_state_dir(fake.host(), state)
     assert check.verdict == WARN
     assert "no agent runs, but agent.pid and agent.sock remain" in check.saw
@@ -479,8 +479,8 @@ def test_a_stale_pid_file_warns(fake: FakeHost, tmp_path: Path) -> None:
 
 def test_a_live_agent_that_does_not_answer_fails(fake: FakeHost, tmp_path: Path) -> None:
     state = StateDir(tmp_path / "state")
-    state.path.mkdir(mode=0o700)
-    state.pid_file.write_text(f"{os.getpid()}\n")
+    os.mkdir(state.path, mode=0o700)
+    Path(state.pid_file).write_text(f"{os.getpid()}\n")
     with open(state.lock_file, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stuck = check_state_dir(fake.host(ping_agent=lambda s, t: "no answer within 2 s"), state)
@@ -492,7 +492,7 @@ def test_a_live_agent_that_does_not_answer_fails(fake: FakeHost, tmp_path: Path)
 
 def test_the_real_ping_reports_a_missing_socket(tmp_path: Path) -> None:
     state = StateDir(tmp_path / "state")
-    state.path.mkdir(mode=0o700)
+    os.mkdir(state.path, mode=0o700)
     assert probes.agent_answers(state, 1.0) is not None
 
 

@@ -214,3 +214,16 @@ def test_tpu_process_variables_for_several_processes_per_machine() -> None:
         .keys()
         .isdisjoint({"TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT"})
     )
+
+
+def test_sh_quote_is_shlex_quote() -> None:
+    import random
+    import shlex
+
+    from tpuctl.job.env import sh_quote
+
+    rng = random.Random(3)
+    alphabet = "ab_Z09@%+=:,./-'\" $\\\n\té*!~#&;|<>()[]{}?"
+    for _ in range(5000):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randrange(7)))
+        assert sh_quote(value) == shlex.quote(value), value

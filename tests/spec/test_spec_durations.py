@@ -88,3 +88,17 @@ def test_composed_units_parse_to_their_sum(h: int, m: int, s: int) -> None:
 def test_any_millisecond_duration_round_trips(ms: int) -> None:
     seconds = ms / 1000
     assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, rel=1e-12)
+
+
+def test_the_hand_parser_splits_durations_as_the_regular_expressions_did() -> None:
+    import random
+    import re
+
+    from tpuctl.durations import _parts
+
+    part = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+    whole = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
+    rng = random.Random(5)
+    for _ in range(20000):
+        value = "".join(rng.choice("0123456789.mshx \u0661\u00b2") for _ in range(rng.randrange(9)))
+        assert _parts(value) == (part.findall(value) if whole.match(value) else []), value

@@ -149,13 +149,13 @@ class Agent:
     async def run(self) -> int:
         lock = _take_lock(self.options.state)
         try:
-            self.options.state.pid_file.write_text(f"{os.getpid()}\n")
+            Path(self.options.state.pid_file).write_text(f"{os.getpid()}\n")
             return await self._run_locked()
         finally:
             # Only a dead agent leaves its registration behind (for its successor to reclaim).
             for path in (self.options.state.socket, self.options.state.pid_file, self.options.state.registration_file):
                 with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                    os.unlink(path)
             lock.close()
 
     async def _run_locked(self) -> int:
@@ -317,7 +317,7 @@ class Agent:
         self.options.state.write_info(self.info)
         self.job_env = self._job_env(self.info, mapping)
         if self._server_task is None:
-            control = await serve(self.options.state.socket, LocalCommands(self).handle)
+            control = await serve(Path(self.options.state.socket), LocalCommands(self).handle)
             self._server_task = asyncio.create_task(_serve_forever(control), name="control")
             self._tasks.append(self._server_task)
         self.reporter.phase("the final barrier", spec.barrier_timeout)
@@ -485,7 +485,7 @@ class Agent:
         while not self.stop.is_set():
             await asyncio.sleep(STATE_DIR_CHECK_S)
             try:
-                gone = os.stat(state.path).st_ino != first or not state.socket.exists()
+                gone = os.stat(state.path).st_ino != first or not os.path.exists(state.socket)
             except OSError:
                 gone = True
             if gone:
@@ -660,7 +660,7 @@ class Agent:
         """The job environment every local ``tpuctl env`` / ``tpuctl run`` asks for, computed once here."""
         from tpuctl.job.env import job_environment
 
-        return job_environment(info, mapping, state_dir=str(self.options.state.path.absolute())).to_message()
+        return job_environment(info, mapping, state_dir=str(Path(self.options.state.path).absolute())).to_message()
 
     def _summary(self, mapping: Any) -> dict[str, Any]:
         """``tpuctl init``'s document (schema ``tpuctl.init/v1``; key names as in status and topology)."""
@@ -740,7 +740,7 @@ async def _serve_forever(server: asyncio.AbstractServer) -> None:
 
 def _take_lock(state: StateDir) -> IO[str]:
     state.ensure()
-    handle = state.lock_file.open("a+")
+    handle = open(state.lock_file, "a+")  # noqa: SIM115  # held open: the lock lives as long as the agent
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

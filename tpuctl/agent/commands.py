@@ -34,19 +34,18 @@ class LocalCommands:
         self.agent = agent
 
     async def handle(self, op_name: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
-        try:
-            op = Op(op_name)
-        except ValueError:
+        if op_name not in Op.ALL:
             raise ProtocolError(
                 f"this tpuctl agent does not know the operation {op_name!r}",
                 hint="the command and the agent are of different tpuctl versions; restart the agent with this one",
-            ) from None
+            )
+        op = op_name
         agent = self.agent
-        if op is Op.BARRIER:
+        if op == Op.BARRIER:
             return (await self._barrier(args, progress)).to_json()
-        if op is Op.STATUS:
+        if op == Op.STATUS:
             return await self._status()
-        if op is Op.DOWN:
+        if op == Op.DOWN:
             agent.shutdown_all = bool(args.get("all"))
             if agent.shutdown_all:
                 cause = f"the cluster was shut down from task {agent.task} (tpuctl down --all)"
@@ -54,10 +53,10 @@ class LocalCommands:
             agent.stop.set()
             agent.notify()
             return {"stopping": True}
-        if op is Op.INFO:
+        if op == Op.INFO:
             assert agent.info is not None  # the control socket opens after the info is written
             return agent.info.to_json()
-        if op is Op.ENV:
+        if op == Op.ENV:
             report = agent.error_report()
             if report.error:
                 raise ClusterError(report.error, hint="`tpuctl status` shows every host; restart the cluster")

@@ -8,27 +8,32 @@ loop costs little more than starting Python (no grpc, no numpy). One request per
     <- {"ok": true, "result": {...}}                                (exactly one)
     <- {"ok": false, "error": {"type": "DeadlineError", "message": "...", "hint": "...", "exit_code": 4}}
 
-This module is the caller's side (``call``): a blocking socket with a deadline, standard library only.
+This module is the caller's side (``call``): a blocking socket with a deadline, standard library only,
+and only its cheapest parts: ``_socket`` (the socket module would add about 6 ms building its enums),
+:mod:`tpuctl.lightjson`, no typing or enum.
 The agent's side is :mod:`tpuctl.agent.controlserver` (asyncio). The operations and their answers are
 typed in :mod:`tpuctl.agent.protocol`.
 """
 
 from __future__ import annotations
 
-import enum
-import json
-import socket
+import _socket
 import time
-from collections.abc import Callable
-from typing import Any
 
 from tpuctl import errors
+from tpuctl import lightjson as json
 from tpuctl.agent.statedir import StateDir, not_running
 from tpuctl.errors import DeadlineError, StateError, TpuctlError
 
+TYPE_CHECKING = False  # typing is not imported on the light path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
-class Op(str, enum.Enum):
-    """The operations an agent answers on its control socket."""
+
+class Op:
+    """The operations an agent answers on its control socket: their names on the wire (plain strings, no
+    enum: ``enum`` is not imported on the light path)."""
 
     BARRIER = "barrier"
     """Wait at a named barrier: args ``name``, ``timeout``; answers :class:`~tpuctl.agent.protocol.BarrierPassed`."""
@@ -43,10 +48,13 @@ class Op(str, enum.Enum):
     ENV = "env"
     """The job environment of this host (``JobEnv.to_message()``), computed by the agent."""
 
+    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV})
+
 
 MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
 
-Progress = Callable[[str], None]
+if TYPE_CHECKING:
+    Progress = Callable[[str], None]
 
 _ERROR_TYPES: dict[str, type[TpuctlError]] = {
     cls.__name__: cls
@@ -69,7 +77,7 @@ def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
 
 def call(
     state: StateDir,
-    op: Op,
+    op: str,
     args: dict[str, Any] | None = None,
     *,
     timeout: float,
@@ -82,18 +90,18 @@ def call(
     """
     state.check()  # never talk to a socket in a folder someone else could have prepared
     deadline = time.monotonic() + timeout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.1, min(timeout, 5.0)))
         try:
-            sock.connect(str(state.socket))
+            sock.connect(state.socket)
         except (FileNotFoundError, ConnectionRefusedError):
             raise _not_answering(state) from None
         try:
             return _exchange(state, op, args, sock, deadline, timeout, progress)
         except ConnectionError as exc:  # reset or broken pipe: the agent died mid-call (kill -9)
             raise StateError(
-                f"the tpuctl agent in {state.path} closed the connection during {op.value!r} ({exc.strerror or exc})",
+                f"the tpuctl agent in {state.path} closed the connection during {op!r} ({exc.strerror or exc})",
                 hint=f"it may have exited; check {state.log_file}",
             ) from None
     finally:
@@ -102,21 +110,21 @@ def call(
 
 def _exchange(
     state: StateDir,
-    op: Op,
+    op: str,
     args: dict[str, Any] | None,
-    sock: socket.socket,
+    sock: _socket.socket,
     deadline: float,
     timeout: float,
     progress: Progress | None,
 ) -> dict[str, Any]:
     """One request and its answer on a connected socket (:func:`call`)."""
-    sock.sendall(json.dumps({"op": op.value, "args": args or {}}).encode() + b"\n")
+    sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
     reader = _LineReader(sock)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineError(
-                f"the tpuctl agent in {state.path} did not answer {op.value!r} within {timeout:.1f} s",
+                f"the tpuctl agent in {state.path} did not answer {op!r} within {timeout:.1f} s",
                 hint=f"check its log: {state.log_file}",
             )
         sock.settimeout(min(left, 1.0))
@@ -126,7 +134,7 @@ def _exchange(
             continue
         if line is None:
             raise StateError(
-                f"the tpuctl agent in {state.path} closed the connection during {op.value!r}",
+                f"the tpuctl agent in {state.path} closed the connection during {op!r}",
                 hint=f"it may have exited; check {state.log_file}",
             )
         message = json.loads(line)
@@ -151,7 +159,7 @@ def _not_answering(state: StateDir) -> StateError:
 
 
 class _LineReader:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self._sock = sock
         self._buffer = b""
 

@@ -135,7 +135,7 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
         exit_code = _reap(pid, wait.deadline)
     raise StateError(
         f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
-        hint=f"its log {state.log_file} ends with:\n" + _tail(state.log_file),
+        hint=f"its log {state.log_file} ends with:\n" + _tail(Path(state.log_file)),
     )
 
 
@@ -170,7 +170,7 @@ class _Wait:
     def overrun(self) -> TpuctlError:
         """Why the wait ended without an outcome (the agent was sent SIGTERM)."""
         task, state = self.options.task, self.options.state
-        tail = f"its log {state.log_file} ends with:\n" + _tail(state.log_file)
+        tail = f"its log {state.log_file} ends with:\n" + _tail(Path(state.log_file))
         now = time.monotonic()
         if now >= self.last_heard + self.silence and now < min(self.deadline, self.phase_deadline):
             stopped = _stopped(self.pid)
@@ -242,7 +242,7 @@ def _agent_child(options: AgentOptions, write_fd: int) -> int:
     from tpuctl.agent.bringup import Agent, configure_logging
     from tpuctl.agent.reporter import PipeReporter
 
-    configure_logging(options.state.log_file, agent_log_level())
+    configure_logging(Path(options.state.log_file), agent_log_level())
     reporter = PipeReporter(os.fdopen(write_fd, "w"))
     try:
         return asyncio.run(Agent(options, reporter).run())

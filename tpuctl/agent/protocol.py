@@ -7,8 +7,9 @@ Two contracts cross a process boundary on one host:
   :class:`BarrierPassed`, :class:`ErrorReport`, a job environment (``tpuctl.job.env.JobEnv``) or
   the status document.
 
-Each value is an immutable ``NamedTuple`` (cheaper to import than dataclasses: these are on the path of
-``tpuctl barrier``; build them with keywords) and converts to and from plain JSON (``to_json`` /
+Each value is an immutable record, a ``NamedTuple`` to mypy and :class:`tpuctl.records.Record` at run
+time (these are on the path of ``tpuctl barrier``, where importing typing costs more than the command;
+build them with keywords) and converts to and from plain JSON (``to_json`` /
 ``from_json``); ``from_json`` refuses a
 document of another schema version or with a field of the wrong type (StateError naming the field),
 so a reader never works from a half-understood description. Nothing here imports asyncio, grpc or
@@ -17,10 +18,15 @@ click: ``tpuctl barrier``, ``status`` and ``env`` use it on their light path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple, TypeVar
-
 from tpuctl.errors import StateError
+
+TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+    from typing import NamedTuple as Record
+else:
+    from tpuctl.records import Record
 
 SCHEMA_VERSION = 1
 """Version of ``agent.json`` and of the control messages; an agent and a command of other versions
@@ -28,21 +34,18 @@ refuse each other with a hint to restart the agent."""
 
 _RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
 
-_T = TypeVar("_T")
-
-
 class ProtocolError(StateError):
     """The other side spoke a version or shape of the protocol this tpuctl does not."""
 
 
-def _field(data: Mapping[str, Any], name: str, kind: type[_T] | tuple[type, ...], source: str) -> Any:
+def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], source: str) -> Any:
     value = data.get(name)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
         raise ProtocolError(f"{source}: field {name!r} is {value!r}; expected {_kind_name(kind)}", hint=_RESTART_HINT)
     return value
 
 
-def _optional(data: Mapping[str, Any], name: str, kind: type[_T] | tuple[type, ...], source: str) -> Any:
+def _optional(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], source: str) -> Any:
     return None if data.get(name) is None else _field(data, name, kind, source)
 
 
@@ -61,7 +64,7 @@ def _check_version(data: Mapping[str, Any], source: str) -> None:
         )
 
 
-class JobPorts(NamedTuple):
+class JobPorts(Record):
     """Ports the agent reserved for the job's own runtimes."""
 
     dtensor: tuple[int, ...]
@@ -70,7 +73,7 @@ class JobPorts(NamedTuple):
     """JAX's coordinator port (on task 0's host)."""
 
 
-class AgentInfo(NamedTuple):
+class AgentInfo(Record):
     """``agent.json``: what a running agent is (cluster, task, coordinator, mapping, job ports)."""
 
     cluster: str
@@ -190,7 +193,7 @@ def _short(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
-class Failure(NamedTuple):
+class Failure(Record):
     """One failed host, as the coordinator named it."""
 
     task: int
@@ -198,7 +201,7 @@ class Failure(NamedTuple):
     cause: str
 
 
-class ErrorReport(NamedTuple):
+class ErrorReport(Record):
     """The cluster's health as this host's agent knows it (answer to :attr:`Op.WAIT_ERROR`)."""
 
     error: str | None = None
@@ -283,7 +286,7 @@ class ErrorReport(NamedTuple):
         )
 
 
-class BarrierPassed(NamedTuple):
+class BarrierPassed(Record):
     """Answer to :attr:`Op.BARRIER`: which instance of the barrier passed, among how many hosts."""
 
     name: str

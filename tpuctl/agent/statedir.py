@@ -14,25 +14,28 @@ Files::
     registration.json  the live registration's credential and generation (0600, never printed); removed
                  when the agent exits, so only a dead agent leaves it, for its successor to reclaim the task
 
-Imports only the standard library: it is on the path of ``tpuctl barrier``.
+Imports only the standard library, and not pathlib (about 7 ms with what it brings: ``re``,
+``urllib.parse``, ``ipaddress``): it is on the path of ``tpuctl barrier``, so a state dir's paths are
+strings. The simulated clusters' helpers at the end use pathlib, imported when they run.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import stat
-from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
 
+from tpuctl import lightjson as json
 from tpuctl.errors import StateError
 from tpuctl.processes import pid_alive
 
+TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tpuctl.agent.protocol import AgentInfo
 
-DEFAULT_ROOT = Path("/run/tpuctl")
+DEFAULT_ROOT = "/run/tpuctl"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
 _MAX_INFO = 16 << 20  # agent.json of a 20,000-host cluster is about 1 MB
 _REINIT_HINT = "run `tpuctl down`, then `tpuctl init`"
@@ -41,34 +44,46 @@ _OWN_HINT = (
 )
 
 
-class StateDir(NamedTuple):
-    """One host's state directory and the files in it."""
+class StateDir:
+    """One host's state directory and the files in it, as path strings (``StateDir(Path(...))`` works too)."""
 
-    path: Path
+    __slots__ = ("path",)
 
-    @property
-    def socket(self) -> Path:
-        return self.path / "agent.sock"
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path: str = os.fspath(path)
 
-    @property
-    def pid_file(self) -> Path:
-        return self.path / "agent.pid"
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StateDir) and other.path == self.path
 
-    @property
-    def lock_file(self) -> Path:
-        return self.path / "agent.lock"
+    def __hash__(self) -> int:
+        return hash(self.path)
 
-    @property
-    def info_file(self) -> Path:
-        return self.path / "agent.json"
+    def __repr__(self) -> str:
+        return f"StateDir({self.path!r})"
 
     @property
-    def log_file(self) -> Path:
-        return self.path / "agent.log"
+    def socket(self) -> str:
+        return os.path.join(self.path, "agent.sock")
 
     @property
-    def registration_file(self) -> Path:
-        return self.path / "registration.json"
+    def pid_file(self) -> str:
+        return os.path.join(self.path, "agent.pid")
+
+    @property
+    def lock_file(self) -> str:
+        return os.path.join(self.path, "agent.lock")
+
+    @property
+    def info_file(self) -> str:
+        return os.path.join(self.path, "agent.json")
+
+    @property
+    def log_file(self) -> str:
+        return os.path.join(self.path, "agent.log")
+
+    @property
+    def registration_file(self) -> str:
+        return os.path.join(self.path, "registration.json")
 
     def write_registration(self, cluster: str, task: int, generation: int, credential: bytes) -> None:
         """Keep this host's registration (owner-only, atomically): what a new process on this state dir
@@ -102,7 +117,7 @@ class StateDir(NamedTuple):
     def ensure(self) -> None:
         """Create the directory (owner-only: it holds a socket that can stop the cluster), then check it."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StateError(
                 f"cannot create state dir {self.path}: {exc.strerror}",
@@ -110,7 +125,7 @@ class StateDir(NamedTuple):
             ) from exc
         self.check()
         if stat.S_IMODE(os.stat(self.path).st_mode) & 0o077:  # ours, but readable by others: close it
-            self.path.chmod(0o700)
+            os.chmod(self.path, 0o700)
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise StateError(
                 f"state dir {self.path} is not writable",
@@ -144,7 +159,8 @@ class StateDir(NamedTuple):
 
     def read_pid(self) -> int | None:
         try:
-            return int(self.pid_file.read_text().strip())
+            with open(self.pid_file) as handle:
+                return int(handle.read().strip())
         except (OSError, ValueError):
             return None
 
@@ -169,7 +185,8 @@ class StateDir(NamedTuple):
         """The running agent's description; StateError when no agent ever ran here or the file is bad."""
         self.check()
         try:
-            raw = self.info_file.read_bytes()[: _MAX_INFO + 1]
+            with open(self.info_file, "rb") as handle:
+                raw = handle.read(_MAX_INFO + 1)
         except FileNotFoundError:
             raise not_running(self) from None
         except OSError as exc:
@@ -191,7 +208,7 @@ class StateDir(NamedTuple):
         atomic_write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n", mode=0o600)
 
 
-def lock_holder(lock_file: Path) -> int | None:
+def lock_holder(lock_file: str | os.PathLike[str]) -> int | None:
     """Who holds ``lock_file``'s flock: its pid (from ``/proc/locks``), 0 when held by a process this
     cannot name, None when nobody holds it (or the file does not exist)."""
     try:
@@ -249,9 +266,8 @@ def _lock_key(st: os.stat_result) -> str:
 
 def _flock_holders() -> dict[str, int]:
     """Every FLOCK in ``/proc/locks``: ``MAJ:MIN:INODE`` -> pid (empty when the file cannot be read)."""
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
+    lines = _proc_locks()
+    if lines is None:
         return {}
     out: dict[str, int] = {}
     for line in lines:
@@ -264,21 +280,26 @@ def _flock_holders() -> dict[str, int]:
 def _holder_from_proc(st: os.stat_result) -> int | None:
     """The pid ``/proc/locks`` gives for a FLOCK on this inode (``1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...``)."""
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in _proc_locks() or ():
         fields = line.split()
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
             return int(fields[4])
     return None
 
 
+def _proc_locks() -> list[str] | None:
+    """The lines of ``/proc/locks``; None when it cannot be read."""
+    try:
+        with open("/proc/locks") as handle:
+            return handle.read().splitlines()
+    except OSError:
+        return None
+
+
 def not_running(state: StateDir) -> StateError:
     """No agent for ``state``; the hint names a running simulated cluster (its exact commands) if there is one."""
     hint = "run `tpuctl init --config FILE` first, with the same --state-dir"
-    sims = [(root, hosts) for root, hosts in running_sims() if state.path.parent != root]
+    sims = [(root, hosts) for root, hosts in running_sims() if os.path.dirname(state.path) != str(root)]
     if sims:
         root, hosts = sims[0]
         flag = "" if root == default_sim_root() else f" --root {root}"
@@ -301,6 +322,8 @@ MAX_SIM_ROOTS = 32  # recorded roots kept (the oldest dropped first); each is on
 
 def default_sim_root(environ: dict[str, str] | os._Environ[str] | None = None, uid: int | None = None) -> Path:
     """Where ``tpuctl sim up`` puts its hosts' state dirs: ``$TPUCTL_STATE_DIR/sim``, else /tmp/tpuctl-sim-UID."""
+    from pathlib import Path
+
     env = os.environ if environ is None else environ
     base = env.get(STATE_DIR_ENV)
     return Path(base) / "sim" if base else Path(f"/tmp/tpuctl-sim-{os.getuid() if uid is None else uid}")
@@ -318,10 +341,12 @@ def sim_host_count(root: Path) -> int:
 
 def recorded_sim_roots() -> list[Path]:
     """The roots ``tpuctl sim up`` recorded, oldest first; empty when the registry is missing or not ours."""
+    from pathlib import Path
+
     registry = StateDir(default_sim_root())
     try:
         registry.check()
-        lines = (registry.path / SIM_ROOTS_FILE).read_text(errors="replace").splitlines()[:MAX_SIM_ROOTS]
+        lines = (Path(registry.path) / SIM_ROOTS_FILE).read_text(errors="replace").splitlines()[:MAX_SIM_ROOTS]
     except (StateError, OSError):
         return []
     return [Path(line) for line in lines if line.startswith("/")]
@@ -341,7 +366,7 @@ def running_sims() -> list[tuple[Path, int]]:
 def record_sim_root(root: Path, *, keep: bool = True) -> None:
     """Add ``root`` to the registry (``keep=False``: remove it), dropping roots with no cluster running."""
     registry = StateDir(default_sim_root())
-    if root == registry.path:
+    if str(root) == registry.path:
         return
     roots = [r for r in recorded_sim_roots() if r != root and sim_host_count(r)]
     if keep:
@@ -350,26 +375,26 @@ def record_sim_root(root: Path, *, keep: bool = True) -> None:
 
     try:
         registry.ensure()
-        atomic_write(registry.path / SIM_ROOTS_FILE, "".join(f"{r}\n" for r in roots[-MAX_SIM_ROOTS:]), mode=0o600)
+        atomic_write(os.path.join(registry.path, SIM_ROOTS_FILE), "".join(f"{r}\n" for r in roots[-MAX_SIM_ROOTS:]), mode=0o600)
     except (StateError, OSError):
         pass  # only the hint of a command without --state-dir depends on it
 
 
-def default_state_dir(environ: dict[str, str] | os._Environ[str], uid: int) -> Path:
+def default_state_dir(environ: dict[str, str] | os._Environ[str], uid: int) -> str:
     """``TPUCTL_STATE_DIR``, else /run/tpuctl for root, else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID."""
     explicit = environ.get(STATE_DIR_ENV)
     if explicit:
-        return Path(explicit)
+        return explicit
     if uid == 0:
         return DEFAULT_ROOT
     runtime = environ.get("XDG_RUNTIME_DIR")
     if runtime:
-        return Path(runtime) / "tpuctl"
-    return Path(f"/tmp/tpuctl-{uid}")
+        return os.path.join(runtime, "tpuctl")
+    return f"/tmp/tpuctl-{uid}"
 
 
 def resolve_state_dir(option: str | None) -> StateDir:
     """The state dir a command uses: ``--state-dir``, else the environment's default."""
     if option:
-        return StateDir(Path(option))
+        return StateDir(option)
     return StateDir(default_state_dir(os.environ, os.getuid()))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 
 from tpuctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, TpuctlError
+
+TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def report_error(exc: TpuctlError) -> int:

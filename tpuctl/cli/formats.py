@@ -10,10 +10,12 @@ Standard library only: ``tpuctl status`` and ``tpuctl env`` parse their options 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from tpuctl.errors import InputError
 from tpuctl.messages import closest, suggestion
+
+TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 TEXT = "text"
 JSON = "json"

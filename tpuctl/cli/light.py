@@ -2,7 +2,10 @@
 
 ``tpuctl barrier step`` in a training loop should cost little more than starting Python, so these three
 commands are parsed here, by hand, before click (about 40 ms to import) or asyncio (about 50 ms) could
-load: the standard library, tpuctl's error types and the control socket's client are all they import.
+load: the standard library, tpuctl's error types and the control socket's client are all they import,
+and of the standard library only modules that cost next to nothing: no typing, pathlib, re, json, enum,
+socket or collections (:mod:`tpuctl.records`, :mod:`tpuctl.lightjson`, ``_socket``;
+``tests/cli/test_light_imports.py`` lists what must not load).
 The agent does the cluster work; a command here sends one request and prints the answer.
 
 Only the plain forms are handled here (the options each command documents, ``--opt value`` or
@@ -15,13 +18,11 @@ one set of messages and one ``--help`` per command; the click commands call the 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
 
+from tpuctl import lightjson as json
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
@@ -30,6 +31,11 @@ from tpuctl.errors import EXIT_CLUSTER, InputError
 from tpuctl.health import Health, cluster_health
 from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
 from tpuctl.messages import sample, table
+
+TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each costs milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 # Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
 # "who is missing" answer arrives before the local safety timeout fires.

@@ -46,7 +46,7 @@ def logs(lines: int, follow: bool, timeout: str | None, state_dir: str | None) -
 
         raise InputError("--timeout goes with --follow", hint="e.g. tpuctl logs --follow --timeout 10m")
     state = resolve_state_dir(state_dir)
-    path = state.log_file
+    path = Path(state.log_file)
     try:
         handle = path.open("rb")
     except FileNotFoundError:

@@ -459,7 +459,7 @@ def check_state_dir(host: Host, state: StateDir) -> Check:
         problem = host.ping_agent(state, 2.0)
         if problem is None:
             return Check(
-                name, OK, f"{state.path} ({mode_note}): agent {who} holds the lock and answers on {state.socket.name}"
+                name, OK, f"{state.path} ({mode_note}): agent {who} holds the lock and answers on {os.path.basename(state.socket)}"
             )
         return Check(
             name,
@@ -467,7 +467,7 @@ def check_state_dir(host: Host, state: StateDir) -> Check:
             f"{state.path}: agent {who} holds the lock but {state.socket} does not answer: {problem}",
             fix=f"tpuctl down --state-dir {state.path}; if it hangs, kill {pid or 'the agent'} and run tpuctl init again",
         )
-    stale = [f.name for f in (state.pid_file, state.socket) if os.path.lexists(f)]
+    stale = [os.path.basename(f) for f in (state.pid_file, state.socket) if os.path.lexists(f)]
     if stale:
         pid_note = f" (agent.pid names pid {pid_file}, which holds no lock)" if pid_file is not None else ""
         return Check(
@@ -475,7 +475,7 @@ def check_state_dir(host: Host, state: StateDir) -> Check:
             WARN,
             f"{state.path}: no agent runs, but {' and '.join(stale)} remain{pid_note}: an agent died without "
             "cleaning up",
-            fix=f"tpuctl init replaces them; to tidy up: rm {' '.join(str(state.path / f) for f in stale)}",
+            fix=f"tpuctl init replaces them; to tidy up: rm {' '.join(os.path.join(state.path, f) for f in stale)}",
         )
     return Check(name, OK, f"{state.path} ({mode_note}): ours, no agent running")
 

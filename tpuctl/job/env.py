@@ -39,23 +39,28 @@ is written, holding every one open at once, so they differ from each other and f
 coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
 again here: two ports that would be bound on one machine must differ.
 
-Imports only the standard library and tpuctl's error types (``tpuctl env`` stays cheap).
+Imports only the standard library and tpuctl's error types, and on ``tpuctl env``'s path neither typing,
+json, shlex nor ipaddress (each costs that command milliseconds; ipaddress is imported by the agent's
+side only, :func:`job_environment`).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import shlex
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-from tpuctl.agent.protocol import AgentInfo, ProtocolError
+from tpuctl import lightjson as json
+from tpuctl.agent.protocol import ProtocolError
 from tpuctl.errors import StateError
 from tpuctl.messages import sample
 
+TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+    from typing import NamedTuple as Record
+
+    from tpuctl.agent.protocol import AgentInfo
     from tpuctl.mapping.model import DeviceMapping
+else:
+    from tpuctl.records import Record
 
 MAPPING_ENV = "TPUCTL_MAPPING"  # the device mapping file a job loads (tpuctl.load_mapping)
 TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.spec.detect.TASK_ID_ENV)
@@ -75,7 +80,7 @@ DTENSOR_LOCAL_JOB = "localhost"
 _RESTART_HINT = "restart the cluster with this tpuctl version: `tpuctl down` on every host, then `tpuctl init`"
 
 
-class JobEnv(NamedTuple):
+class JobEnv(Record):
     """Variables to set (in a fixed order) and variables to remove from the job's environment."""
 
     set: dict[str, str]
@@ -90,7 +95,7 @@ class JobEnv(NamedTuple):
     def to_sh(self) -> str:
         """``export NAME=value`` lines for ``eval "$(tpuctl env)"`` (bash, dash, zsh); values quoted."""
         lines = [f"unset {name}" for name in self.unset]
-        lines += [f"export {name}={shlex.quote(value)}" for name, value in self.set.items()]
+        lines += [f"export {name}={sh_quote(value)}" for name, value in self.set.items()]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> str:
@@ -116,6 +121,17 @@ class JobEnv(NamedTuple):
         return cls({k: v for k, v in pairs}, tuple(unset))
 
 
+_SH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+
+
+def sh_quote(value: str) -> str:
+    """``shlex.quote(value)``, the same text: a word of safe characters as it is, else in single quotes.
+    (shlex compiles a regular expression when imported, which costs ``tpuctl env`` ``re``'s import.)"""
+    if value and all(c in _SH_SAFE for c in value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
 def dtensor_job_name(num_tasks: int) -> str:
     """DTensor's job name for a cluster of ``num_tasks`` hosts (local mode for one host)."""
     return DTENSOR_LOCAL_JOB if num_tasks == 1 else DTENSOR_MULTI_CLIENT_JOB
@@ -132,6 +148,8 @@ def _triple(values: Sequence[int]) -> str:
 
 def _machine(host: str) -> str:
     """Hosts that are the same machine for port purposes: every loopback address is this machine."""
+    import ipaddress
+
     try:
         if ipaddress.ip_address(host.split("%", 1)[0]).is_loopback:
             return "loopback"
@@ -169,6 +187,8 @@ def tpu_process_ports(hosts: Sequence[str]) -> list[int] | None:
 
 
 def _host_key(host: str) -> str:
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).compressed
     except ValueError:

@@ -363,7 +363,7 @@ class JobRunner:
             since = report.seen
         return None
 
-    def _ask(self, op: Op, args: dict[str, Any], *, timeout: float) -> Any:
+    def _ask(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         """``call`` while no job runs, ending at once (None) on a stop signal: the call runs in a thread and
         this one checks for the signal every ``STOP_CHECK_S`` (a handler must not take locks an interrupted
         wait may hold, so it only sets ``self.stopping``). Raises what ``call`` raises."""
