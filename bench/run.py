@@ -120,25 +120,49 @@ def bench_cluster(hosts_accel: str, repeats: int, light: list[str], base_py: str
     try:
         state = root / "host-0"
         hosts = len(list(root.glob("host-*")))
-        # One host's barrier blocks until all arrive: start every other host's barrier, let them park,
-        # then time the last arrival alone (and a `python -c pass` just before it, on the same machine).
+        last = root / f"host-{hosts - 1}"  # a host without the coordinator, as nearly every host of a pod is
+        # One host's barrier blocks until all arrive: park every other host at the barrier, then time the
+        # last arrival alone (and a `python -c pass` just before it, on the same machine). Two ways:
+        # - the others waiting through their agents from threads of this process: what the last host's
+        #   command costs, its agent's call and the release included;
+        # - the others as `tpuctl barrier` processes too: those 7 then wake, print and exit on the same 2
+        #   cores as the timed command (on a pod each is on its own machine), so this figure is higher.
         pairs = []
         for i in range(repeats):
+            waiters = [
+                threading.Thread(target=_wait_at, args=(root / f"host-{t}", f"t{i}"), daemon=True)
+                for t in range(hosts - 1)
+            ]
+            for w in waiters:
+                w.start()
+            time.sleep(0.5)  # the others are parked at the barrier
+            b = timed(lambda: run_quiet([base_py, "-c", "pass"]), 1)[0]
+            o = timed(lambda i=i: run_quiet([*light, "barrier", f"t{i}", "-q", "--state-dir", str(last)]), 1)[0]
+            pairs.append((b, o))
+            for w in waiters:
+                w.join(timeout=60)
+        report(
+            f"barrier (last arrival of {hosts}, the others waiting in threads)" if hosts > 1 else "barrier (one host)",
+            pairs,
+        )
+        pairs = []
+        for i in range(repeats if hosts > 1 else 0):
             others = [
                 subprocess.Popen(
                     [*light, "barrier", f"b{i}", "-q", "--state-dir", str(root / f"host-{t}")],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
-                for t in range(1, hosts)
+                for t in range(hosts - 1)
             ]
-            time.sleep(0.5)  # the others are parked at the barrier
+            time.sleep(0.5)
             b = timed(lambda: run_quiet([base_py, "-c", "pass"]), 1)[0]
-            o = timed(lambda i=i: run_quiet([*light, "barrier", f"b{i}", "-q", "--state-dir", str(state)]), 1)[0]
+            o = timed(lambda i=i: run_quiet([*light, "barrier", f"b{i}", "-q", "--state-dir", str(last)]), 1)[0]
             pairs.append((b, o))
             for p in others:
                 p.wait(timeout=60)
-        report("barrier (last arrival)", pairs)
+        if pairs:
+            report(f"barrier (last arrival of {hosts}, the others tpuctl processes on these cores too)", pairs)
         # The other light commands (tpuctl/cli/light.py: no click, asyncio or grpc), each interleaved with
         # its own `python -c pass` so both see the same machine.
         for what in (["status"], ["status", "--json"], ["env"]):
@@ -150,9 +174,17 @@ def bench_cluster(hosts_accel: str, repeats: int, light: list[str], base_py: str
                 for _ in range(repeats)
             ]
             report(" ".join(what), pairs)
-        print(f"8-host init wall (from sim up) {init_lines[0] if init_lines else up}")
+        print(f"{hosts}-host init wall (from sim up) {init_lines[0] if init_lines else up}")
     finally:
         subprocess.run([*TPUCTL, "sim", "down", "--root", str(root)], capture_output=True, timeout=60)
+
+
+def _wait_at(state: Path, name: str) -> None:
+    """Wait at barrier ``name`` through ``state``'s agent, from this process (one control-socket call)."""
+    from tpuctl.agent.control import Op, call
+    from tpuctl.agent.statedir import StateDir
+
+    call(StateDir(state), Op.BARRIER, {"name": name, "timeout": 60.0}, timeout=70.0)
 
 
 def report(name: str, pairs: list[tuple[float, float]]) -> None:
@@ -175,6 +207,7 @@ def main() -> None:
     else:
         light, base_py = (SCRIPT if args.light_entry == "script" else TPUCTL), PY
     if args.light_only:
+        bench_cluster("v4-8", args.repeats, light, base_py)  # one host: the issue's measurement
         bench_cluster("v4-64", args.repeats, light, base_py)
         return
     bench_slice_model(5)
@@ -184,6 +217,7 @@ def main() -> None:
 
     bench_mesh(7)
     if not args.skip_cluster:
+        bench_cluster("v4-8", args.repeats, light, base_py)  # one host
         bench_cluster("v4-64", args.repeats, light, base_py)  # 8 hosts
 
 

@@ -21,7 +21,6 @@ strings. The simulated clusters' helpers at the end use pathlib, imported when t
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 
@@ -192,7 +191,9 @@ class StateDir:
         except OSError as exc:
             raise StateError(f"cannot read {self.info_file}: {exc.strerror or exc}", hint=_REINIT_HINT) from exc
         if len(raw) > _MAX_INFO:
-            raise StateError(f"{self.info_file} is over {_MAX_INFO:,} bytes: not an agent description", hint=_REINIT_HINT)
+            raise StateError(
+                f"{self.info_file} is over {_MAX_INFO:,} bytes: not an agent description", hint=_REINIT_HINT
+            )
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -211,6 +212,8 @@ class StateDir:
 def lock_holder(lock_file: str | os.PathLike[str]) -> int | None:
     """Who holds ``lock_file``'s flock: its pid (from ``/proc/locks``), 0 when held by a process this
     cannot name, None when nobody holds it (or the file does not exist)."""
+    import fcntl  # here: the light path (tpuctl barrier, status, env) never takes or tests a lock
+
     try:
         fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -229,6 +232,8 @@ def lock_holder(lock_file: str | os.PathLike[str]) -> int | None:
 def live_pids(states: list[StateDir]) -> list[int | None]:
     """:meth:`StateDir.live_pid` of each state dir, reading ``/proc/locks`` once for all of them (linear in
     their number, where one call each would read the whole lock table each time)."""
+    import fcntl
+
     held: list[tuple[int, str] | None] = []
     for i, state in enumerate(states):
         state.check()
@@ -375,7 +380,9 @@ def record_sim_root(root: Path, *, keep: bool = True) -> None:
 
     try:
         registry.ensure()
-        atomic_write(os.path.join(registry.path, SIM_ROOTS_FILE), "".join(f"{r}\n" for r in roots[-MAX_SIM_ROOTS:]), mode=0o600)
+        atomic_write(
+            os.path.join(registry.path, SIM_ROOTS_FILE), "".join(f"{r}\n" for r in roots[-MAX_SIM_ROOTS:]), mode=0o600
+        )
     except (StateError, OSError):
         pass  # only the hint of a command without --state-dir depends on it
 

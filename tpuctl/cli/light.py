@@ -28,7 +28,6 @@ from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
 from tpuctl.errors import EXIT_CLUSTER, InputError
-from tpuctl.health import Health, cluster_health
 from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
 from tpuctl.messages import sample, table
 
@@ -36,6 +35,8 @@ TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
+
+    from tpuctl.health import Health
 
 # Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
 # "who is missing" answer arrives before the local safety timeout fires.
@@ -102,6 +103,8 @@ def barrier_name_problem(name: str) -> str | None:
 
 def run_status(fmt: str, state_dir: str | None) -> int:
     """Print the cluster as the coordinator sees it and its health (:mod:`tpuctl.health`); 3 when failed."""
+    from tpuctl.health import cluster_health  # status's alone: barrier and env do without it
+
     result = call(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
     health = cluster_health(result)
     document = {"schema": STATUS_SCHEMA, **dict(sorted(result.items())), "health": health.to_json()}
@@ -123,18 +126,27 @@ def run_env(fmt: str, state_dir: str | None) -> int:
 
 def render_status(result: dict[str, Any], health: Health | None = None) -> str:
     """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
+    from tpuctl.health import cluster_health
+
     health = health or cluster_health(result)
     lines = [
         f"cluster      {result.get('cluster')}  (this host: task {result.get('task')})",
         f"coordinator  {result.get('coordinator')}  "
-        + (f"(service incarnation {result['service_incarnation']})" if result.get("service_incarnation")
-           else f"(not answering: {result['coordinator_unreachable']})" if result.get("coordinator_unreachable")
-           else "(service incarnation unknown)"),
+        + (
+            f"(service incarnation {result['service_incarnation']})"
+            if result.get("service_incarnation")
+            else f"(not answering: {result['coordinator_unreachable']})"
+            if result.get("coordinator_unreachable")
+            else "(service incarnation unknown)"
+        ),
     ]
     if result.get("mapping"):
         lines.append(f"mapping      {result['mapping']}")
     if result.get("generation", 1) != 1 or result.get("forming") or result.get("rejoining"):
-        lines.append(f"generation   {result.get('generation')}" + ("  (forming: waiting for the hosts marked waiting)" if result.get("forming") else ""))
+        lines.append(
+            f"generation   {result.get('generation')}"
+            + ("  (forming: waiting for the hosts marked waiting)" if result.get("forming") else "")
+        )
     for ended in result.get("ended", [])[-3:]:
         lines.append(f"  ended      {ended}")
     if result.get("rejoining"):
