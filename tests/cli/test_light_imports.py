@@ -117,6 +117,7 @@ class FakeAgent:
         state_dir.mkdir(mode=0o700)
         (state_dir / "agent.json").write_text(json.dumps(AGENT_INFO))
         self.ops: list[str] = []
+        self.requests: list[dict[str, object]] = []
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(state_dir / "agent.sock"))
         self.server.listen(8)
@@ -133,7 +134,9 @@ class FakeAgent:
             with conn:
                 request = json.loads(conn.makefile("rb").readline())
                 self.ops.append(request["op"])
+                self.requests.append(request)
                 if request["op"] == "barrier":
+                    conn.sendall(json.dumps({"deadline": 30.0}).encode() + b"\n")  # as the agent announces it
                     conn.sendall(json.dumps({"progress": "waiting at barrier 'step' for 5 s"}).encode() + b"\n")
                 answer = {"ok": True, "result": ANSWERS[request["op"]]}
                 conn.sendall(json.dumps(answer).encode() + b"\n")
@@ -220,3 +223,20 @@ def test_the_installed_command_imports_no_more_than_the_light_path(agent: FakeAg
     forbidden = sorted(imported & set(LIGHT_PATH_FORBIDDEN))
     assert not forbidden, f"{script} imported {forbidden}"
     assert agent.ops == ["barrier"]
+
+
+def test_barrier_without_timeout_does_not_read_agent_json(agent: FakeAgent, tmp_path: Path) -> None:
+    """agent.json lists every host (hundreds of kB on a pod): ``tpuctl barrier`` leaves the timeout to the
+    agent (the spec's, announced back on the socket) and never opens it, here unreadable garbage."""
+    (tmp_path / "state" / "agent.json").write_text("{not json")
+    env = {**os.environ, "PYTHONPATH": str(Path(tpuctl.__file__).resolve().parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", COUNTING_PROBE, "barrier", "step", "--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert "CODE=0" in proc.stdout, proc.stdout + proc.stderr
+    assert "barrier 'step' #1 passed (1 hosts)" in proc.stderr
+    assert agent.requests == [{"op": "barrier", "args": {"name": "step", "timeout": None}}]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tpuctl.agent.control import Op
+from tpuctl.agent.controlserver import Progress
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
 from tpuctl.coordination.values import MAX_NAME_CHARS
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
@@ -33,7 +33,7 @@ class LocalCommands:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 
-    async def handle(self, op_name: str, args: dict[str, Any], progress: Callable[[str], Any]) -> dict[str, Any]:
+    async def handle(self, op_name: str, args: dict[str, Any], progress: Progress) -> dict[str, Any]:
         if op_name not in Op.ALL:
             raise ProtocolError(
                 f"this tpuctl agent does not know the operation {op_name!r}",
@@ -88,7 +88,7 @@ class LocalCommands:
                 await asyncio.wait_for(agent.changed.wait(), timeout=left)
         return report.to_json()
 
-    async def _barrier(self, args: dict[str, Any], progress: Callable[[str], Any]) -> BarrierPassed:
+    async def _barrier(self, args: dict[str, Any], progress: Progress) -> BarrierPassed:
         agent = self.agent
         name = str(args.get("name", ""))
         if not name or name.startswith("tpuctl/"):
@@ -101,6 +101,7 @@ class LocalCommands:
         timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
         generation = args.get("generation")
         generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+        await progress(deadline=timeout)  # the caller waits for the answer that long (and a margin)
         waiter = asyncio.create_task(agent.barrier(name, timeout, generation))
         started = time.monotonic()
         try:

@@ -8,6 +8,12 @@ loop costs little more than starting Python (no grpc, no numpy). One request per
     <- {"ok": true, "result": {...}}                                (exactly one)
     <- {"ok": false, "error": {"type": "DeadlineError", "message": "...", "hint": "...", "exit_code": 4}}
 
+A long operation (a barrier) first announces its own deadline, ``<- {"deadline": SECONDS}``: the caller
+then waits that long plus ``DEADLINE_MARGIN_S`` (so the agent's precise answer, who is missing, comes
+before the caller's own timeout), whatever it was ready to wait before. ``tpuctl barrier`` without
+``--timeout`` so learns the spec's barrier timeout without reading ``agent.json`` (which lists every
+host: hundreds of kB on a pod).
+
 This module is the caller's side (``call``): a blocking socket with a deadline, standard library only,
 and only its cheapest parts: ``_socket`` (the socket module would add about 6 ms building its enums),
 :mod:`tpuctl.lightjson`, no typing or enum.
@@ -51,6 +57,9 @@ class Op:
     ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV})
 
 
+DEADLINE_MARGIN_S = 10.0
+"""How much longer than the deadline an operation announced the caller waits for its answer."""
+
 MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comfortably
 
 if TYPE_CHECKING:
@@ -86,7 +95,8 @@ def call(
     """Send one request to the agent and return its result; raise the agent's error as ours.
 
     ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
-    cluster operation; this one catches an agent that stopped answering).
+    cluster operation; this one catches an agent that stopped answering) until the agent announces the
+    operation's deadline; from then on that deadline plus ``DEADLINE_MARGIN_S`` bounds it.
     """
     state.check()  # never talk to a socket in a folder someone else could have prepared
     deadline = time.monotonic() + timeout
@@ -138,6 +148,12 @@ def _exchange(
                 hint=f"it may have exited; check {state.log_file}",
             )
         message = json.loads(line)
+        if "deadline" in message:  # the operation's own deadline; a value that is not one is ignored
+            announced = message["deadline"]
+            if isinstance(announced, (int, float)) and not isinstance(announced, bool) and 0 <= announced < 1e7:
+                timeout = announced + DEADLINE_MARGIN_S
+                deadline = time.monotonic() + timeout
+            continue
         if "progress" in message:
             if progress is not None:
                 progress(str(message["progress"]))

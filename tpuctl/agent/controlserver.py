@@ -16,7 +16,10 @@ from typing import Any
 from tpuctl.agent.control import MAX_LINE, error_payload
 from tpuctl.errors import TpuctlError
 
-Handler = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[dict[str, Any]]]
+Progress = Callable[..., Awaitable[None]]
+"""``await progress(text)``: a progress line for the caller; ``await progress(deadline=seconds)``: the
+operation's own deadline, announced (:mod:`tpuctl.agent.control`)."""
+Handler = Callable[[str, dict[str, Any], Progress], Awaitable[dict[str, Any]]]
 
 
 async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
@@ -29,8 +32,8 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
             writer.write(json.dumps(message).encode() + b"\n")
             await writer.drain()
 
-        async def progress(text: str) -> None:
-            await send({"progress": text})
+        async def progress(text: str | None = None, *, deadline: float | None = None) -> None:
+            await send({"progress": text} if deadline is None else {"deadline": deadline})
 
         try:
             raw = await reader.readline()

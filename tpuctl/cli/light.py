@@ -23,7 +23,7 @@ import sys
 import time
 
 from tpuctl import lightjson as json
-from tpuctl.agent.control import Op, call
+from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, call
 from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
     from tpuctl.health import Health
 
-# Extra time the local call waits beyond the barrier's own deadline, so the agent's precise
-# "who is missing" answer arrives before the local safety timeout fires.
-LOCAL_MARGIN_S = 10.0
+ACCEPT_TIMEOUT_S = 10.0
+"""How long ``tpuctl barrier`` without ``--timeout`` waits for its agent to take the barrier and announce
+its deadline (the spec's ``barrier_timeout``); then it waits that long plus ``DEADLINE_MARGIN_S``."""
 STATUS_TIMEOUT_S = 10.0
 ENV_TIMEOUT_S = 10.0
 MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
@@ -78,12 +78,14 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
 
         seconds = parse_duration(timeout, what="--timeout", bounds=OPTION_BOUNDS["--timeout"])
     state = resolve_state_dir(state_dir)
-    limit = seconds if seconds is not None else state.read_info().barrier_timeout
-    args: dict[str, Any] = {"name": name, "timeout": limit}
+    # Without --timeout the agent uses the spec's barrier timeout and announces it first: the command
+    # waits ACCEPT_TIMEOUT_S for that, never reading agent.json (it lists every host of the cluster).
+    args: dict[str, Any] = {"name": name, "timeout": seconds}
     generation = os.environ.get("TPUCTL_GENERATION", "")  # a job's: refused once its generation is over
     if generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
-    answer = call(state, Op.BARRIER, args, timeout=limit + LOCAL_MARGIN_S, progress=None if quiet else say)
+    wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
+    answer = call(state, Op.BARRIER, args, timeout=wait, progress=None if quiet else say)
     passed = BarrierPassed.from_json(answer)
     if not quiet:
         say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
