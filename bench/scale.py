@@ -262,7 +262,6 @@ class TpuctlDriver:
         self.merge_method = "gather" if hasattr(self.hosts[0].client, "gather") else "kv_dir"
         share_table_decoding()
 
-
     async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
         ends: list[float] = []
@@ -533,6 +532,26 @@ class Sample:
     rss_peak_mb: float
     sent_bytes: int
     connections: int
+    tcp: dict[str, int] = field(default_factory=dict)
+
+
+TCP_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop", "TCPReqQFullDoCookies", "TCPSynRetrans")
+"""The kernel's TcpExt counters (/proc/net/netstat, this network namespace's) that show connections the
+service's listening socket did not take in time: an accept queue that overflowed drops the handshake's
+last ACK or the SYN, and the host's kernel retransmits its SYN after 1, 3, 7, 15 s."""
+
+
+def tcp_counters() -> dict[str, int]:
+    """``TCP_COUNTERS`` now, from /proc/net/netstat (empty where it cannot be read)."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return {}
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return {name: int(row.get(name, 0)) for name in TCP_COUNTERS}
+    return {}
 
 
 _BYTES_ACKED = re.compile(r"\bbytes_acked:(\d+)")
@@ -550,7 +569,7 @@ def sample_service(pid: int, port: int) -> Sample:
     ).stdout
     sent = sum(int(m) for m in _BYTES_ACKED.findall(out))
     sockets = sum(1 for line in out.splitlines() if line and not line[0].isspace())
-    return Sample(cpu, int(hwm.group(1)) / 1024 if hwm else 0.0, sent, sockets)
+    return Sample(cpu, int(hwm.group(1)) / 1024 if hwm else 0.0, sent, sockets, tcp_counters())
 
 
 @dataclass
@@ -567,6 +586,8 @@ class PhaseResult:
     client_cpu_s: float
     error_count: int
     errors: list[str]
+    tcp: dict[str, int] = field(default_factory=dict)
+    """How much each of ``TCP_COUNTERS`` grew during the phase (all hosts: the bench's namespace)."""
 
 
 @dataclass
@@ -677,6 +698,7 @@ def summarize(
         client_cpu_s=sum(r["cpu"] for r in reports),
         error_count=count,
         errors=errors[:MAX_ERRORS_KEPT],
+        tcp={name: after.tcp.get(name, 0) - before.tcp.get(name, 0) for name in after.tcp},
     )
 
 
@@ -697,7 +719,12 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
             with profiling(args, impl, hosts, phase, service.pid, result):
                 outcome, problem = run_phase(phase, service, port, children[1:], args)
             result.phases.append(outcome)
-            print(f"  {impl:6} {hosts:6} {phase:12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)
+            tcp = ", ".join(f"{name} {n:,}" for name, n in outcome.tcp.items() if n)
+            print(
+                f"  {impl:6} {hosts:6} {phase:12} {fmt_phase(outcome)}" + (f"  tcp: {tcp}" if tcp else ""),
+                file=sys.stderr,
+                flush=True,
+            )
             if problem:
                 result.error = problem
                 break
