@@ -82,6 +82,11 @@ service about half a millisecond: 100 a second stay under 5 % of its core."""
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 """Largest answer accepted: a gather's table is at most 32 MiB (``values.MAX_GATHER_TABLE``)."""
 
+CONNECT_TIMEOUT_MS = 20_000
+"""How long one connection attempt may take before the channel gives it up and dials again (gRPC's
+default minimum connect timeout): a coordinator busy with thousands of handshakes answers late, not
+never."""
+
 _CHANNEL_OPTIONS = (
     # Coordination traffic stays inside the cluster; an http_proxy in the environment would route it
     # through a proxy and hang (jax-ml/jax#22995).
@@ -89,8 +94,13 @@ _CHANNEL_OPTIONS = (
     # Hosts start in any order: once the coordinator is up, reconnect within 250 ms, not after
     # gRPC's default backoff of up to two minutes.
     ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 250),
+    # gRPC reads ``grpc.min_reconnect_backoff_ms`` as the *connect timeout* (a connection attempt's
+    # deadline is at least this): at 50 ms (floored at 100) every host abandoned and redialled any
+    # connection whose handshake a busy coordinator had not finished in 100-250 ms, the abandoned ones
+    # filled its accept queue, and a pod's registration burst stalled on the kernel's SYN retries of
+    # 1, 3 and 7 s. A refused connection still fails at once and is retried after the backoff above.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
 )
 
