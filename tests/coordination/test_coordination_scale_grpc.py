@@ -72,6 +72,32 @@ def test_registration_progress_polls_are_paced_by_the_cluster_size() -> None:
     assert client_module._progress_interval(2.0, 10_000) == 100.0
 
 
+@pytest.mark.parametrize(("hosts", "polls"), [(4, "many"), (1_000, "none")])
+def test_barrier_progress_polls_are_paced_by_the_cluster_size_from_the_first(hosts: int, polls: str) -> None:
+    # The first poll too: a pod's hosts start their waits together, and one poll each at 2 s was 2,304
+    # calls in the service's busiest second. At 1,000 hosts a poll is due every 10 s (the first at 5-10 s).
+    async def body() -> None:
+        async with serving(make_config(hosts, heartbeat_timeout=30.0)) as cluster:
+            client, member = await cluster.join(0, heartbeat_interval=None)
+            asked: list[str] = []
+            real = client.rendezvous_progress
+
+            async def counted(*args: object, **kwargs: object) -> RendezvousProgress | None:
+                asked.append("poll")
+                return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+            client.rendezvous_progress = counted  # type: ignore[method-assign]
+            seen: list[RendezvousProgress] = []
+            with pytest.raises(DeadlineError):
+                await client.barrier(member.task, "step", timeout=1.5, progress=seen.append, progress_every=0.1)
+            if polls == "many":
+                assert len(asked) >= 5 and seen
+            else:
+                assert asked == [] and seen == []
+
+    run(body(), timeout=30.0)
+
+
 def test_registration_timeout_with_9999_of_10000_missing_is_a_clean_bounded_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
