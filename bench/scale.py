@@ -255,7 +255,12 @@ class TpuctlDriver:
         self.timeout: float = cfg["timeout"]
         port, netns = cfg["port"], cfg["netns"]
         self.hosts = [
-            TpuctlHost(t, CoordinationClient(f"{host_address(t, netns)}:{port}", rpc_timeout=max(10.0, self.timeout)))
+            TpuctlHost(
+                t,
+                CoordinationClient(
+                    f"{host_address(t, netns)}:{port}", rpc_timeout=max(10.0, self.timeout), keepalive=HEARTBEAT_INTERVAL_S
+                ),
+            )
             for t in range(cfg["first"], cfg["first"] + cfg["count"])
         ]
         self.errors = HostErrors()

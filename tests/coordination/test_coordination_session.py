@@ -110,21 +110,22 @@ def test_a_silent_host_is_pushed_to_every_session_and_fails_their_barriers() -> 
                 await asyncio.sleep(0.3)
                 assert not any(b.done() for b in barriers)
                 assert not cluster.server.service._parking._slots  # nothing parked per host
-                runs[3].cancel()  # task 3 goes silent
+                runs[3].cancel()  # task 3's session ends (its process went away)
                 silent_since = time.monotonic()
                 failures = await asyncio.gather(*watches)
                 heard_after = time.monotonic() - silent_since
-                assert heartbeat_timeout - interval - 0.05 <= heard_after < heartbeat_timeout + 1.0
+                window = cluster.server.service.state.keepalive_window  # v8: silent since then at the latest
+                assert heartbeat_timeout - window - 0.05 <= heard_after < heartbeat_timeout + 1.0
                 for failure in failures:
                     (only,) = failure.failures
                     assert only.task == TaskInfo(3, "127.0.0.4")
-                    assert only.cause.startswith("no heartbeat for ")
+                    assert "no heartbeat for " in only.cause and ": its session ended " in only.cause
                 done, _ = await asyncio.wait(barriers, timeout=0.5)
                 assert len(done) == 3
                 for barrier in barriers:
                     error = barrier.exception()
                     assert isinstance(error, ClusterError)
-                    assert error.message.startswith("barrier 'sync' #1 failed: task 3 (127.0.0.4) failed: no heartbeat")
+                    assert error.message.startswith("barrier 'sync' #1 failed: task 3 (127.0.0.4) failed: no heartbeat for ")
                 # A watch started after the failure hears it at once.
                 late = cluster.client()
                 assert (await asyncio.wait_for(opened[0].watch_errors(), 1.0)).failures == failures[0].failures

@@ -212,7 +212,11 @@ class Agent:
             self._server = await _start_service(spec, token, first_generation=first)
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
-        self.client = CoordinationClient(spec.coordinator_target, token=token, tls=_client_tls(tls))
+        # Keepalive pings at the heartbeat interval (protocol v8): with the spec's defaults (5 s, 30 s)
+        # they vouch for the coordinator, and the session sends no heartbeat messages.
+        self.client = CoordinationClient(
+            spec.coordinator_target, token=token, tls=_client_tls(tls), keepalive=spec.coordinator.heartbeat_interval
+        )
         await self._form(first=True)
         self._ready = True
         self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))

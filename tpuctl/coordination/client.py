@@ -43,6 +43,7 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     TaskRef,
+    keepalive_window,
     shown,
 )
 from tpuctl.errors import (
@@ -82,6 +83,13 @@ bigger cluster: every 2 s up to 200 hosts, every 23 s at 2,304, every 100 s at 1
 service about half a millisecond: 100 a second stay under 5 % of its core."""
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 """Largest answer accepted: a gather's table is at most 32 MiB (``values.MAX_GATHER_TABLE``)."""
+
+KEEPALIVE_S = 5.0
+"""Default seconds between this client's HTTP/2 keepalive pings (and how long it waits for each answer):
+the spec's default heartbeat interval. A session whose pings vouch for the coordinator within half its
+``give_up_after`` sends no heartbeat messages (protocol v8); see ``Session``."""
+MIN_KEEPALIVE_S = 0.2
+"""Pings closer than the service's abuse limit (``server.MIN_CLIENT_PING_MS``) would get the connection closed."""
 
 CONNECT_TIMEOUT_MS = 20_000
 """How long one connection attempt may take before the channel gives it up and dials again (gRPC's
@@ -138,8 +146,11 @@ class CoordinationClient:
         rpc_timeout: float = RPC_TIMEOUT_S,
         max_wait: float = MAX_WAIT_S,
         tls: ClientTls | None = None,
+        keepalive: float | None = KEEPALIVE_S,
     ) -> None:
         self.target = target
+        self.keepalive = max(MIN_KEEPALIVE_S, keepalive) if keepalive else None
+        """Seconds between the channel's keepalive pings (None: none), each answered within as long."""
         self._rpc_timeout = rpc_timeout
         self._max_wait = max_wait
         self._metadata = ((TOKEN_KEY, token),) if token else None
@@ -149,10 +160,18 @@ class CoordinationClient:
         self._retry_secret: tuple[int, bytes] = (0, b"")
         """The incarnation this client last registered with and the random bytes that prove a retry is
         this client's (another process that learns the incarnation cannot replay the registration)."""
+        options: tuple[tuple[str, Any], ...] = _CHANNEL_OPTIONS
+        if self.keepalive:
+            ping_ms = round(self.keepalive * 1000)
+            options += (
+                ("grpc.keepalive_time_ms", ping_ms),
+                ("grpc.keepalive_timeout_ms", ping_ms),
+                ("grpc.http2.ping_timeout_ms", ping_ms),
+                ("grpc.http2.max_pings_without_data", 0),
+            )
         if tls is None:
-            self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(target, options=options)
         else:
-            options: tuple[tuple[str, Any], ...] = _CHANNEL_OPTIONS
             if tls.server_name:
                 options += (("grpc.ssl_target_name_override", tls.server_name),)
             self._channel = grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
@@ -715,6 +734,13 @@ class Session:
         self.membership = membership
         self.interval = interval or membership.heartbeat_timeout / 3
         self.give_up_after = give_up_after or membership.heartbeat_timeout
+        keepalive = client.keepalive
+        self.keepalive_window = keepalive_window(keepalive) if keepalive else None
+        """v8: once a stream's first heartbeat is confirmed, the channel's pings vouch for the coordinator
+        (no more heartbeat messages) when they notice a dead one within half of ``give_up_after``; None:
+        heartbeat messages every ``interval`` s, every few confirmed, as before."""
+        if self.keepalive_window is not None and self.keepalive_window > self.give_up_after / 2:
+            self.keepalive_window = None
         self._call: Any = None
         self._adopted: Any = None
         """The stream ``open_session`` registered on: the first stream ``run`` uses (already confirmed)."""
@@ -934,6 +960,8 @@ class Session:
                 self._opened.set()
                 if self._watching:
                     await self._send_watch()
+                if self.keepalive_window is not None:
+                    await self._kept_alive(reader, confirmed)
                 done, _ = await asyncio.wait({reader}, timeout=self.interval)
                 if done:
                     reader.result()
@@ -969,6 +997,8 @@ class Session:
                     if not self._confirm.done():
                         raise asyncio.TimeoutError
                     confirmed[0] = time.monotonic()
+                    if self.keepalive_window is not None:
+                        await self._kept_alive(reader, confirmed)
                 done, _ = await asyncio.wait({reader}, timeout=self.interval)
                 if done:
                     reader.result()
@@ -987,6 +1017,18 @@ class Session:
             self._call = None
             reader.cancel()
             call.cancel()
+
+    async def _kept_alive(self, reader: asyncio.Future[Any], confirmed: list[float]) -> NoReturn:
+        """v8: the stream is confirmed and the channel's keepalive pings vouch for the coordinator: no
+        heartbeat messages, only the reader, until the stream ends (gRPC closes the connection when a
+        ping goes unanswered). The coordinator was last vouched for a keepalive window before that at
+        the latest: ``confirmed[0]``, from which ``give_up_after`` counts."""
+        assert self.keepalive_window is not None
+        try:
+            await reader
+        finally:
+            confirmed[0] = max(confirmed[0], time.monotonic() - self.keepalive_window)
+        raise AssertionError("the stream's reader returned")  # it only ever raises
 
     async def _read(self, call: Any) -> NoReturn:
         """Sort what the stream answers until it ends; raises why it ended (a ``TpuctlError``)."""

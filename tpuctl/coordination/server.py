@@ -17,6 +17,7 @@ from tpuctl.coordination.auth import TokenCheck
 from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
 from tpuctl.coordination.state import CoordinationState, ServiceConfig
 from tpuctl.coordination.tls import ServerTls, server_credentials
+from tpuctl.coordination.values import keepalive_interval
 from tpuctl.errors import StateError
 from tpuctl.proto import coordination_pb2 as pb
 
@@ -37,6 +38,28 @@ _SERVER_OPTIONS = (
     ("grpc.server_max_unrequested_time_in_server", 3600),
 )
 SERVICE_NAME = "tpuctl.v1.CoordinationService"
+MIN_CLIENT_PING_MS = 100
+"""The least time between two pings from a host that the service's transport expects."""
+
+
+def keepalive_options(config: ServiceConfig) -> tuple[tuple[str, int], ...]:
+    """HTTP/2 keepalive for the cluster's heartbeat timeout (protocol v8): the service pings every host's
+    connection every ``keepalive_interval`` s and closes one whose answer has not come as long after, in
+    gRPC's transport (no Python per ping), which ends that host's session; it accepts the hosts' own
+    pings (how they tell that the service is alive) on idle streams."""
+    ping_ms = round(keepalive_interval(config.heartbeat_timeout) * 1000)
+    return (
+        ("grpc.keepalive_time_ms", ping_ms),
+        ("grpc.keepalive_timeout_ms", ping_ms),
+        ("grpc.http2.ping_timeout_ms", ping_ms),  # what grpc core waits for a ping's answer (1.85)
+        ("grpc.http2.max_pings_without_data", 0),  # sessions are idle between events: ping anyway
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
+        # ... and without counting strikes: with the default of two, gRPC 1.85 sent hosts pinging every
+        # 200 ms on open streams GOAWAY "too_many_pings" (their sessions broke and reconnected). A ping
+        # costs the transport microseconds, no Python: a peer flooding them is no worse than one sending
+        # any other bytes.
+        ("grpc.http2.max_ping_strikes", 0),
+    )
 
 
 @dataclass
@@ -87,7 +110,7 @@ async def start_server(
         check_interval = min(CHECK_INTERVAL_S, config.heartbeat_timeout / 4)
     service = CoordinationServicer(state, clock=clock, check_interval=check_interval)
     interceptors = [TokenCheck(config.token)] if config.token else []
-    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=interceptors)
+    server = grpc.aio.server(options=_SERVER_OPTIONS + keepalive_options(config), interceptors=interceptors)
     handlers = method_handlers(service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)

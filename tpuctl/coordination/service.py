@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import math
 import secrets
@@ -139,12 +140,16 @@ class _Session:
     writer task running while the queue is not empty (none while idle)."""
 
     __slots__ = (
-        "_busy", "_counters", "_queue", "_writer", "closed", "context", "task", "wait_for_all", "watching", "wire",
+        "_busy", "_counters", "_queue", "_writer", "closed", "context", "id", "task", "vouched", "wait_for_all",
+        "watching", "wire",
     )  # fmt: skip
 
-    def __init__(self, context: Any, counters: Counters) -> None:
+    def __init__(self, context: Any, counters: Counters, session_id: int) -> None:
         self.context = context
+        self.id = session_id
         self.task: TaskRef | None = None
+        self.vouched: TaskRef | None = None
+        """The task this open stream keeps alive (v8), once its first message proved whose it is."""
         self.wire: pb.TaskRef | None = None
         self.closed = False
         self.watching = False
@@ -263,6 +268,7 @@ class CoordinationServicer:
         self._stream_barriers: dict[WaitKey, list[tuple[_Session, int, BarrierId]]] = {}
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
         self._watchers: set[_Session] = set()
+        self._session_ids = itertools.count(1)
         self._waiting_for_all: set[_Session] = set()
         """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
         """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
@@ -350,7 +356,7 @@ class CoordinationServicer:
         The first message names the stream's task, checked as every task-scoped call is; later messages
         are of that task (one naming another is refused, ending the stream)."""
         state, clock, counters = self._state, self._clock, self.counters
-        session = _Session(context, counters)
+        session = _Session(context, counters, next(self._session_ids))
         try:
             async for request in requests:
                 counters.calls += 1
@@ -361,6 +367,8 @@ class CoordinationServicer:
                         membership, answer = self._register(request.register, context.peer())
                         session.task = membership.task
                         session.wire = convert.task_ref_pb(membership.task)
+                        state.session_opened(membership.task, session.id, now=clock())
+                        session.vouched = membership.task
                         await session.write(_length_delimited(_REGISTERED_FIELD, answer))
                         self._wake()  # the last host's registration completes everyone's wait
                         continue
@@ -391,6 +399,9 @@ class CoordinationServicer:
                     self._wake()
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
+                    if session.vouched is None:  # the stream proved whose it is: it keeps the task alive now
+                        state.session_opened(caller, session.id, now=clock())
+                        session.vouched = caller
                     if request.ack:
                         await session.write(self._heartbeat_answer())
         except Refused:
@@ -400,6 +411,8 @@ class CoordinationServicer:
             session.closed = True
             self._watchers.discard(session)
             self._drop_wait_for_all(session)
+            if session.vouched is not None:
+                state.session_closed(session.vouched, session.id, now=clock())
         await session.flush()
 
     def _stream_wait_for_all(self, session: _Session, caller: TaskRef, request: pb.StreamWaitForAll) -> None:

@@ -13,7 +13,12 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
   kills the job). Waiters are woken once, when the last task registers, not on every registration.
 * Heartbeats: a connected task silent for longer than ``heartbeat_timeout`` is declared failed
   (``expire``, which the executor calls a few times a second; it visits only the tasks that are late,
-  as tasks are kept in the order of their last heartbeat). The first failure (or a task's own error
+  as tasks are kept in the order of their last heartbeat). A task with an open session stream
+  (``session_opened``, protocol v8) is not silent: the transport's keepalive pings vouch for it, at no
+  cost here. When its last session ends (``session_closed``) its silence counts from the keepalive
+  window before (``keepalive_window``: when the pings last vouched for it at the latest), so a host that
+  froze or was cut off is declared failed within the heartbeat timeout of its last sign of life, as a
+  heartbeating one is. The first failure (or a task's own error
   report) puts the cluster in error for good: every wait fails at once, naming the failed task.
 * Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error.
 * Key-value (``kv.py``): values are bytes; a blocking get waits for the key up to the caller's timeout.
@@ -48,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tpuctl.coordination.kv import KeyValueStore
@@ -93,6 +98,8 @@ from tpuctl.coordination.values import (
     clip,
     count,
     fingerprint,
+    keepalive_interval,
+    keepalive_window,
     kv_key,
     sample_text,
     shown,
@@ -158,6 +165,45 @@ class _Task:
     heartbeat timeout (then it is presumed dead too and anyone may take the task)."""
     stalled_at_heartbeat: float = 0.0
     """The service's stalled seconds (``CoordinationState.stalled``) when this task was last heard from."""
+    sessions: set[int] = dataclasses.field(default_factory=set)
+    """The open session streams of this task's current process, by the executor's ids (v8: while one is
+    open, the task is alive)."""
+    session_ended_at: float | None = None
+    """When its last session ended, while no heartbeat came since (for the failure's cause)."""
+
+
+class _Silences:
+    """Task ids by their last sign of life, oldest first, so ``expire`` visits only the late ones: those
+    heard from at the moment they were added (registrations, unary heartbeats), and those whose session
+    ended, which were last vouched for one keepalive window before, the same window for all. Each part is
+    in order; a task is in at most one. O(1) per change."""
+
+    __slots__ = ("ended", "heard")
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        self.heard: OrderedDict[int, None] = OrderedDict((i, None) for i in ids)
+        self.ended: OrderedDict[int, None] = OrderedDict()
+
+    def heard_now(self, task_id: int) -> None:
+        self.ended.pop(task_id, None)
+        self.heard[task_id] = None
+        self.heard.move_to_end(task_id)
+
+    def session_ended(self, task_id: int) -> None:
+        self.heard.pop(task_id, None)
+        self.ended[task_id] = None
+        self.ended.move_to_end(task_id)
+
+    def pop(self, task_id: int) -> None:
+        self.heard.pop(task_id, None)
+        self.ended.pop(task_id, None)
+
+    def parts(self) -> tuple[OrderedDict[int, None], OrderedDict[int, None]]:
+        return self.heard, self.ended
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.heard
+        yield from self.ended
 
 
 class CoordinationState:
@@ -191,10 +237,13 @@ class CoordinationState:
         self._register_deadline: float | None = None
         self._unregistered = Missing(len(self._tasks))
         self._registration_verdict: Verdict | None = None
-        self._by_heartbeat: OrderedDict[int, None] = OrderedDict()
-        """Connected tasks, least recently heard from first."""
-        self._reserved: OrderedDict[int, None] = OrderedDict()
-        """Reserved survivors not re-registered yet, least recently heard from first (``expire`` releases them)."""
+        self._by_heartbeat = _Silences()
+        """Connected tasks without an open session, least recently heard from first."""
+        self._reserved = _Silences()
+        """Reserved survivors not re-registered yet and without an open session, least recently heard from
+        first (``expire`` releases them)."""
+        self.keepalive_window = keepalive_window(keepalive_interval(config.heartbeat_timeout))
+        """How long before a session's end its task was last vouched for at the latest (v8)."""
         self.stalled = 0.0
         """Seconds the service itself could not run (``service_stalled``): not counted as a task's silence."""
         self._disconnected: set[int] = set()
@@ -302,8 +351,10 @@ class CoordinationState:
                     f"retry `tpuctl init` for task {task.info.task_id} after {left:.1f} s",
                 )
         task.reserved = False
-        self._reserved.pop(task.info.task_id, None)
+        self._reserved.pop(task.info.task_id)
         task.state = TaskState.CONNECTED
+        if task.incarnation != registration.incarnation:
+            task.sessions.clear()  # another process's sessions do not vouch for this one
         task.incarnation = registration.incarnation
         task.hostname = clip(registration.hostname, 255)
         task.peer = clip(registration.peer, 255)
@@ -373,6 +424,36 @@ class CoordinationState:
         self._heard_from(task, now)
         return self.service_incarnation
 
+    def session_opened(self, caller: TaskRef, session: int, *, now: float) -> None:
+        """``caller``'s session stream ``session`` (the executor's id for it) is open and has proved it is
+        the caller's (a registration or a heartbeat on it): until it ends, the task is alive. O(1)."""
+        task = self._live(caller)
+        task.sessions.add(session)
+        task.session_ended_at = None
+        task.last_heartbeat = now
+        task.stalled_at_heartbeat = self.stalled
+        self._by_heartbeat.pop(task.info.task_id)
+        self.counters.touched += 1
+
+    def session_closed(self, caller: TaskRef, session: int, *, now: float) -> None:
+        """Session ``session`` of ``caller`` ended (the host closed it, its connection broke, or its
+        keepalive pings went unanswered). When it was the task's last, the task's silence counts from one
+        keepalive window ago: the last moment its pings vouched for it at the latest. O(1)."""
+        task = self._tasks[caller.task_id] if 0 <= caller.task_id < len(self._tasks) else None
+        if task is None or session not in task.sessions or task.incarnation != caller.incarnation:
+            return  # not a session that vouched (refused, or of a process that no longer holds the task)
+        task.sessions.discard(session)
+        if task.sessions:
+            return
+        self.counters.touched += 1
+        task.last_heartbeat = now - self.keepalive_window
+        task.stalled_at_heartbeat = self.stalled
+        task.session_ended_at = now
+        if task.state is TaskState.CONNECTED:
+            self._by_heartbeat.session_ended(task.info.task_id)
+        elif task.state is TaskState.WAITING and task.reserved:
+            self._reserved.session_ended(task.info.task_id)
+
     def expire(self, *, now: float) -> tuple[TaskFailure, ...]:
         """Declare failed every connected task silent for longer than the heartbeat timeout, not counting
         the time the service itself was stalled since it last heard from the task (``service_stalled``).
@@ -382,18 +463,20 @@ class CoordinationState:
         late = []
         limit = self.config.heartbeat_timeout
         silent = []
-        for task_id in self._reserved:
-            self.counters.touched += 1
-            if self._silence(self._tasks[task_id], now) <= limit:
-                break
-            silent.append(self._tasks[task_id])
+        for part in self._reserved.parts():
+            for task_id in part:
+                self.counters.touched += 1
+                if self._silence(self._tasks[task_id], now) <= limit:
+                    break
+                silent.append(self._tasks[task_id])
         self._release(silent, now)
-        for task_id in self._by_heartbeat:
-            task = self._tasks[task_id]
-            self.counters.touched += 1
-            if self._silence(task, now) <= limit:
-                break
-            late.append((task, self._silence_cause(task, now)))
+        for part in self._by_heartbeat.parts():
+            for task_id in part:
+                task = self._tasks[task_id]
+                self.counters.touched += 1
+                if self._silence(task, now) <= limit:
+                    break
+                late.append((task, self._silence_cause(task, now)))
         return self._fail(late, now=now)
 
     def service_stalled(self, seconds: float) -> None:
@@ -429,7 +512,7 @@ class CoordinationState:
             self._fail([(task, "left the cluster (its agent disconnected: `tpuctl down`, or a signal)")], now=now)
             return
         task.state = TaskState.DISCONNECTED
-        self._by_heartbeat.pop(task.info.task_id, None)
+        self._by_heartbeat.pop(task.info.task_id)
         self._disconnected.add(task.info.task_id)
         self._told.add(task.info.task_id)
         self._rendezvous.task_left(task.info, now=now)
@@ -554,7 +637,11 @@ class CoordinationState:
                 incarnation=t.incarnation,
                 hostname=t.hostname,
                 peer=t.peer,
-                seconds_since_heartbeat=None if t.state is TaskState.WAITING else now - t.last_heartbeat,
+                seconds_since_heartbeat=None
+                if t.state is TaskState.WAITING
+                else 0.0
+                if t.sessions
+                else now - t.last_heartbeat,
                 cause=t.cause,
                 fingerprint=t.fingerprint,
             )
@@ -593,8 +680,9 @@ class CoordinationState:
     def _heard_from(self, task: _Task, now: float) -> None:
         task.last_heartbeat = now
         task.stalled_at_heartbeat = self.stalled
-        self._by_heartbeat[task.info.task_id] = None
-        self._by_heartbeat.move_to_end(task.info.task_id)
+        task.session_ended_at = None
+        if not task.sessions:  # an open session vouches for it: not among the silent ones
+            self._by_heartbeat.heard_now(task.info.task_id)
         self.counters.touched += 1
 
     def _task(self, task_id: int) -> _Task:
@@ -679,12 +767,22 @@ class CoordinationState:
         return self._registration_verdict
 
     def _silence(self, task: _Task, now: float) -> float:
-        """How long ``task`` has been silent, not counting the service's own stalls since."""
+        """How long ``task`` has been silent, not counting the service's own stalls since; an open session
+        vouches for it (0)."""
+        if task.sessions:
+            return 0.0
         return now - task.last_heartbeat - (self.stalled - task.stalled_at_heartbeat)
 
     def _silence_cause(self, task: _Task, now: float) -> str:
         silence = now - task.last_heartbeat
-        cause = f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s"
+        if task.session_ended_at is not None:
+            ended = now - task.session_ended_at
+            cause = (
+                f"no heartbeat for {silence:.1f} s: its session ended {ended:.1f} s ago (connection closed or "
+                f"keepalive pings unanswered) and it did not reconnect (timeout {self.config.heartbeat_timeout:g} s"
+            )
+        else:
+            cause = f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s"
         stalled = self.stalled - task.stalled_at_heartbeat
         if stalled >= 0.05:
             cause += f"; {stalled:.1f} s of it the coordinator itself was busy, not counted"
@@ -700,7 +798,7 @@ class CoordinationState:
             task.state = TaskState.FAILED
             task.cause = cause
             self._told.add(task.info.task_id)
-            self._by_heartbeat.pop(task.info.task_id, None)
+            self._by_heartbeat.pop(task.info.task_id)
             failures.append(TaskFailure(task.info, cause))
         if not failures:
             return ()
@@ -742,8 +840,12 @@ class CoordinationState:
         for task in self._tasks:
             task.reserved = task.state is TaskState.CONNECTED  # survivors keep their place
             task.state = TaskState.WAITING
-        self._reserved = OrderedDict((i, None) for i in self._by_heartbeat if self._tasks[i].reserved)
-        self._by_heartbeat.clear()
+        reserved = _Silences(i for i in self._by_heartbeat.heard if self._tasks[i].reserved)
+        for i in self._by_heartbeat.ended:
+            if self._tasks[i].reserved:
+                reserved.session_ended(i)
+        self._reserved = reserved
+        self._by_heartbeat = _Silences()
         self._disconnected.clear()
         self._unregistered = Missing(len(self._tasks))
         self._formed = False
@@ -755,7 +857,7 @@ class CoordinationState:
     def _missing_again(self, task: _Task) -> None:
         task.state = TaskState.WAITING
         task.reserved = False
-        self._reserved.pop(task.info.task_id, None)
+        self._reserved.pop(task.info.task_id)
         self._unregistered.add(task.info.task_id)
 
     def _release(self, tasks: list[_Task], now: float) -> bool:
@@ -768,7 +870,7 @@ class CoordinationState:
         end = self._ended.get(ended_at)
         for task in released:
             task.reserved = False
-            self._reserved.pop(task.info.task_id, None)
+            self._reserved.pop(task.info.task_id)
             task.cause = f"{self._silence_cause(task, now)}, while generation {self.generation} formed"
             if end is not None:
                 failures = end.failures + ((TaskFailure(task.info, task.cause),) if len(end.failures) < SAMPLE else ())

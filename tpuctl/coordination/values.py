@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
@@ -27,7 +27,24 @@ call carries its generation; registrations bring the last one and the previous c
 whether the cluster re-forms). v5: a gather's table is xz (LZMA), not zlib (3x smaller for tables of core
 IDs and ports, sent to every host), answered on a server stream so the service paces a pod's answers. v6: the heartbeat stream is the host's
 session: it carries barrier arrivals (answered on it by request id) and the error watch (the cluster's
-error pushed once), and its later messages may omit the task the first one named."""
+error pushed once), and its later messages may omit the task the first one named. v7: registration and
+the wait for every host on the session stream. v8: an open session is the host's proof of life, kept by
+HTTP/2 keepalive pings in both directions (answered by gRPC's transport, not by either side's Python),
+so a session sends no periodic heartbeat messages; a session that ends counts as silence from the last
+moment the pings vouched for (``keepalive_window``)."""
+
+
+def keepalive_interval(heartbeat_timeout: float) -> float:
+    """Seconds between the service's HTTP/2 pings on a host's connection, and how long it waits for the
+    answer (protocol v8): a sixth of the heartbeat timeout, between 0.1 s and 60 s."""
+    return min(60.0, max(0.1, heartbeat_timeout / 6))
+
+
+def keepalive_window(ping_interval: float) -> float:
+    """How long before gRPC closes a dead connection the peer last proved alive, for pings every
+    ``ping_interval`` s each waited for as long: at most one interval until the next ping, one more for
+    its answer."""
+    return 2 * ping_interval
 
 # --- limits ------------------------------------------------------------------------------------------
 
