@@ -127,12 +127,9 @@ async def drive(
         await step("registered: a session per host")
         start(s.watch_errors() for s in sessions)
         await step("+ the error watch on the session")
-        tables = start(
-            c.gather(s.membership.task, "parked", GATHER_VALUE, timeout=300.0)
-            for c, s in zip(clients[1:], sessions[1:], strict=True)
-        )
-        await step("+ a parked gather per host")
-        await clients[0].gather(sessions[0].membership.task, "parked", GATHER_VALUE, timeout=300.0)
+        tables = start(s.gather("parked", GATHER_VALUE, timeout=300.0) for s in sessions[1:])  # v9: on the session
+        await step("+ a waiting gather per host")
+        await sessions[0].gather("parked", GATHER_VALUE, timeout=300.0)
         await asyncio.gather(*tables)
         await step("every gather answered")
         start(s.barrier("final", timeout=300.0) for s in sessions[1:])

@@ -341,12 +341,17 @@ class TpuctlDriver:
         """The coordination helper's one-RPC merge; its signature is read, not assumed."""
         import inspect
 
-        gather = host.client.gather
+        if host.session is not None and hasattr(host.session, "gather"):  # v9: on the session, as `tpuctl init`
+            gather = host.session.gather
+            args: tuple[Any, ...] = ("cores", value)
+        else:
+            gather = host.client.gather
+            args = (host.membership.task, "cores", value)
         params = inspect.signature(gather).parameters
         kwargs: dict[str, Any] = {"timeout": self.timeout} if "timeout" in params else {}
         if "progress" in params:  # as `tpuctl init` asks (tpuctl/agent/merge.py)
             kwargs.update(progress=_no_progress, progress_every=GATHER_PROGRESS_EVERY_S)
-        return await gather(host.membership.task, "cores", value, **kwargs)
+        return await gather(*args, **kwargs)
 
     async def last_barrier(self, host: TpuctlHost, barriers: list[float]) -> None:
         await self.barrier(host, "last", barriers)

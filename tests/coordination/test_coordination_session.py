@@ -16,6 +16,7 @@ from coordination_harness import check_bounded_registration_timeout, make_config
 
 from tpuctl.coordination import client as client_module
 from tpuctl.coordination import convert
+from tpuctl.coordination import service as service_module
 from tpuctl.coordination.client import CoordinationClient, Session
 from tpuctl.coordination.state import RestartPolicy, TaskInfo
 from tpuctl.coordination.values import PROTOCOL_VERSION, TaskState
@@ -331,3 +332,101 @@ def test_a_registration_timeout_on_the_session_is_the_unary_message(monkeypatch:
             check_bounded_registration_timeout(excinfo.value, lines)
 
     run(body(), timeout=60.0)
+
+
+# --- protocol v9: gathers on the session ----------------------------------------------------------------
+
+
+def test_a_gather_on_sessions_returns_every_value_with_no_call_of_its_own() -> None:
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, runs = await sessions(cluster)
+            service = cluster.server.service
+            counters = service.counters
+            try:
+                await asyncio.sleep(0.3)  # the streams are open
+                before = counters.snapshot()
+                waiting = [
+                    asyncio.create_task(s.gather("cores", f"[{s.membership.task.task_id}]".encode(), timeout=5.0))
+                    for s in opened[:3]
+                ]
+                await asyncio.sleep(0.2)
+                assert not any(w.done() for w in waiting)
+                assert not service._parking._slots  # nothing parked per host: the arrivals wait on their streams
+                last = await opened[3].gather("cores", b"[3]", timeout=5.0)
+                tables = [*(await asyncio.gather(*waiting)), last]
+                assert tables == [[b"[0]", b"[1]", b"[2]", b"[3]"]] * 4
+                after = counters.snapshot()
+                assert after["calls"] - before["calls"] == after["stream_in"] - before["stream_in"]  # no Gather call
+                assert after["encoded"] - before["encoded"] == 1  # the table encoded once, sent four times
+                # The unary Gather and the session's count in the same series, and get the same table.
+                client, member = cluster.clients[0], opened[0].membership
+                unary = asyncio.create_task(client.gather(member.task, "cores", b"u", timeout=5.0))
+                streamed = await asyncio.gather(*(s.gather("cores", b"s", timeout=5.0) for s in opened[1:]))
+                assert streamed == [[b"u", b"s", b"s", b"s"]] * 3
+                assert await unary == streamed[0]
+                assert not service._stream_barriers
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_gather_answer_is_one_shared_table_joined_per_host_as_written() -> None:
+    # The table is the same object for every waiting host; each host's copy (its request id + the table)
+    # exists only while the serializer writes it, at most a fan-out budget's worth at once.
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, runs = await sessions(cluster)
+            queued: list[Any] = []
+            send = service_module._Session.send
+
+            def spy(self: Any, data: Any) -> None:
+                queued.append(data)
+                send(self, data)
+
+            try:
+                await asyncio.sleep(0.3)
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(service_module._Session, "send", spy)
+                    tables = await asyncio.gather(*(s.gather("big", bytes([i]) * 900, timeout=5.0) for i, s in enumerate(opened)))
+                assert tables == [[bytes([i]) * 900 for i in range(4)]] * 4
+                fanned = [q for q in queued if isinstance(q, service_module._Fanned)]
+                assert len(fanned) == 4
+                assert len({id(f.tail) for f in fanned}) == 1 and len({id(f.gate) for f in fanned}) == 1
+                assert len({f.prefix for f in fanned}) >= 1
+                response = pb.HeartbeatResponse.FromString(fanned[0].join())
+                assert response.request_id and response.gathered.table and response.gathered.instance == 1
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_gather_timeout_and_a_refused_value_on_a_session_say_what_the_unary_call_says() -> None:
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, runs = await sessions(cluster)
+            client, member = cluster.clients[0], opened[0].membership
+            try:
+                results = await asyncio.gather(
+                    *(s.gather("g", b"v", timeout=0.5) for s in opened[:3]), return_exceptions=True
+                )
+                for result in results:
+                    assert isinstance(result, DeadlineError)
+                    assert result.message == (
+                        "gather 'g' #1 timed out after 0.5 s: 3 of 4 hosts published; missing: task 3 (127.0.0.4)"
+                    )
+                limit = cluster.server.service.state.gather_value_limit
+                with pytest.raises(InputError) as streamed:
+                    await opened[0].gather("big", b"x" * (limit + 1), timeout=1.0)
+                with pytest.raises(InputError) as unary:
+                    await client.gather(member.task, "big2", b"x" * (limit + 1), timeout=1.0)
+                assert streamed.value.message.replace("'big'", "'big2'") == unary.value.message
+                # The stream goes on.
+                assert await asyncio.gather(*(s.gather("after", b"a", timeout=5.0) for s in opened)) == [[b"a"] * 4] * 4
+                assert not any(r.done() for r in runs)
+            finally:
+                await close(runs)
+
+    run(body())

@@ -306,8 +306,7 @@ class Agent:
         )
         self.reporter.phase("merging core IDs", _probe_limit(spec) + spec.barrier_timeout)
         mapping, self.job_ports = await merge(
-            self.client,
-            self.membership.task,
+            self.session,
             spec,
             task,
             await self._local_core_ids(),

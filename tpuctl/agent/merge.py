@@ -31,8 +31,7 @@ PROGRESS_EVERY_S = 2.0
 
 
 async def merge(
-    client: Any,
-    task_ref: Any,
+    session: Any,
     spec: ClusterSpec,
     task: int,
     core_ids: list[int],
@@ -57,8 +56,7 @@ async def merge(
         mine["created"] = time.time()
         mine["jax_port"] = held[1].getsockname()[1]
     try:
-        values = await client.gather(
-            task_ref,
+        values = await session.gather(  # on the session's stream (protocol v9)
             INIT_GATHER,
             json.dumps(mine, separators=(",", ":")).encode(),
             timeout=spec.barrier_timeout,

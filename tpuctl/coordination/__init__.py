@@ -5,11 +5,11 @@ The public client API::
     from tpuctl.coordination import CoordinationClient
 
     async with CoordinationClient("10.0.0.2:8476", token=token) as client:
-        member = await client.register("pod-a", task_id, connect_timeout=300)
-        session = client.session(member, interval=5)  # heartbeats, barriers, error watch on one stream
+        # registers on the session's stream: heartbeats, waits, gathers, barriers, error watch on one stream
+        session = await client.open_session("pod-a", task_id, connect_timeout=300, interval=5)
         beating = asyncio.create_task(session.run())
-        await client.wait_for_all(member.task, timeout=300, progress=lambda p: print(p.describe()))
-        values = await client.gather(member.task, "cores", b"[0, 1, 2, 3]", timeout=60)  # by task id
+        await session.wait_for_all(timeout=300, progress=lambda p: print(p.describe()))
+        values = await session.gather("cores", b"[0, 1, 2, 3]", timeout=60)  # every task's value, by task id
         await session.barrier("ready", timeout=60)
 
 Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv`` and

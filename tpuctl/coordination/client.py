@@ -717,8 +717,8 @@ class Session:
     stream) and raises as it does. One reader task per stream sorts what comes back: confirmations,
     barrier outcomes (by request id) and the cluster's error.
 
-    While it runs: ``barrier`` (as ``CoordinationClient.barrier``; an arrival in flight when the stream
-    breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
+    While it runs: ``barrier`` and ``gather`` (v9) (as ``CoordinationClient.barrier`` and ``gather``; an
+    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
     error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
     with its error."""
 
@@ -811,6 +811,33 @@ class Session:
             )
         )
 
+    async def gather(
+        self,
+        name: str,
+        value: bytes,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 5.0,
+    ) -> list[bytes]:
+        """``CoordinationClient.gather`` for this session's task, on the stream (protocol v9): the same
+        values, checks, progress and errors, without a call of its own in the service while it waits."""
+        client = self._client
+        call = f"gather {shown(name)}"
+        wait = (client._max_wait if timeout is None else timeout) + client._rpc_timeout
+        response = await client._with_progress(
+            self._arrive(_gather_arrival(name, value, timeout or 0.0), call, wait),
+            call,
+            self.membership.task,
+            name,
+            "gather",
+            progress,
+            progress_every,
+        )
+        if not response.HasField("gathered"):
+            raise ClusterError(f"the coordinator at {client.target} answered {call} without its table")
+        return convert.gather_values(response.gathered)  # inflated to at most the size the service allows
+
     async def watch_errors(self) -> ClusterFailure:
         """The cluster's error, once there is one (the service pushes it on the stream). Raises the
         session's error if it ends first."""
@@ -823,19 +850,19 @@ class Session:
     # --- plumbing ------------------------------------------------------------------------------------
 
     async def _barrier(self, name: str, timeout: float, call: str, wait: float) -> int:
-        client = self._client
+        response = await self._arrive(_barrier_arrival(name, timeout), call, wait)
+        return int(response.instance)
+
+    async def _arrive(
+        self, build: Callable[[int], pb.HeartbeatRequest], call: str, wait: float
+    ) -> pb.HeartbeatResponse:
+        """A barrier or gather arrival on the stream, answered by request id within ``wait`` s."""
         started = time.monotonic()
         if self._ended is not None:
             raise self._ended
         if not self._opened.is_set():
-            await self._until_open(client._rpc_timeout, call)
-        def arrival(request_id: int) -> pb.HeartbeatRequest:
-            return pb.HeartbeatRequest(
-                barrier=pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout)
-            )
-
-        response = await self._request(arrival, call, started, started + wait)
-        return int(response.instance)
+            await self._until_open(self._client._rpc_timeout, call)
+        return await self._request(build, call, started, started + wait)
 
     async def wait_for_all(
         self,
@@ -1097,6 +1124,22 @@ class Session:
         if not self._failure.done():
             self._failure.set_exception(error)
             self._failure.exception()  # retrieved here: nobody may be watching
+
+
+def _barrier_arrival(name: str, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
+    def arrival(request_id: int) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(barrier=pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout))
+
+    return arrival
+
+
+def _gather_arrival(name: str, value: bytes, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
+    def arrival(request_id: int) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(
+            gather=pb.StreamGather(request_id=request_id, name=name, value=value, timeout_seconds=timeout)
+        )
+
+    return arrival
 
 
 _Answer = Any

@@ -83,6 +83,26 @@ Answer = Message | bytes
 """What a handler returns: a message, or an answer already serialized (shared by many callers)."""
 
 
+class _Fanned:
+    """One host's copy of an answer shared by every host (a passed gather's table on the session stream):
+    its own request-id prefix and the shared tail, joined only by the serializer as it is written, so
+    the service never holds a copy per host (10,000 x 50 kB), and at most ``gate``'s worth of them are
+    being written at once."""
+
+    __slots__ = ("gate", "prefix", "tail")
+
+    def __init__(self, prefix: bytes, tail: bytes, gate: asyncio.Semaphore) -> None:
+        self.prefix = prefix
+        self.tail = tail
+        self.gate = gate
+
+    def __len__(self) -> int:
+        return len(self.prefix) + len(self.tail)
+
+    def join(self) -> bytes:
+        return self.prefix + self.tail
+
+
 class _Parking:
     """Where waiting calls sleep: a bare future per parked call, grouped by wait key; a key's futures
     are resolved (and the group dropped) when the key is woken.
@@ -154,12 +174,12 @@ class _Session:
         self.closed = False
         self.watching = False
         self.wait_for_all: _WaitForAll | None = None
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes | _Fanned] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._busy = False  # the stream's own handler is writing (``write``)
         self._counters = counters
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | _Fanned) -> None:
         """Queue ``data`` (from any handler); written in order, one write at a time."""
         if self.closed:
             return
@@ -192,7 +212,11 @@ class _Session:
                 data = self._queue.popleft()
                 self._counters.stream_out += 1
                 self._counters.stream_bytes += len(data)
-                await self.context.write(data)
+                if isinstance(data, _Fanned):
+                    async with data.gate:
+                        await self.context.write(data)
+                else:
+                    await self.context.write(data)
         except Exception as exc:  # the call ended under the write (the host went away): nothing to tell
             log.debug("session stream write failed: %s", exc)
             self.closed = True
@@ -287,10 +311,12 @@ class CoordinationServicer:
                 await self._watchdog
             self._watchdog = None
 
-    def encode(self, answer: Answer) -> bytes:
+    def encode(self, answer: Answer | _Fanned) -> bytes:
         """The response serializer of every method: counts what is sent, passes shared bytes through."""
         if isinstance(answer, bytes):
             data = answer
+        elif isinstance(answer, _Fanned):
+            data = answer.join()
         else:
             data = answer.SerializeToString()
             self.counters.encoded += 1
@@ -391,6 +417,9 @@ class CoordinationServicer:
                 if request.HasField("barrier"):
                     self._stream_barrier(session, caller, request.barrier)
                     self._wake()  # the last arrival passes the barrier for every waiting session now
+                elif request.HasField("gather"):
+                    self._stream_gather(session, caller, request.gather)
+                    self._wake()
                 elif request.HasField("wait_for_all"):
                     self._stream_wait_for_all(session, caller, request.wait_for_all)
                     self._wake()
@@ -488,24 +517,35 @@ class CoordinationServicer:
     def _stream_barrier(self, session: _Session, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
         """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
         pass, a failure) or at its deadline. Refusals answer the arrival; the stream goes on."""
-        request_id = arrival.request_id
         try:
             barrier = self._state.barrier_arrive(caller, arrival.name, arrival.timeout_seconds, now=self._clock())
-            outcome = self._state.barrier_outcome(barrier, now=self._clock())
         except Refused as refused:
-            session.send(_outcome_refused(request_id, refused))
+            session.send(_outcome_refused(arrival.request_id, refused))
             return
-        if not isinstance(outcome, Pending):
-            session.send(_outcome_passed(request_id, outcome))
+        self._stream_rendezvous(session, arrival.request_id, barrier)
+
+    def _stream_gather(self, session: _Session, caller: TaskRef, arrival: pb.StreamGather) -> None:
+        """A gather arrival on a session (v9): as a barrier's, answered with the table every host gets."""
+        try:
+            gather = self._state.gather_arrive(
+                caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock()
+            )
+        except Refused as refused:
+            session.send(_outcome_refused(arrival.request_id, refused))
             return
+        self._stream_rendezvous(session, arrival.request_id, gather)
+
+    def _stream_rendezvous(self, session: _Session, request_id: int, barrier: BarrierId) -> None:
+        """Answer an arrival that is decided; else keep it with its key's other waiting sessions, under
+        one deadline timer per key (not one per host)."""
         key = barrier_key(barrier)
         waiting = self._stream_barriers.get(key)
         if waiting is None:
             waiting = self._stream_barriers[key] = []
         waiting.append((session, request_id, barrier))
-        if key not in self._barrier_timers:
-            delay = max(0.0, outcome.deadline - self._clock())
-            self._barrier_timers[key] = asyncio.get_running_loop().call_later(delay, self._barrier_due, key)
+        if key in self._barrier_timers:
+            return  # undecided: its timer is set (a decided key has none and is answered below)
+        self._answer_barriers([key])
 
     def _barrier_due(self, key: WaitKey) -> None:
         self._barrier_timers.pop(key, None)
@@ -513,16 +553,21 @@ class CoordinationServicer:
         self._wake()
 
     def _answer_barriers(self, keys: list[WaitKey] | frozenset[WaitKey]) -> None:
-        """Answer every session waiting on ``keys`` whose barrier is decided: the outcome is decided and
-        encoded once per key, then written to each waiting stream (O(1) each)."""
+        """Answer every session waiting on ``keys`` whose barrier or gather is decided: the outcome is
+        decided and encoded once per key, then written to each waiting stream (O(1) each: a gather's
+        table is the same bytes for every host, joined to each host's request id only as it is written)."""
         now = self._clock()
         for key in keys:
             waiting = self._stream_barriers.get(key)
             if not waiting:
                 continue
             barrier = waiting[0][2]
+            gate: asyncio.Semaphore | None = None
             try:
-                outcome = self._state.barrier_outcome(barrier, now=now)
+                if barrier.kind == "gather":
+                    outcome: int | Gathered | Pending = self._state.gather_outcome(barrier, now=now)
+                else:
+                    outcome = self._state.barrier_outcome(barrier, now=now)
             except Refused as refused:
                 tail = _outcome_refused(0, refused)
             else:
@@ -534,15 +579,36 @@ class CoordinationServicer:
                         max(0.0, outcome.deadline - now), self._barrier_due, key
                     )
                     continue
-                tail = _outcome_passed(0, outcome)
+                if isinstance(outcome, Gathered):
+                    _, data, gate = self._gathered_answer(barrier.name, outcome)
+                    tail = _length_delimited(_GATHERED_FIELD, data)
+                else:
+                    tail = _outcome_passed(0, outcome)
             del self._stream_barriers[key]
             timer = self._barrier_timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
             self.counters.touched += len(waiting)
             self.counters.woken += len(waiting)
-            for session, request_id, _ in waiting:
-                session.send(_request_id_prefix(request_id) + tail)
+            if gate is None:
+                for session, request_id, _ in waiting:
+                    session.send(_request_id_prefix(request_id) + tail)
+            else:
+                for session, request_id, _ in waiting:
+                    session.send(_Fanned(_request_id_prefix(request_id), tail, gate))
+
+    def _gathered_answer(self, name: str, gathered: Gathered) -> tuple[Gathered, bytes, asyncio.Semaphore]:
+        """A passed gather's ``GatherResponse``, encoded once for every caller (unary and stream alike),
+        and the gate that bounds how many bytes of its copies are being written at once."""
+        cached = self._gathered.get(name)
+        if cached is None or cached[0] is not gathered:
+            self.counters.built += 1
+            self.counters.encoded += 1
+            self.counters.touched += len(gathered.values)
+            data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
+            gate = asyncio.Semaphore(max(_FANOUT_MIN, _FANOUT_BYTES // max(1, len(data))))
+            cached = self._gathered[name] = (gathered, data, gate)
+        return cached
 
     def _watch(self, session: _Session, caller: TaskRef) -> None:
         """Push the cluster's error on ``session`` once there is one (at once if there is)."""
@@ -621,16 +687,9 @@ class CoordinationServicer:
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
         )
         gathered = await self._wait(barrier_key(gather), lambda now: self._state.gather_outcome(gather, now=now))
-        cached = self._gathered.get(gather.name)
-        if cached is None or cached[0] is not gathered:
-            self.counters.built += 1
-            self.counters.encoded += 1
-            self.counters.touched += len(gathered.values)
-            data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
-            gate = asyncio.Semaphore(max(_FANOUT_MIN, _FANOUT_BYTES // max(1, len(data))))
-            cached = self._gathered[gather.name] = (gathered, data, gate)
-        async with cached[2]:
-            await context.write(cached[1])
+        _, data, gate = self._gathered_answer(gather.name, gathered)
+        async with gate:
+            await context.write(data)
 
     @_refusals_as_status
     async def RendezvousProgress(self, request: pb.RendezvousProgressRequest, context: Any) -> Answer:
@@ -769,6 +828,7 @@ class CoordinationServicer:
 
 
 _REGISTERED_FIELD = pb.HeartbeatResponse.DESCRIPTOR.fields_by_name["registered"].number
+_GATHERED_FIELD = pb.HeartbeatResponse.DESCRIPTOR.fields_by_name["gathered"].number
 
 
 def _length_delimited(field: int, data: bytes) -> bytes:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
 
 v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
@@ -31,7 +31,8 @@ error pushed once), and its later messages may omit the task the first one named
 the wait for every host on the session stream. v8: an open session is the host's proof of life, kept by
 HTTP/2 keepalive pings in both directions (answered by gRPC's transport, not by either side's Python),
 so a session sends no periodic heartbeat messages; a session that ends counts as silence from the last
-moment the pings vouched for (``keepalive_window``)."""
+moment the pings vouched for (``keepalive_window``). v9: gathers on the session stream (the table
+answered by request id), so a host holds no call of its own during the merge."""
 
 
 def keepalive_interval(heartbeat_timeout: float) -> float:

@@ -54,6 +54,12 @@ out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cl
 once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
 error poll each. The stream is the task of its first message: later messages may omit `task`, and one
 naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
+Version 7: registration and the wait for all on the session stream (`register`, `wait_for_all`).
+Version 8: the session's connection is kept alive by HTTP/2 keepalive pings both ways; an open session
+sends no heartbeat messages after its first confirmed one.
+Version 9: gathers on the session stream (`HeartbeatRequest.gather`, answered by request id with
+`HeartbeatResponse.gathered`), so a host holds no call of its own while the merge waits; the unary
+`Gather` stays for other clients.
 """
 
 from collections import abc as _abc
@@ -407,6 +413,7 @@ class HeartbeatRequest(_message.Message):
     WATCH_ERRORS_FIELD_NUMBER: _builtins.int
     REGISTER_FIELD_NUMBER: _builtins.int
     WAIT_FOR_ALL_FIELD_NUMBER: _builtins.int
+    GATHER_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -436,6 +443,13 @@ class HeartbeatRequest(_message.Message):
     def wait_for_all(self) -> Global___StreamWaitForAll:
         """v7, on `HeartbeatStream` only: `WaitForAllTasks` on the session; answered by `request_id`."""
 
+    @_builtins.property
+    def gather(self) -> Global___StreamGather:
+        """v9, on `HeartbeatStream` only: a gather arrival, as `GatherRequest` by the stream's task; answered by
+        `request_id` with `HeartbeatResponse.gathered` once every task has published (or as a barrier's
+        refusal when it times out or cannot pass).
+        """
+
     def __init__(
         self,
         *,
@@ -446,14 +460,46 @@ class HeartbeatRequest(_message.Message):
         watch_errors: _builtins.bool = ...,
         register: Global___RegisterTaskRequest | None = ...,
         wait_for_all: Global___StreamWaitForAll | None = ...,
+        gather: Global___StreamGather | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "gather", b"gather", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "gather", b"gather", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class StreamGather(_message.Message):
+    """A gather arrival on the session stream: the same as a `GatherRequest` by the stream's task."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the client, unique on its stream (not 0): the answer names it."""
+    name: _builtins.str
+    value: _builtins.bytes
+    timeout_seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        name: _builtins.str = ...,
+        value: _builtins.bytes = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "request_id", b"request_id", "timeout_seconds", b"timeout_seconds", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamGather: _TypeAlias = StreamGather  # noqa: Y015
 
 @_typing.final
 class StreamWaitForAll(_message.Message):
@@ -513,7 +559,8 @@ class HeartbeatResponse(_message.Message):
     """On `HeartbeatStream`: a heartbeat confirmation (only `service_incarnation` set), a barrier's outcome
     (`request_id` set: `instance` when it passed, else `code`, `details` and `hint` as the unary call's
     status would be), the answer to a wait for all (`request_id` and `registration`, or a refusal as a
-    barrier's), the registration (`registered`, v7), or the cluster's error (`failure`), pushed once.
+    barrier's), a gather's answer (`request_id` and `gathered`, v9, or a refusal as a barrier's), the
+    registration (`registered`, v7), or the cluster's error (`failure`), pushed once.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -527,6 +574,7 @@ class HeartbeatResponse(_message.Message):
     FAILURE_FIELD_NUMBER: _builtins.int
     REGISTERED_FIELD_NUMBER: _builtins.int
     REGISTRATION_FIELD_NUMBER: _builtins.int
+    GATHERED_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -545,6 +593,12 @@ class HeartbeatResponse(_message.Message):
     def registration(self) -> Global___WaitForAllTasksResponse:
         """v7: the answer to a `StreamWaitForAll` (with its `request_id`), as `WaitForAllTasks` answers."""
 
+    @_builtins.property
+    def gathered(self) -> Global___GatherResponse:
+        """v9: a passed gather's answer to a `StreamGather` (with its `request_id`): the same table bytes for
+        every host, as `Gather` answers.
+        """
+
     def __init__(
         self,
         *,
@@ -557,10 +611,11 @@ class HeartbeatResponse(_message.Message):
         failure: Global___ClusterFailure | None = ...,
         registered: Global___RegisterTaskResponse | None = ...,
         registration: Global___WaitForAllTasksResponse | None = ...,
+        gathered: Global___GatherResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "registered", b"registered", "registration", b"registration"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

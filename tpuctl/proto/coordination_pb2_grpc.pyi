@@ -54,6 +54,12 @@ out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cl
 once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
 error poll each. The stream is the task of its first message: later messages may omit `task`, and one
 naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
+Version 7: registration and the wait for all on the session stream (`register`, `wait_for_all`).
+Version 8: the session's connection is kept alive by HTTP/2 keepalive pings both ways; an open session
+sends no heartbeat messages after its first confirmed one.
+Version 9: gathers on the session stream (`HeartbeatRequest.gather`, answered by request id with
+`HeartbeatResponse.gathered`), so a host holds no call of its own while the merge waits; the unary
+`Gather` stays for other clients.
 """
 
 from collections import abc as _abc
