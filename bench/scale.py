@@ -120,6 +120,22 @@ def _no_progress(progress: Any) -> None:
     """`tpuctl init` prints a progress line; the bench only polls as it does."""
 
 
+Spans = list[tuple[float, float]]
+"""Barrier calls as (start, end), ``time.monotonic()`` (one clock for every process of the machine)."""
+
+
+def freeze_driver_heap() -> None:
+    """After each phase, a driver's objects leave the garbage collector's generations (``gc.freeze``).
+
+    A driver simulates thousands of hosts in one process, so each of its collections walks thousands of
+    hosts' clients and sessions, a cost that grows with the simulated cluster and that no host of a pod
+    has (each runs one client); at 2,000 hosts a driver's CPU per barrier and host was 270 us with the
+    collector, 164 us without. Both implementations' drivers do it."""
+    import gc
+
+    gc.freeze()
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -162,6 +178,7 @@ class HostErrors:
 
 
 def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
+    import inspect
     import logging
 
     sys.path.insert(0, str(REPO))
@@ -182,7 +199,8 @@ def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
             register_timeout=timeout,
             barrier_timeout=timeout,
         )
-        server = await start_server(config, host=bind, port=0)
+        kwargs = {"freeze_heap": True} if "freeze_heap" in inspect.signature(start_server).parameters else {}
+        server = await start_server(config, host=bind, port=0, **kwargs)  # as task 0's agent starts it
         emit({"port": server.port})
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes it
         await server.stop(grace=0)
@@ -270,7 +288,7 @@ class TpuctlDriver:
     async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
         ends: list[float] = []
-        barriers: list[float] = []
+        barriers: Spans = []
         if phase == "steady":
             await asyncio.sleep(steady_s)
             ends.append(time.monotonic())
@@ -278,9 +296,10 @@ class TpuctlDriver:
             step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
             await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
         self.check_background()
+        freeze_driver_heap()
         return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
 
-    async def one(self, host: TpuctlHost, step: Callable[..., Any], ends: list[float], barriers: list[float]) -> None:
+    async def one(self, host: TpuctlHost, step: Callable[..., Any], ends: list[float], barriers: Spans) -> None:
         try:
             await asyncio.wait_for(step(host, barriers), self.timeout + 15)
             ends.append(time.monotonic())
@@ -288,7 +307,7 @@ class TpuctlDriver:
             host.alive = False
             self.errors.add(host.task, exc, host.step)
 
-    async def register(self, host: TpuctlHost, barriers: list[float]) -> None:
+    async def register(self, host: TpuctlHost, barriers: Spans) -> None:
         c = host.client
         host.step = "register"
         if hasattr(c, "open_session"):  # as `tpuctl init` (protocol v7): registered on the session's stream
@@ -321,7 +340,7 @@ class TpuctlDriver:
         else:
             host.background.append(asyncio.create_task(c.watch_errors(m.task)))
 
-    async def merge(self, host: TpuctlHost, barriers: list[float]) -> None:
+    async def merge(self, host: TpuctlHost, barriers: Spans) -> None:
         c = host.client
         value = init_record(host.task) if self.merge_method == "gather" else json.dumps(core_ids(host.task)).encode()
         if self.merge_method == "gather":
@@ -353,17 +372,17 @@ class TpuctlDriver:
             kwargs.update(progress=_no_progress, progress_every=GATHER_PROGRESS_EVERY_S)
         return await gather(*args, **kwargs)
 
-    async def last_barrier(self, host: TpuctlHost, barriers: list[float]) -> None:
+    async def last_barrier(self, host: TpuctlHost, barriers: Spans) -> None:
         await self.barrier(host, "last", barriers)
 
-    async def barrier(self, host: TpuctlHost, name: str, barriers: list[float]) -> None:
+    async def barrier(self, host: TpuctlHost, name: str, barriers: Spans) -> None:
         host.step = f"barrier {name}"
         start = time.monotonic()
         if host.session is not None:
             await host.session.barrier(name, timeout=self.timeout)
         else:
             await host.client.barrier(host.membership.task, name, timeout=self.timeout)
-        barriers.append(time.monotonic() - start)
+        barriers.append((start, time.monotonic()))
 
     def check_background(self) -> None:
         """A heartbeat loop or error watch that ended is an error (they run until cancelled)."""
@@ -420,7 +439,7 @@ class XlaDriver:
     def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
         ends: list[float] = []
-        barriers: list[float] = []
+        barriers: Spans = []
         if phase == "steady":
             time.sleep(steady_s)
             ends.append(time.monotonic())
@@ -430,9 +449,10 @@ class XlaDriver:
             _, stuck = wait(futures, timeout=self.timeout + 30)
             for future in stuck:
                 self.errors.add(futures[future], TimeoutError("still blocked"), self.steps.get(futures[future], ""))
+        freeze_driver_heap()
         return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
 
-    def one(self, task: int, step: Callable[..., None], ends: list[float], barriers: list[float]) -> None:
+    def one(self, task: int, step: Callable[..., None], ends: list[float], barriers: Spans) -> None:
         try:
             step(task, barriers)
             with self.lock:
@@ -442,11 +462,11 @@ class XlaDriver:
                 self.alive.discard(task)
                 self.errors.add(task, exc, self.steps.get(task, ""))
 
-    def register(self, task: int, barriers: list[float]) -> None:
+    def register(self, task: int, barriers: Spans) -> None:
         self.steps[task] = "connect"
         self.clients[task].connect()
 
-    def merge(self, task: int, barriers: list[float]) -> None:
+    def merge(self, task: int, barriers: Spans) -> None:
         c = self.clients[task]
         self.steps[task] = "key_value_set"
         c.key_value_set(f"{PREFIX}/cores/{task}", json.dumps(core_ids(task)))
@@ -457,15 +477,15 @@ class XlaDriver:
             raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
         self.barrier(task, "done", barriers)
 
-    def last_barrier(self, task: int, barriers: list[float]) -> None:
+    def last_barrier(self, task: int, barriers: Spans) -> None:
         self.barrier(task, "last", barriers)
 
-    def barrier(self, task: int, name: str, barriers: list[float]) -> None:
+    def barrier(self, task: int, name: str, barriers: Spans) -> None:
         self.steps[task] = f"barrier {name}"
         start = time.monotonic()
         self.clients[task].wait_at_barrier(name, int(self.timeout * 1000))
         with self.lock:
-            barriers.append(time.monotonic() - start)
+            barriers.append((start, time.monotonic()))
 
 
 def drive_xla(cfg: dict[str, Any]) -> None:
@@ -598,6 +618,12 @@ class PhaseResult:
     errors: list[str]
     tcp: dict[str, int] = field(default_factory=dict)
     """How much each of ``TCP_COUNTERS`` grew during the phase (all hosts: the bench's namespace)."""
+    release_p50_s: float | None = None
+    """Last barrier only: from the last host's arrival to each host's return, p50 and p99."""
+    release_p99_s: float | None = None
+    arrival_spread_s: float | None = None
+    """Last barrier only: from the first host's arrival to the last one's (the drivers start thousands of
+    calls on two cores: this is how long that took)."""
 
 
 @dataclass
@@ -690,7 +716,12 @@ def summarize(
     phase: str, start: float, before: Sample, after: Sample, reports: list[dict[str, Any]], problem: str | None
 ) -> PhaseResult:
     ends = [e for r in reports for e in r["ends"]]
-    barriers = [b for r in reports for b in r["barriers"]]
+    spans = [tuple(b) for r in reports for b in r["barriers"]]
+    barriers = [end - start for start, end in spans]
+    # One barrier per host (the last barrier phase): how long after the last host arrived each one was
+    # released. The calls' own latency also holds how far apart the drivers could start them.
+    last_arrival = max((start for start, _ in spans), default=0.0)
+    released = [end - last_arrival for _, end in spans] if phase == "last_barrier" else []
     errors = [e for r in reports for e in r["errors"]]
     count = sum(r["error_count"] for r in reports)
     if problem:
@@ -705,6 +736,9 @@ def summarize(
         barrier_p50_s=percentile(barriers, 0.5),
         barrier_p99_s=percentile(barriers, 0.99),
         barrier_calls=len(barriers),
+        release_p50_s=percentile(released, 0.5),
+        release_p99_s=percentile(released, 0.99),
+        arrival_spread_s=(last_arrival - min(start for start, _ in spans)) if released else None,
         client_cpu_s=sum(r["cpu"] for r in reports),
         error_count=count,
         errors=errors[:MAX_ERRORS_KEPT],
@@ -919,6 +953,13 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
             f"({100 * steady.service_cpu_s / steady_s:.1f}% of a core), {fmt_bytes(steady.service_sent_bytes / steady_s)}/s; "
             f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}; heartbeat every {run.heartbeat_s:g} s; "
             f"load average {run.load_average[0]:.1f} -> {run.load_average[1]:.1f}"
+        )
+    last = next((p for p in run.phases if p.phase == "last_barrier"), None)
+    if last is not None and last.release_p50_s is not None:
+        notes.append(
+            f"  {run.impl}: last barrier: arrivals spread over {fmt_s(last.arrival_spread_s)} (the drivers' own "
+            f"pace); released {fmt_s(last.release_p50_s)} (p50) / {fmt_s(last.release_p99_s)} (p99) after the "
+            "last arrival"
         )
     errors = [e for p in run.phases for e in p.errors] + ([run.error] if run.error else [])
     for text in dict.fromkeys(errors[:MAX_ERRORS_KEPT]):

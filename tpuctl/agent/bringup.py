@@ -724,7 +724,11 @@ async def _start_service(spec: ClusterSpec, token: str | None, *, first_generati
         from tpuctl.coordination.tls import load_server_tls
 
         server_tls = load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
-    return await start_server(config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls)
+    # Task 0's agent is a process of its own that serves and keeps one session: its heap may be frozen
+    # for the garbage collector while the cluster stands (``start_server``'s ``freeze_heap``).
+    return await start_server(
+        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True
+    )
 
 
 def _client_tls(tls: Any) -> Any:

@@ -117,6 +117,7 @@ async def start_server(
     service_incarnation: int | None = None,
     check_interval: float | None = None,
     tls: ServerTls | None = None,
+    freeze_heap: bool = False,
 ) -> CoordinationServer:
     """Serve ``config``'s cluster on ``host:port`` (port 0: any free port).
 
@@ -129,13 +130,16 @@ async def start_server(
 
     ``tls``: serve over TLS (``tls.load_server_tls``; mutual TLS when it has a client CA) instead of
     plaintext.
+
+    ``freeze_heap``: freeze the process's heap for Python's garbage collector once every host has
+    registered, until the generation ends (``service._Heap``); for a process that serves and little else.
     """
     limit_malloc_arenas()
     incarnation = service_incarnation or secrets.randbits(64) or 1
     state = CoordinationState(config, service_incarnation=incarnation)
     if check_interval is None:
         check_interval = min(CHECK_INTERVAL_S, config.heartbeat_timeout / 4)
-    service = CoordinationServicer(state, clock=clock, check_interval=check_interval)
+    service = CoordinationServicer(state, clock=clock, check_interval=check_interval, freeze_heap=freeze_heap)
     interceptors = [TokenCheck(config.token)] if config.token else []
     server = grpc.aio.server(options=_SERVER_OPTIONS + keepalive_options(config), interceptors=interceptors)
     handlers = method_handlers(service)

@@ -261,6 +261,11 @@ class CoordinationState:
         return self._failure
 
     @property
+    def registration_complete(self) -> bool:
+        """Every task of the current generation has registered."""
+        return not self._unregistered
+
+    @property
     def restarts(self) -> int:
         """Restarts used so far (a restarted coordinator's predecessors' count too)."""
         return self.generation - 1
