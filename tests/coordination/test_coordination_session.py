@@ -379,19 +379,24 @@ def test_a_gather_answer_is_one_shared_table_joined_per_host_as_written() -> Non
         async with serving(make_config(4)) as cluster:
             opened, runs = await sessions(cluster)
             queued: list[Any] = []
-            send = service_module._Session.send
+            send, write = service_module._Session.send, service_module._Session.write
 
-            def spy(self: Any, data: Any) -> None:
+            def spy_send(self: Any, data: Any) -> None:
                 queued.append(data)
                 send(self, data)
+
+            async def spy_write(self: Any, data: Any) -> None:  # a fan-out's writers write to idle sessions
+                queued.append(data)
+                await write(self, data)
 
             try:
                 await asyncio.sleep(0.3)
                 with pytest.MonkeyPatch.context() as patch:
-                    patch.setattr(service_module._Session, "send", spy)
+                    patch.setattr(service_module._Session, "send", spy_send)
+                    patch.setattr(service_module._Session, "write", spy_write)
                     tables = await asyncio.gather(*(s.gather("big", bytes([i]) * 900, timeout=5.0) for i, s in enumerate(opened)))
                 assert tables == [[bytes([i]) * 900 for i in range(4)]] * 4
-                fanned = [q for q in queued if isinstance(q, service_module._Fanned)]
+                fanned = list({id(q): q for q in queued if isinstance(q, service_module._Fanned)}.values())
                 assert len(fanned) == 4
                 assert len({id(f.tail) for f in fanned}) == 1 and len({id(f.gate) for f in fanned}) == 1
                 assert len({f.prefix for f in fanned}) >= 1
@@ -426,6 +431,36 @@ def test_a_gather_timeout_and_a_refused_value_on_a_session_say_what_the_unary_ca
                 # The stream goes on.
                 assert await asyncio.gather(*(s.gather("after", b"a", timeout=5.0) for s in opened)) == [[b"a"] * 4] * 4
                 assert not any(r.done() for r in runs)
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pod's release: at most _RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
+    # about 1 kB each, 10 MB at 10,000 hosts for every barrier), and every host is still answered.
+    writers = []
+    write_answers = service_module._write_answers
+
+    async def counted(answers: Any) -> None:
+        writers.append(len(answers))
+        await write_answers(answers)
+
+    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
+    monkeypatch.setattr(service_module, "_FANOUT_BYTES", 1)  # a gather's width: at least _FANOUT_MIN (16)
+    monkeypatch.setattr(service_module, "_write_answers", counted)
+
+    async def body() -> None:
+        async with serving(make_config(20)) as cluster:
+            opened, runs = await sessions(cluster, interval=5.0)
+            try:
+                await asyncio.sleep(0.3)
+                assert await asyncio.gather(*(s.barrier("release", timeout=5.0) for s in opened)) == [1] * 20
+                assert len(writers) == 3
+                tables = await asyncio.gather(*(s.gather("g", b"v", timeout=5.0) for s in opened))
+                assert tables == [[b"v"] * 20] * 20
+                assert len(writers) == 3 + 16
             finally:
                 await close(runs)
 

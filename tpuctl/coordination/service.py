@@ -63,6 +63,8 @@ _FANOUT_BYTES = 4 * 1024 * 1024
 as much) ..."""
 _FANOUT_MIN = 16
 """... but at least this many answers."""
+_RELEASE_WIDTH = 256
+"""How many answers of a passed barrier are being written at once (a few bytes each)."""
 _KV_DIR_CACHE = 64
 _FLUSH_S = 1.0
 """How long a session's end waits for its queued writes."""
@@ -196,6 +198,17 @@ class _Heap:
             self._thresholds = None
 
 
+async def _write_answers(answers: deque[tuple[_Session, bytes | _Fanned]]) -> None:
+    while answers:
+        session, data = answers.popleft()
+        await session.write(data)
+
+
+def _fanout_width(answer_bytes: int) -> int:
+    """How many copies of an answer this large may be being written at once."""
+    return max(_FANOUT_MIN, _FANOUT_BYTES // max(1, answer_bytes))
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -239,9 +252,9 @@ class _Session:
         if self._writer is None and not self._busy:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
 
-    async def write(self, data: bytes) -> None:
-        """From the stream's own handler: written at once when nothing else is being written (a
-        heartbeat confirmation: no task per write), else queued behind it."""
+    async def write(self, data: bytes | _Fanned) -> None:
+        """From the stream's own handler or a fan-out's writer: written at once when nothing else is being
+        written (no task per write), else queued behind it."""
         if self._writer is not None or self._busy or self._queue or self.closed:
             self.send(data)
             return
@@ -354,6 +367,7 @@ class CoordinationServicer:
         self._stream_barriers: dict[WaitKey, list[tuple[_Session, int, BarrierId]]] = {}
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
         self._watchers: set[_Session] = set()
+        self._writers: set[asyncio.Task[None]] = set()  # ``_fan_out``'s (the loop keeps only weak references)
         self._session_ids = itertools.count(1)
         self._waiting_for_all: set[_Session] = set()
         """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
@@ -661,11 +675,30 @@ class CoordinationServicer:
             self.counters.touched += len(waiting)
             self.counters.woken += len(waiting)
             if gate is None:
-                for session, request_id, _ in waiting:
-                    session.send(_request_id_prefix(request_id) + tail)
+                answers: deque[tuple[_Session, bytes | _Fanned]] = deque(
+                    (session, _request_id_prefix(request_id) + tail) for session, request_id, _ in waiting
+                )
+                width = _RELEASE_WIDTH
             else:
-                for session, request_id, _ in waiting:
-                    session.send(_Fanned(_request_id_prefix(request_id), tail, gate))
+                answers = deque(
+                    (session, _Fanned(_request_id_prefix(request_id), tail, gate)) for session, request_id, _ in waiting
+                )
+                width = _fanout_width(len(tail))
+            self._fan_out(answers, width)
+
+    def _fan_out(self, answers: deque[tuple[_Session, bytes | _Fanned]], width: int) -> None:
+        """Write each answer to its session with at most ``width`` writes in flight: that many writer
+        tasks take the answers in turn, instead of a task (and its frames, about 1 kB) per host, 10 MB
+        at 10,000 hosts for every barrier passed. A session busy with another write queues it behind."""
+        if len(answers) == 1:
+            session, data = answers[0]
+            session.send(data)
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(min(width, len(answers))):
+            writer = loop.create_task(_write_answers(answers))
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
 
     def _gathered_answer(self, name: str, gathered: Gathered) -> tuple[Gathered, bytes, asyncio.Semaphore]:
         """A passed gather's ``GatherResponse``, encoded once for every caller (unary and stream alike),
@@ -676,7 +709,7 @@ class CoordinationServicer:
             self.counters.encoded += 1
             self.counters.touched += len(gathered.values)
             data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
-            gate = asyncio.Semaphore(max(_FANOUT_MIN, _FANOUT_BYTES // max(1, len(data))))
+            gate = asyncio.Semaphore(_fanout_width(len(data)))
             cached = self._gathered[name] = (gathered, data, gate)
         return cached
 
