@@ -11,6 +11,7 @@ import pytest
 from coordination_harness import make_config, run, serving
 
 from tpuctl.coordination.service import _Heap
+from tpuctl.coordination.state import RestartPolicy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,3 +59,26 @@ def test_without_freeze_heap_the_collector_is_untouched() -> None:
             assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
     run(body())
+
+
+def test_a_re_forming_cluster_is_thawed_and_frozen_again_when_every_host_is_back() -> None:
+    policy = RestartPolicy(rejoin=True, timeout=30.0, max_restarts=2)
+
+    async def body() -> None:
+        async with serving(make_config(2, restart=policy), freeze_heap=True) as cluster:
+            members = await cluster.join_all(heartbeat_interval=None)
+            assert gc.get_freeze_count() > 0
+            (c0, m0), (c1, m1) = members
+            await c1.report_error(m1.task, "preempted")  # generation 1 ends; the cluster re-forms as 2
+            await asyncio.sleep(0.05)
+            assert cluster.server.service.state.generation == 2
+            assert gc.get_freeze_count() == 0
+            name = cluster.server.service.state.config.cluster
+            await c0.register(name, 0, incarnation=m0.task.incarnation, generation=1, previous_credential=m0.task.credential)
+            assert gc.get_freeze_count() == 0
+            again = await c1.register(name, 1, generation=1, previous_credential=m1.task.credential)
+            assert again.generation == 2
+            assert gc.get_freeze_count() > 0  # generation 2 formed
+
+    run(body())
+    assert gc.get_freeze_count() == 0

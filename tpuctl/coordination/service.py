@@ -174,6 +174,7 @@ class _Heap:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.frozen = False
+        self.generation = 0
         self._thresholds: tuple[int, int, int] | None = None
 
     def start(self) -> None:
@@ -181,10 +182,16 @@ class _Heap:
             self._thresholds = gc.get_threshold()
             gc.set_threshold(max(self.YOUNG, self._thresholds[0]), *self._thresholds[1:])
 
-    def formed(self) -> None:
+    def formed(self, generation: int) -> None:
         if self.enabled and not self.frozen:
             gc.freeze()
             self.frozen = True
+            self.generation = generation
+
+    def check(self, state: CoordinationState) -> None:
+        """Thaw once the frozen generation is over (failed for good, or re-forming as the next one)."""
+        if self.frozen and (state.failure is not None or state.generation != self.generation):
+            self.thaw()
 
     def thaw(self) -> None:
         if self.frozen:
@@ -414,8 +421,8 @@ class CoordinationServicer:
         credential = secrets.token_bytes(CREDENTIAL_BYTES)
         registration = convert.registration(request, peer=peer, credential=credential)
         membership = self._state.register(registration, now=self._clock())
-        if self._state.registration_complete:
-            self.heap.formed()
+        if self._state.registration_complete and self._state.failure is None:
+            self.heap.formed(self._state.generation)
         log.info(
             "task %d registered into generation %d from %s (%s), fingerprint %s",
             request.task_id,
@@ -882,8 +889,7 @@ class CoordinationServicer:
             self._answer_barriers(list(self._stream_barriers) if wakeup.everyone else wakeup.keys)
         if self._waiting_for_all and (wakeup.everyone or REGISTRATION in wakeup.keys):
             self._answer_waits_for_all()
-        if self._state.failure is not None:
-            self.heap.thaw()  # the generation ended: its sessions' leftovers may be garbage now
+        self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
         if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
             for session in list(self._watchers):
                 self.counters.touched += 1
