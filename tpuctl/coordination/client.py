@@ -797,20 +797,9 @@ class Session:
     ) -> int:
         """``CoordinationClient.barrier`` for this session's task, on the stream: the same outcomes and
         errors. Waits up to ``rpc_timeout`` for the stream to be up."""
-        client = self._client
-        call = f"barrier {shown(name)}"
-        wait = (client._max_wait if timeout is None else timeout) + client._rpc_timeout
-        return int(
-            await client._with_progress(
-                self._barrier(name, timeout or 0.0, call, wait),
-                call,
-                self.membership.task,
-                name,
-                "barrier",
-                progress,
-                progress_every,
-            )
-        )
+        arrival = _barrier_arrival(name, timeout or 0.0)
+        response = await self._rendezvous("barrier", name, arrival, timeout, progress, progress_every)
+        return int(response.instance)
 
     async def gather(
         self,
@@ -823,21 +812,29 @@ class Session:
     ) -> list[bytes]:
         """``CoordinationClient.gather`` for this session's task, on the stream (protocol v9): the same
         values, checks, progress and errors, without a call of its own in the service while it waits."""
-        client = self._client
-        call = f"gather {shown(name)}"
-        wait = (client._max_wait if timeout is None else timeout) + client._rpc_timeout
-        response = await client._with_progress(
-            self._arrive(_gather_arrival(name, value, timeout or 0.0), call, wait),
-            call,
-            self.membership.task,
-            name,
-            "gather",
-            progress,
-            progress_every,
-        )
+        arrival = _gather_arrival(name, value, timeout or 0.0)
+        response = await self._rendezvous("gather", name, arrival, timeout, progress, progress_every)
         if not response.HasField("gathered"):
-            raise ClusterError(f"the coordinator at {client.target} answered {call} without its table")
+            raise ClusterError(f"the coordinator at {self._client.target} answered gather {shown(name)} without its table")
         return convert.gather_values(response.gathered)  # inflated to at most the size the service allows
+
+    async def _rendezvous(
+        self,
+        kind: RendezvousKind,
+        name: str,
+        arrival: Callable[[int], pb.HeartbeatRequest],
+        timeout: float | None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
+        progress_every: float,
+    ) -> pb.HeartbeatResponse:
+        """A barrier or gather arrival on the stream, with the unary calls' deadline and progress polls."""
+        client = self._client
+        call = f"{kind} {shown(name)}"
+        wait = (client._max_wait if timeout is None else timeout) + client._rpc_timeout
+        response: pb.HeartbeatResponse = await client._with_progress(
+            self._arrive(arrival, call, wait), call, self.membership.task, name, kind, progress, progress_every
+        )
+        return response
 
     async def watch_errors(self) -> ClusterFailure:
         """The cluster's error, once there is one (the service pushes it on the stream). Raises the
@@ -849,10 +846,6 @@ class Session:
         return await asyncio.shield(self._failure)
 
     # --- plumbing ------------------------------------------------------------------------------------
-
-    async def _barrier(self, name: str, timeout: float, call: str, wait: float) -> int:
-        response = await self._arrive(_barrier_arrival(name, timeout), call, wait)
-        return int(response.instance)
 
     async def _arrive(
         self, build: Callable[[int], pb.HeartbeatRequest], call: str, wait: float
