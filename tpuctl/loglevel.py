@@ -11,7 +11,6 @@ value in; no ``logging`` import (``tpuctl status`` parses ``-v`` on the light pa
 from __future__ import annotations
 
 from tpuctl.errors import InputError
-from tpuctl.messages import did_you_mean
 
 LOG_LEVEL_ENV = "TPUCTL_LOG_LEVEL"
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
@@ -29,6 +28,8 @@ def parse_level(text: str, what: str = "--log-level") -> int:
         return LEVELS[name]
     if name.isdigit() and 0 < int(name) <= 50:
         return int(name)
+    from tpuctl.messages import did_you_mean  # a wrong level's hint only: not on the light path
+
     raise InputError(
         f"{what} {text!r} is not a log level",
         hint=did_you_mean(name, [*LEVELS, *ALIASES], otherwise="levels: " + ", ".join(LEVELS)),

@@ -26,7 +26,6 @@ import stat
 
 from tpuctl import lightjson as json
 from tpuctl.errors import StateError
-from tpuctl.processes import pid_alive
 
 TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
@@ -177,6 +176,8 @@ class StateDir:
             return None
         if holder > 0:
             return holder
+        from tpuctl.processes import pid_alive  # here: barrier, status and env never check liveness
+
         pid = self.read_pid()
         return pid if pid is not None and pid_alive(pid) else None
 
@@ -252,6 +253,8 @@ def live_pids(states: list[StateDir]) -> list[int | None]:
             held.append(None)
         finally:
             os.close(fd)
+    from tpuctl.processes import pid_alive
+
     holders = _flock_holders()
     out: list[int | None] = []
     for state, lock in zip(states, held, strict=True):

@@ -11,7 +11,6 @@ Standard library only: ``tpuctl status`` and ``tpuctl env`` parse their options 
 from __future__ import annotations
 
 from tpuctl.errors import InputError
-from tpuctl.messages import closest, suggestion
 
 TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
 if TYPE_CHECKING:
@@ -57,6 +56,8 @@ def choose_format(
 
 def format_hint(word: str, choices: Sequence[str], aliases: Mapping[str, str]) -> str:
     """``did you mean 'json'? formats: text, json``; for what looks like a file, where files go."""
+    from tpuctl.messages import closest, suggestion  # a wrong format's hint only: not on the light path
+
     listed = "formats: " + ", ".join(choices)
     if "/" in word or "." in word:
         return f"-o/--output names a format ({listed}), never a file: to write {word}, use {OUT_NAME} {word}"

@@ -24,12 +24,10 @@ import time
 
 from tpuctl import lightjson as json
 from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, call
-from tpuctl.agent.protocol import BarrierPassed
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
 from tpuctl.errors import EXIT_CLUSTER, InputError
 from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
-from tpuctl.messages import sample, table
 
 TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each costs milliseconds
 if TYPE_CHECKING:
@@ -86,6 +84,8 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
         args["generation"] = int(generation)
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
     answer = call(state, Op.BARRIER, args, timeout=wait, progress=None if quiet else say)
+    from tpuctl.agent.protocol import BarrierPassed  # barrier's alone: status and env do without it
+
     passed = BarrierPassed.from_json(answer)
     if not quiet:
         say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
@@ -129,6 +129,7 @@ def run_env(fmt: str, state_dir: str | None) -> int:
 def render_status(result: dict[str, Any], health: Health | None = None) -> str:
     """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
     from tpuctl.health import cluster_health
+    from tpuctl.messages import sample, table  # status's text alone
 
     health = health or cluster_health(result)
     lines = [
