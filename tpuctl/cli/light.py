@@ -6,7 +6,10 @@ load: the standard library, tpuctl's error types and the control socket's client
 and of the standard library only modules that cost next to nothing: no typing, pathlib, re, json, enum,
 socket or collections (:mod:`tpuctl.records`, :mod:`tpuctl.lightjson`, ``_socket``;
 ``tests/cli/test_light_imports.py`` lists what must not load).
-The agent does the cluster work; a command here sends one request and prints the answer.
+The agent does the cluster work; a command here sends one request and prints the answer. It sends
+the request first (:func:`tpuctl.agent.control.ask`) and loads what reads the answer (the barrier's
+record, status's health, env's job environment) while the agent works on it; a format or log option's
+module loads only when one is given.
 
 Only the plain forms are handled here (the options each command documents, ``--opt value`` or
 ``--opt=value``), with the data commands' one convention (:mod:`tpuctl.cli.formats`: ``--format``,
@@ -23,11 +26,9 @@ import sys
 import time
 
 from tpuctl import lightjson as json
-from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, call
+from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, ask
 from tpuctl.agent.statedir import resolve_state_dir
-from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
 from tpuctl.errors import EXIT_CLUSTER, InputError
-from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
 
 TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each costs milliseconds
 if TYPE_CHECKING:
@@ -43,9 +44,15 @@ STATUS_TIMEOUT_S = 10.0
 ENV_TIMEOUT_S = 10.0
 MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
 STATUS_SCHEMA = "tpuctl.status/v1"
+# The spellings below are tpuctl.cli.formats' and tpuctl.loglevel's (tests/cli/test_light_imports.py
+# checks that they agree): a command without a format or log option loads neither module.
+TEXT, JSON = "text", "json"  # formats.TEXT, formats.JSON
+FORMAT_NAMES = ("--format", "-f", "--output", "-o")  # formats.FORMAT_NAMES
+LOG_LEVEL_ENV = "TPUCTL_LOG_LEVEL"  # loglevel.LOG_LEVEL_ENV
 ENV_FORMATS = (TEXT, JSON)
 ENV_ALIASES = {"sh": TEXT}
 """``tpuctl env``'s text is sh export lines: ``--format sh`` is the same as ``text``."""
+DEBUG = 10  # loglevel.LEVELS["debug"]
 MAX_BARRIER_NAME = 1024
 """The coordination service's limit on names (``tpuctl.coordination.values.MAX_NAME_CHARS``), checked before
 any call; not imported from there, which costs this path about 30 ms."""
@@ -83,10 +90,10 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     if generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
-    answer = call(state, Op.BARRIER, args, timeout=wait, progress=None if quiet else say)
-    from tpuctl.agent.protocol import BarrierPassed  # barrier's alone: status and env do without it
+    request = ask(state, Op.BARRIER, args, timeout=wait)
+    from tpuctl.agent.protocol import BarrierPassed  # loaded while the agent waits: barrier's alone
 
-    passed = BarrierPassed.from_json(answer)
+    passed = BarrierPassed.from_json(request.answer(progress=None if quiet else say))
     if not quiet:
         say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
     return 0
@@ -105,9 +112,12 @@ def barrier_name_problem(name: str) -> str | None:
 
 def run_status(fmt: str, state_dir: str | None) -> int:
     """Print the cluster as the coordinator sees it and its health (:mod:`tpuctl.health`); 3 when failed."""
-    from tpuctl.health import cluster_health  # status's alone: barrier and env do without it
+    request = ask(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
+    from tpuctl.health import cluster_health  # loaded while the agent asks the coordinator: status's alone
 
-    result = call(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
+    if fmt != JSON:
+        import tpuctl.messages  # noqa: F401  # render_status's, loaded meanwhile too
+    result = request.answer()
     health = cluster_health(result)
     document = {"schema": STATUS_SCHEMA, **dict(sorted(result.items())), "health": health.to_json()}
     _out((json.dumps(document, indent=2) if fmt == JSON else render_status(result, health)) + "\n")
@@ -119,9 +129,10 @@ def run_status(fmt: str, state_dir: str | None) -> int:
 
 def run_env(fmt: str, state_dir: str | None) -> int:
     """Print this host's job environment (``text``: sh export lines; ``json``), computed by its agent."""
-    from tpuctl.job.env import JobEnv
+    request = ask(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S)
+    from tpuctl.job.env import JobEnv  # loaded while the agent answers: env's alone
 
-    env = JobEnv.from_message(call(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S))
+    env = JobEnv.from_message(request.answer())
     _out(env.to_json() if fmt == JSON else env.to_sh())
     return 0
 
@@ -246,7 +257,11 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         i += 1
     if levels.get("missing"):
         return None  # --log-level without its value: click says so
-    level = chosen_level(levels.get("log_level"), levels["verbose"], os.environ.get(LOG_LEVEL_ENV))
+    level = None
+    if levels.get("log_level") is not None or levels["verbose"] or os.environ.get(LOG_LEVEL_ENV):
+        from tpuctl.loglevel import chosen_level
+
+        level = chosen_level(levels.get("log_level"), levels["verbose"], os.environ.get(LOG_LEVEL_ENV))
     if command == "barrier":
         if len(positional) != 1:
             return None
@@ -255,10 +270,15 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     if positional:
         return None
     as_json = bool(values.get("as_json"))
-    if command == "status":
-        fmt = choose_format(command, values.get("fmt"), as_json)
+    if values.get("fmt") is None and not as_json:
+        fmt = TEXT  # choose_format's default, without loading it
     else:
-        fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
+        from tpuctl.cli.formats import choose_format
+
+        if command == "status":
+            fmt = choose_format(command, values.get("fmt"), as_json)
+        else:
+            fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
     return command, {"fmt": fmt, "state_dir": values["state_dir"], "log_level": level}
 
 
@@ -300,7 +320,7 @@ def run_light(args: Sequence[str]) -> int | None:
         code = run_status(**values)
     else:
         code = run_env(**values)
-    if level is not None and level <= LEVELS["debug"]:
+    if level is not None and level <= DEBUG:
         state = resolve_state_dir(values["state_dir"])
         say(f"tpuctl: debug: {command}: {(time.monotonic() - started) * 1e3:.1f} ms, agent socket {state.socket}")
     return code
