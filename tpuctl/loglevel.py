@@ -10,8 +10,6 @@ value in; no ``logging`` import (``tpuctl status`` parses ``-v`` on the light pa
 
 from __future__ import annotations
 
-from tpuctl.errors import InputError
-
 LOG_LEVEL_ENV = "TPUCTL_LOG_LEVEL"
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 """The ``logging`` module's numbers, without importing it."""
@@ -28,7 +26,8 @@ def parse_level(text: str, what: str = "--log-level") -> int:
         return LEVELS[name]
     if name.isdigit() and 0 < int(name) <= 50:
         return int(name)
-    from tpuctl.messages import did_you_mean  # a wrong level's hint only: not on the light path
+    from tpuctl.errors import InputError  # a wrong level's alone: not on the light path
+    from tpuctl.messages import did_you_mean
 
     raise InputError(
         f"{what} {text!r} is not a log level",

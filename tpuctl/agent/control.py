@@ -16,7 +16,7 @@ host: hundreds of kB on a pod).
 
 This module is the caller's side (``call``, or ``ask`` and then ``Request.answer``): a blocking socket with a deadline, standard library only,
 and only its cheapest parts: ``_socket`` (the socket module would add about 6 ms building its enums),
-:mod:`tpuctl.lightjson`, no typing or enum.
+:mod:`tpuctl.lightjson`, no typing or enum; :mod:`tpuctl.errors` only to raise or read an error.
 The agent's side is :mod:`tpuctl.agent.controlserver` (asyncio). The operations and their answers are
 typed in :mod:`tpuctl.agent.protocol`.
 """
@@ -26,15 +26,15 @@ from __future__ import annotations
 import _socket
 import time
 
-from tpuctl import errors
 from tpuctl import lightjson as json
 from tpuctl.agent.statedir import StateDir, not_running
-from tpuctl.errors import DeadlineError, StateError, TpuctlError
 
 TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+    from tpuctl.errors import StateError, TpuctlError
 
 
 class Op:
@@ -65,19 +65,20 @@ MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comforta
 if TYPE_CHECKING:
     Progress = Callable[[str], None]
 
-_ERROR_TYPES: dict[str, type[TpuctlError]] = {
-    cls.__name__: cls
-    for cls in vars(errors).values()
-    if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not errors.SpecError
-}
-
-
 def error_payload(exc: TpuctlError) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
 
 
 def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
-    cls = _ERROR_TYPES.get(str(payload.get("type")), TpuctlError)
+    from tpuctl import errors  # here: the light path loads the error types after its request, or for one
+    from tpuctl.errors import TpuctlError
+
+    types = {
+        cls.__name__: cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not errors.SpecError
+    }
+    cls = types.get(str(payload.get("type")), TpuctlError)
     exc = cls(str(payload.get("message", "agent error")), hint=payload.get("hint"))
     if cls is TpuctlError:
         exc.exit_code = int(payload.get("exit_code", errors.EXIT_INTERNAL))
@@ -146,6 +147,8 @@ class Request:
             self._sock.close()
 
     def closed_during(self, exc: OSError) -> StateError:
+        from tpuctl.errors import StateError
+
         return StateError(
             f"the tpuctl agent in {self.state.path} closed the connection during {self.op!r} ({exc.strerror or exc})",
             hint=f"it may have exited; check {self.state.log_file}",
@@ -158,6 +161,8 @@ class Request:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
+                from tpuctl.errors import DeadlineError
+
                 raise DeadlineError(
                     f"the tpuctl agent in {state.path} did not answer {op!r} within {timeout:.1f} s",
                     hint=f"check its log: {state.log_file}",
@@ -168,6 +173,8 @@ class Request:
             except TimeoutError:
                 continue
             if line is None:
+                from tpuctl.errors import StateError
+
                 raise StateError(
                     f"the tpuctl agent in {state.path} closed the connection during {op!r}",
                     hint=f"it may have exited; check {state.log_file}",
@@ -190,6 +197,8 @@ class Request:
 
 
 def _not_answering(state: StateDir) -> StateError:
+    from tpuctl.errors import StateError
+
     pid = state.live_pid()
     if pid is None:
         return not_running(state)
@@ -211,6 +220,8 @@ class _LineReader:
                 return None
             self._buffer += chunk
             if len(self._buffer) > MAX_LINE:
+                from tpuctl.errors import StateError
+
                 raise StateError("the tpuctl agent sent an oversized reply")
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode()

@@ -10,8 +10,6 @@ Standard library only: ``tpuctl status`` and ``tpuctl env`` parse their options 
 
 from __future__ import annotations
 
-from tpuctl.errors import InputError
-
 TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -43,12 +41,16 @@ def choose_format(
     if fmt is not None:
         value = known.get(fmt.lower(), fmt.lower())
         if value not in choices:
+            from tpuctl.errors import InputError  # a wrong value's alone: not on the light path
+
             raise InputError(
                 f"tpuctl {command}: {fmt!r} is not an output format", hint=format_hint(fmt, choices, known)
             )
         fmt = value
     if as_json:
         if fmt not in (None, JSON):
+            from tpuctl.errors import InputError
+
             raise InputError(f"tpuctl {command}: --json and --format {fmt} disagree", hint="give one of them")
         return JSON
     return fmt if fmt is not None else default

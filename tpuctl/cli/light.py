@@ -28,7 +28,6 @@ import time
 from tpuctl import lightjson as json
 from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, ask
 from tpuctl.agent.statedir import resolve_state_dir
-from tpuctl.errors import EXIT_CLUSTER, InputError
 
 TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each costs milliseconds
 if TYPE_CHECKING:
@@ -76,6 +75,8 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     """Wait at barrier ``name`` through this host's agent; progress on stderr unless ``quiet``."""
     problem = barrier_name_problem(name)
     if problem:
+        from tpuctl.errors import InputError
+
         raise InputError(f"barrier name {problem}", hint="use a short name that does not start with tpuctl/")
     seconds = None
     if timeout is not None:
@@ -123,6 +124,8 @@ def run_status(fmt: str, state_dir: str | None) -> int:
     _out((json.dumps(document, indent=2) if fmt == JSON else render_status(result, health)) + "\n")
     if health.ok:
         return 0
+    from tpuctl.errors import EXIT_CLUSTER
+
     say(f"tpuctl: error: {health.headline(result.get('cluster'))}")
     return EXIT_CLUSTER
 
