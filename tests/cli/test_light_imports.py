@@ -251,7 +251,7 @@ LIGHT_PATH_TPUCTL = frozenset(
 )  # fmt: skip
 BARRIER_ANSWER = {"tpuctl.errors", "tpuctl.records", "tpuctl.agent.protocol"}
 STATUS_ANSWER = {"tpuctl.records", "tpuctl.health"}  # a healthy cluster: no error raised, none loaded
-ENV_ANSWER = {"tpuctl.errors", "tpuctl.records", "tpuctl.job", "tpuctl.job.env"}
+ENV_ANSWER = {"tpuctl.records", "tpuctl.job", "tpuctl.job.env"}
 
 ORDER_PROBE = """
 import sys

@@ -39,15 +39,14 @@ is written, holding every one open at once, so they differ from each other and f
 coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
 again here: two ports that would be bound on one machine must differ.
 
-Imports only the standard library and tpuctl's error types, and on ``tpuctl env``'s path neither typing,
-json, shlex nor ipaddress (each costs that command milliseconds; ipaddress is imported by the agent's
-side only, :func:`job_environment`).
+Imports only the standard library (and tpuctl's error types where it raises), and on ``tpuctl env``'s
+path neither typing, json, shlex nor ipaddress (each costs that command milliseconds; ipaddress is
+imported by the agent's side only, :func:`job_environment`).
 """
 
 from __future__ import annotations
 
 from tpuctl import lightjson as json
-from tpuctl.errors import StateError
 
 TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
 if TYPE_CHECKING:
@@ -209,6 +208,8 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     Raises StateError when the description and the mapping disagree (another cluster's mapping file, or
     an agent without job ports) or when two ports would collide on one machine.
     """
+    from tpuctl.errors import StateError  # the agent's side: `tpuctl env` does not load the error types
+
     tpu = mapping.slice
     hosts = [task.address for task in mapping.tasks]
     num_tasks = len(hosts)
