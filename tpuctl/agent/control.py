@@ -21,8 +21,8 @@ The agent's side is :mod:`tpuctl.agent.controlserver` (asyncio). The operations 
 typed in :mod:`tpuctl.agent.protocol`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: that statement imports the __future__ module, about
+# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
 import _socket
 import time
 
@@ -65,11 +65,11 @@ MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comforta
 if TYPE_CHECKING:
     Progress = Callable[[str], None]
 
-def error_payload(exc: TpuctlError) -> dict[str, Any]:
+def error_payload(exc: "TpuctlError") -> "dict[str, Any]":
     return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
 
 
-def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
+def error_from_payload(payload: "dict[str, Any]") -> "TpuctlError":
     from tpuctl import errors  # here: the light path loads the error types after its request, or for one
     from tpuctl.errors import TpuctlError
 
@@ -88,11 +88,11 @@ def error_from_payload(payload: dict[str, Any]) -> TpuctlError:
 def call(
     state: StateDir,
     op: str,
-    args: dict[str, Any] | None = None,
+    args: "dict[str, Any] | None" = None,
     *,
     timeout: float,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
+    progress: "Progress | None" = None,
+) -> "dict[str, Any]":
     """Send one request to the agent and return its result; raise the agent's error as ours.
 
     ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
@@ -102,7 +102,7 @@ def call(
     return ask(state, op, args, timeout=timeout).answer(progress)
 
 
-def ask(state: StateDir, op: str, args: dict[str, Any] | None = None, *, timeout: float) -> Request:
+def ask(state: StateDir, op: str, args: "dict[str, Any] | None" = None, *, timeout: float) -> "Request":
     """Send one request to the agent and return at once: :meth:`Request.answer` reads the answer.
 
     :func:`call` in two halves, so a command can do its own work while the agent does the cluster's
@@ -136,7 +136,7 @@ class Request:
         self.state, self.op = state, op
         self._sock, self._deadline, self._timeout = sock, deadline, timeout
 
-    def answer(self, progress: Progress | None = None) -> dict[str, Any]:
+    def answer(self, progress: "Progress | None" = None) -> "dict[str, Any]":
         """The agent's result (progress lines go to ``progress``); the agent's error raised as ours.
         Closes the connection."""
         try:
@@ -146,7 +146,7 @@ class Request:
         finally:
             self._sock.close()
 
-    def closed_during(self, exc: OSError) -> StateError:
+    def closed_during(self, exc: OSError) -> "StateError":
         from tpuctl.errors import StateError
 
         return StateError(
@@ -154,7 +154,7 @@ class Request:
             hint=f"it may have exited; check {self.state.log_file}",
         )
 
-    def _read(self, progress: Progress | None) -> dict[str, Any]:
+    def _read(self, progress: "Progress | None") -> "dict[str, Any]":
         state, op, sock = self.state, self.op, self._sock
         deadline, timeout = self._deadline, self._timeout
         reader = _LineReader(sock)
@@ -196,7 +196,7 @@ class Request:
             raise error_from_payload(message.get("error", {}))
 
 
-def _not_answering(state: StateDir) -> StateError:
+def _not_answering(state: StateDir) -> "StateError":
     from tpuctl.errors import StateError
 
     pid = state.live_pid()

@@ -10,8 +10,8 @@ the traceback with ``--debug`` (or ``TPUCTL_DEBUG=1``). This module imports only
 (and :mod:`tpuctl.errors` when a command fails).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: that statement imports the __future__ module, about
+# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
 import os
 import sys
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tpuctl.errors import TpuctlError
 
 
-def report_error(exc: TpuctlError) -> int:
+def report_error(exc: "TpuctlError") -> int:
     """Print a tpuctl error (and its hint) on stderr; its exit code."""
     sys.stderr.write(f"tpuctl: error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
     return exc.exit_code
@@ -42,7 +42,7 @@ def report_bug(exc: BaseException, debug: bool) -> int:
     return EXIT_INTERNAL
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: "Sequence[str] | None" = None) -> None:
     """Console-script entry point: run the command and turn every failure into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("TPUCTL_DEBUG", "") not in ("", "0")
