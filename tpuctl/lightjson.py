@@ -8,8 +8,8 @@ and gives the same text and values as ``json.loads`` / ``json.dumps`` with their
 ``indent``, ``sort_keys``). Where ``_json`` is missing (another Python), the json package does the work.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: that statement imports the __future__ module, about
+# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -51,7 +51,7 @@ def _encode(value: object, sort_keys: bool = False) -> str:
     return "".join(encoder(value, 0))
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes) -> "Any":
     """``json.loads(text)``: ValueError (``json.JSONDecodeError`` where ``_json`` finds the place) when
     ``text`` is not one JSON document."""
     if _json is None:

@@ -6,7 +6,10 @@ load: the standard library, tpuctl's error types and the control socket's client
 and of the standard library only modules that cost next to nothing: no typing, pathlib, re, json, enum,
 socket or collections (:mod:`tpuctl.records`, :mod:`tpuctl.lightjson`, ``_socket``;
 ``tests/cli/test_light_imports.py`` lists what must not load).
-The agent does the cluster work; a command here sends one request and prints the answer.
+The agent does the cluster work; a command here sends one request and prints the answer. It sends
+the request first (:func:`tpuctl.agent.control.ask`) and loads what reads the answer (the barrier's
+record, status's health, env's job environment) while the agent works on it; a format or log option's
+module loads only when one is given.
 
 Only the plain forms are handled here (the options each command documents, ``--opt value`` or
 ``--opt=value``), with the data commands' one convention (:mod:`tpuctl.cli.formats`: ``--format``,
@@ -16,20 +19,15 @@ the caller hands the same arguments to click, which prints its usual help or usa
 one set of messages and one ``--help`` per command; the click commands call the functions below too.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: that statement imports the __future__ module, about
+# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
 import os
 import sys
 import time
 
 from tpuctl import lightjson as json
-from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, call
-from tpuctl.agent.protocol import BarrierPassed
+from tpuctl.agent.control import DEADLINE_MARGIN_S, Op, ask
 from tpuctl.agent.statedir import resolve_state_dir
-from tpuctl.cli.formats import FORMAT_NAMES, JSON, TEXT, choose_format
-from tpuctl.errors import EXIT_CLUSTER, InputError
-from tpuctl.loglevel import LEVELS, LOG_LEVEL_ENV, chosen_level
-from tpuctl.messages import sample, table
 
 TYPE_CHECKING = False  # typing is not imported here (nor collections.abc): each costs milliseconds
 if TYPE_CHECKING:
@@ -45,9 +43,15 @@ STATUS_TIMEOUT_S = 10.0
 ENV_TIMEOUT_S = 10.0
 MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
 STATUS_SCHEMA = "tpuctl.status/v1"
+# The spellings below are tpuctl.cli.formats' and tpuctl.loglevel's (tests/cli/test_light_imports.py
+# checks that they agree): a command without a format or log option loads neither module.
+TEXT, JSON = "text", "json"  # formats.TEXT, formats.JSON
+FORMAT_NAMES = ("--format", "-f", "--output", "-o")  # formats.FORMAT_NAMES
+LOG_LEVEL_ENV = "TPUCTL_LOG_LEVEL"  # loglevel.LOG_LEVEL_ENV
 ENV_FORMATS = (TEXT, JSON)
 ENV_ALIASES = {"sh": TEXT}
 """``tpuctl env``'s text is sh export lines: ``--format sh`` is the same as ``text``."""
+DEBUG = 10  # loglevel.LEVELS["debug"]
 MAX_BARRIER_NAME = 1024
 """The coordination service's limit on names (``tpuctl.coordination.values.MAX_NAME_CHARS``), checked before
 any call; not imported from there, which costs this path about 30 ms."""
@@ -71,6 +75,8 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     """Wait at barrier ``name`` through this host's agent; progress on stderr unless ``quiet``."""
     problem = barrier_name_problem(name)
     if problem:
+        from tpuctl.errors import InputError
+
         raise InputError(f"barrier name {problem}", hint="use a short name that does not start with tpuctl/")
     seconds = None
     if timeout is not None:
@@ -85,8 +91,10 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     if generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
-    answer = call(state, Op.BARRIER, args, timeout=wait, progress=None if quiet else say)
-    passed = BarrierPassed.from_json(answer)
+    request = ask(state, Op.BARRIER, args, timeout=wait)
+    from tpuctl.agent.protocol import BarrierPassed  # loaded while the agent waits: barrier's alone
+
+    passed = BarrierPassed.from_json(request.answer(progress=None if quiet else say))
     if not quiet:
         say(f"barrier {passed.name!r} #{passed.instance} passed ({passed.hosts:,} hosts)")
     return 0
@@ -105,30 +113,37 @@ def barrier_name_problem(name: str) -> str | None:
 
 def run_status(fmt: str, state_dir: str | None) -> int:
     """Print the cluster as the coordinator sees it and its health (:mod:`tpuctl.health`); 3 when failed."""
-    from tpuctl.health import cluster_health  # status's alone: barrier and env do without it
+    request = ask(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
+    from tpuctl.health import cluster_health  # loaded while the agent asks the coordinator: status's alone
 
-    result = call(resolve_state_dir(state_dir), Op.STATUS, timeout=STATUS_TIMEOUT_S)
+    if fmt != JSON:
+        import tpuctl.messages  # noqa: F401  # render_status's, loaded meanwhile too
+    result = request.answer()
     health = cluster_health(result)
     document = {"schema": STATUS_SCHEMA, **dict(sorted(result.items())), "health": health.to_json()}
     _out((json.dumps(document, indent=2) if fmt == JSON else render_status(result, health)) + "\n")
     if health.ok:
         return 0
+    from tpuctl.errors import EXIT_CLUSTER
+
     say(f"tpuctl: error: {health.headline(result.get('cluster'))}")
     return EXIT_CLUSTER
 
 
 def run_env(fmt: str, state_dir: str | None) -> int:
     """Print this host's job environment (``text``: sh export lines; ``json``), computed by its agent."""
-    from tpuctl.job.env import JobEnv
+    request = ask(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S)
+    from tpuctl.job.env import JobEnv  # loaded while the agent answers: env's alone
 
-    env = JobEnv.from_message(call(resolve_state_dir(state_dir), Op.ENV, timeout=ENV_TIMEOUT_S))
+    env = JobEnv.from_message(request.answer())
     _out(env.to_json() if fmt == JSON else env.to_sh())
     return 0
 
 
-def render_status(result: dict[str, Any], health: Health | None = None) -> str:
+def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> str:
     """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
     from tpuctl.health import cluster_health
+    from tpuctl.messages import sample, table  # status's text alone
 
     health = health or cluster_health(result)
     lines = [
@@ -199,7 +214,7 @@ _OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
 _STATE_DIR = {"--state-dir": ("state_dir", True)}
 
 
-def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+def parse(args: "Sequence[str]") -> "tuple[str, dict[str, Any]] | None":
     """``["barrier", "step", "-q"]`` -> ("barrier", {...}); None for anything but the plain forms.
 
     The log options (``--log-level LEVEL``, ``-v``, ``--verbose``; before the command too) come back as
@@ -245,7 +260,11 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         i += 1
     if levels.get("missing"):
         return None  # --log-level without its value: click says so
-    level = chosen_level(levels.get("log_level"), levels["verbose"], os.environ.get(LOG_LEVEL_ENV))
+    level = None
+    if levels.get("log_level") is not None or levels["verbose"] or os.environ.get(LOG_LEVEL_ENV):
+        from tpuctl.loglevel import chosen_level
+
+        level = chosen_level(levels.get("log_level"), levels["verbose"], os.environ.get(LOG_LEVEL_ENV))
     if command == "barrier":
         if len(positional) != 1:
             return None
@@ -254,14 +273,19 @@ def parse(args: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     if positional:
         return None
     as_json = bool(values.get("as_json"))
-    if command == "status":
-        fmt = choose_format(command, values.get("fmt"), as_json)
+    if values.get("fmt") is None and not as_json:
+        fmt = TEXT  # choose_format's default, without loading it
     else:
-        fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
+        from tpuctl.cli.formats import choose_format
+
+        if command == "status":
+            fmt = choose_format(command, values.get("fmt"), as_json)
+        else:
+            fmt = choose_format(command, values.get("fmt"), as_json, ENV_FORMATS, aliases=ENV_ALIASES)
     return command, {"fmt": fmt, "state_dir": values["state_dir"], "log_level": level}
 
 
-def _log_option(args: list[str], i: int, levels: dict[str, Any]) -> bool:
+def _log_option(args: list[str], i: int, levels: "dict[str, Any]") -> bool:
     """Take the log option at ``args[i]`` (removing it and its value) into ``levels``; False if none."""
     if i >= len(args):
         return False
@@ -285,7 +309,7 @@ def _log_option(args: list[str], i: int, levels: dict[str, Any]) -> bool:
     return False
 
 
-def run_light(args: Sequence[str]) -> int | None:
+def run_light(args: "Sequence[str]") -> int | None:
     """Run ``args`` here when they are a plain barrier/status/env call; None means "ask click"."""
     parsed = parse(args)
     if parsed is None:
@@ -299,7 +323,7 @@ def run_light(args: Sequence[str]) -> int | None:
         code = run_status(**values)
     else:
         code = run_env(**values)
-    if level is not None and level <= LEVELS["debug"]:
+    if level is not None and level <= DEBUG:
         state = resolve_state_dir(values["state_dir"])
         say(f"tpuctl: debug: {command}: {(time.monotonic() - started) * 1e3:.1f} ms, agent socket {state.socket}")
     return code

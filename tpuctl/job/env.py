@@ -39,17 +39,14 @@ is written, holding every one open at once, so they differ from each other and f
 coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
 again here: two ports that would be bound on one machine must differ.
 
-Imports only the standard library and tpuctl's error types, and on ``tpuctl env``'s path neither typing,
-json, shlex nor ipaddress (each costs that command milliseconds; ipaddress is imported by the agent's
-side only, :func:`job_environment`).
+Imports only the standard library (and tpuctl's error types where it raises), and on ``tpuctl env``'s
+path neither typing, json, shlex nor ipaddress (each costs that command milliseconds; ipaddress is
+imported by the agent's side only, :func:`job_environment`).
 """
 
 from __future__ import annotations
 
 from tpuctl import lightjson as json
-from tpuctl.agent.protocol import ProtocolError
-from tpuctl.errors import StateError
-from tpuctl.messages import sample
 
 TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
 if TYPE_CHECKING:
@@ -117,6 +114,8 @@ class JobEnv(Record):
             or not isinstance(unset, list)
             or not all(isinstance(u, str) for u in unset)
         ):
+            from tpuctl.agent.protocol import ProtocolError  # here: `tpuctl env` imports no more than it uses
+
             raise ProtocolError("the agent's job environment is not [name, value] pairs and names to unset")
         return cls({k: v for k, v in pairs}, tuple(unset))
 
@@ -209,6 +208,8 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     Raises StateError when the description and the mapping disagree (another cluster's mapping file, or
     an agent without job ports) or when two ports would collide on one machine.
     """
+    from tpuctl.errors import StateError  # the agent's side: `tpuctl env` does not load the error types
+
     tpu = mapping.slice
     hosts = [task.address for task in mapping.tasks]
     num_tasks = len(hosts)
@@ -216,6 +217,8 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     if not 0 <= task < num_tasks:
         raise StateError(f"the agent's description names task {task!r}; the mapping has tasks 0..{num_tasks - 1}")
     if info.cluster != mapping.cluster or info.num_tasks != num_tasks or (info.hosts and list(info.hosts) != hosts):
+        from tpuctl.messages import sample
+
         raise StateError(
             f"the mapping {info.mapping} is of cluster {mapping.cluster!r} with {num_tasks} hosts ({sample(hosts)}); "
             f"the agent runs cluster {info.cluster!r} with {info.num_tasks} hosts ({sample(info.hosts)})",
