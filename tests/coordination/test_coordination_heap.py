@@ -82,3 +82,18 @@ def test_a_re_forming_cluster_is_thawed_and_frozen_again_when_every_host_is_back
 
     run(body())
     assert gc.get_freeze_count() == 0
+
+
+def test_a_stopped_heap_policy_never_freezes_again_and_a_new_generation_refreezes() -> None:
+    heap = _Heap(True)
+    heap.start()
+    try:
+        heap.formed(1)
+        assert gc.get_freeze_count() > 0 and heap.generation == 1
+        heap.formed(2)  # generation 1's thaw had not come yet: thawed, then frozen for 2
+        assert heap.frozen and heap.generation == 2
+    finally:
+        heap.stop()
+    assert gc.get_freeze_count() == 0
+    heap.formed(3)  # a registration during the server's grace period
+    assert gc.get_freeze_count() == 0 and not heap.frozen

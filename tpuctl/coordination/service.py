@@ -65,6 +65,9 @@ _FANOUT_MIN = 16
 """... but at least this many answers."""
 _RELEASE_WIDTH = 256
 """How many answers of a passed barrier are being written at once (a few bytes each)."""
+_STUCK_S = 0.5
+"""A fan-out's write that has not completed after this long (its host takes no bytes) gets a writer
+started beside it, so the other hosts are not held up."""
 _KV_DIR_CACHE = 64
 _FLUSH_S = 1.0
 """How long a session's end waits for its queued writes."""
@@ -183,7 +186,10 @@ class _Heap:
             gc.set_threshold(max(self.YOUNG, self._thresholds[0]), *self._thresholds[1:])
 
     def formed(self, generation: int) -> None:
+        if self.frozen and self.generation != generation:
+            self.thaw()  # an earlier generation's freeze whose thaw has not come yet
         if self.enabled and not self.frozen:
+            gc.collect(1)  # the young garbage of registration is not frozen with the cluster (cheap: no full pass)
             gc.freeze()
             self.frozen = True
             self.generation = generation
@@ -199,16 +205,42 @@ class _Heap:
             self.frozen = False
 
     def stop(self) -> None:
+        self.enabled = False  # a registration during the server's grace must not freeze it again
         self.thaw()
         if self._thresholds is not None:
             gc.set_threshold(*self._thresholds)
             self._thresholds = None
 
 
-async def _write_answers(answers: deque[tuple[_Session, bytes | _Fanned]]) -> None:
+class _FanOut:
+    """One answer for many sessions, written by a few writer tasks taking the answers in turn."""
+
+    __slots__ = ("answers", "writers")
+
+    def __init__(self, answers: deque[tuple[_Session, bytes | _Fanned]], writers: set[asyncio.Task[None]]) -> None:
+        self.answers = answers
+        self.writers = writers
+
+    def add_writer(self) -> None:
+        if self.answers:
+            writer = asyncio.get_running_loop().create_task(_write_answers(self))
+            self.writers.add(writer)
+            writer.add_done_callback(self.writers.discard)
+
+
+async def _write_answers(fan: _FanOut) -> None:
+    """Write answers until none is left. A write to a host that takes no bytes (frozen, cut off: until
+    its keepalive closes the call) must not hold up the others: one that takes longer than ``_STUCK_S``
+    starts another writer for the rest (a gather's copies still count against its byte budget)."""
+    loop = asyncio.get_running_loop()
+    answers = fan.answers
     while answers:
         session, data = answers.popleft()
-        await session.write(data)
+        stuck = loop.call_later(_STUCK_S, fan.add_writer)
+        try:
+            await session.write(data)
+        finally:
+            stuck.cancel()
 
 
 def _fanout_width(answer_bytes: int) -> int:
@@ -265,11 +297,15 @@ class _Session:
         if self._writer is not None or self._busy or self._queue or self.closed:
             self.send(data)
             return
-        self._busy = True
+        self._busy = True  # first: whatever comes meanwhile queues behind this write, in order
         try:
             self._counters.stream_out += 1
             self._counters.stream_bytes += len(data)
-            await self.context.write(data)
+            if isinstance(data, _Fanned):
+                async with data.gate:  # the gather's byte budget, as in ``_drain`` and the unary ``Gather``
+                    await self.context.write(data)
+            else:
+                await self.context.write(data)
         except Exception as exc:
             log.debug("session stream write failed: %s", exc)
             self.closed = True
@@ -304,7 +340,10 @@ class _Session:
         if writer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(writer), _FLUSH_S)
-        # (a ``write`` of the handler itself has finished: the handler awaited it)
+        # A fan-out writer's write in progress (the handler's own have finished: it awaited them).
+        deadline = asyncio.get_running_loop().time() + _FLUSH_S
+        while self._busy and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
 
 
 class _WaitForAll:
@@ -390,6 +429,8 @@ class CoordinationServicer:
 
     async def stop(self) -> None:
         self.heap.stop()
+        for writer in list(self._writers):
+            writer.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -701,11 +742,9 @@ class CoordinationServicer:
             session, data = answers[0]
             session.send(data)
             return
-        loop = asyncio.get_running_loop()
+        fan = _FanOut(answers, self._writers)
         for _ in range(min(width, len(answers))):
-            writer = loop.create_task(_write_answers(answers))
-            self._writers.add(writer)
-            writer.add_done_callback(self._writers.discard)
+            fan.add_writer()
 
     def _gathered_answer(self, name: str, gathered: Gathered) -> tuple[Gathered, bytes, asyncio.Semaphore]:
         """A passed gather's ``GatherResponse``, encoded once for every caller (unary and stream alike),
