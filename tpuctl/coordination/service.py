@@ -299,13 +299,7 @@ class _Session:
             return
         self._busy = True  # first: whatever comes meanwhile queues behind this write, in order
         try:
-            self._counters.stream_out += 1
-            self._counters.stream_bytes += len(data)
-            if isinstance(data, _Fanned):
-                async with data.gate:  # the gather's byte budget, as in ``_drain`` and the unary ``Gather``
-                    await self.context.write(data)
-            else:
-                await self.context.write(data)
+            await self._put(data)
         except Exception as exc:
             log.debug("session stream write failed: %s", exc)
             self.closed = True
@@ -320,18 +314,23 @@ class _Session:
                 data = self._queue.popleft()
                 if not self._queue:
                     self._queue = None
-                self._counters.stream_out += 1
-                self._counters.stream_bytes += len(data)
-                if isinstance(data, _Fanned):
-                    async with data.gate:
-                        await self.context.write(data)
-                else:
-                    await self.context.write(data)
+                await self._put(data)
         except Exception as exc:  # the call ended under the write (the host went away): nothing to tell
             log.debug("session stream write failed: %s", exc)
             self.closed = True
         finally:
             self._writer = None
+
+    async def _put(self, data: bytes | _Fanned) -> None:
+        """One write on the call, counted; a gather's copy within its byte budget (the gate the unary
+        ``Gather`` shares), whichever path wrote it."""
+        self._counters.stream_out += 1
+        self._counters.stream_bytes += len(data)
+        if isinstance(data, _Fanned):
+            async with data.gate:
+                await self.context.write(data)
+        else:
+            await self.context.write(data)
 
     async def flush(self) -> None:
         """Wait (a bounded time: the host may be frozen) for the queued writes, so that the stream's end
