@@ -153,6 +153,20 @@ def agent(tmp_path: Path) -> Iterator[FakeAgent]:
     fake.close()
 
 
+
+def run_probe(probe: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``probe`` (which runs the light command ``args`` and prints what it counted) in a ``python -S``
+    process with this checkout's tpuctl, no log level from the environment, a state dir under ``tmp_path``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tpuctl.__file__).resolve().parents[1])}
+    env.pop("TPUCTL_LOG_LEVEL", None)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", probe, *args, "--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -170,15 +184,7 @@ def test_the_light_path_imports_only_cheap_modules(args: list[str], agent: FakeA
     """Counted in a ``python -S`` process: typing, pathlib, re, json, enum, socket, collections and the
     like never load on the light path (each cost milliseconds of a command that should cost little more
     than ``python -c pass``)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(tpuctl.__file__).resolve().parents[1])}
-    env.pop("TPUCTL_LOG_LEVEL", None)
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", COUNTING_PROBE, *args, "--state-dir", str(tmp_path / "state")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    proc = run_probe(COUNTING_PROBE, args, tmp_path)
     lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith(("CODE=", "NEW=")))
     assert lines.get("CODE") == "0", proc.stdout + proc.stderr
     new = set(filter(None, lines["NEW"].split(",")))
@@ -298,15 +304,7 @@ def test_the_light_path_asks_first_and_loads_what_the_answer_needs_meanwhile(
     (a format or log option adds the module that reads it), and what reads the answer (the barrier's record,
     status's health, env's job environment) while the agent works on it: on a pod that is the coordinator's
     round trip, about 2 ms."""
-    env = {**os.environ, "PYTHONPATH": str(Path(tpuctl.__file__).resolve().parents[1])}
-    env.pop("TPUCTL_LOG_LEVEL", None)
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", ORDER_PROBE, *args, "--state-dir", str(tmp_path / "state")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    proc = run_probe(ORDER_PROBE, args, tmp_path)
     lines = {k: set(filter(None, v.split(","))) for k, _, v in (ln.partition("=") for ln in proc.stdout.splitlines())}
     assert lines.get("CODE") == {"0"}, proc.stdout + proc.stderr
     assert lines["ASKED"] == LIGHT_PATH_TPUCTL | options
