@@ -19,7 +19,7 @@ from tpuctl.coordination import convert
 from tpuctl.coordination import service as service_module
 from tpuctl.coordination.client import CoordinationClient, Session
 from tpuctl.coordination.state import RestartPolicy, TaskInfo
-from tpuctl.coordination.values import PROTOCOL_VERSION, TaskState
+from tpuctl.coordination.values import PROTOCOL_VERSION, Membership, TaskRef, TaskState
 from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
@@ -462,5 +462,63 @@ def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkey
                 assert len(writers) == 3 + 16
             finally:
                 await close(runs)
+
+    run(body())
+
+
+class _EndedStream:
+    """A session stream that ended under a write: gRPC raises a bare INTERNAL for such a write."""
+
+    def __init__(self, before: Any = None) -> None:
+        self.before = before
+
+    async def write(self, request: Any) -> None:
+        if self.before is not None:
+            self.before()
+        raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "Internal error from Core")
+
+
+def _session_on(stream: _EndedStream) -> Session:
+    client = CoordinationClient("127.0.0.1:9", rpc_timeout=2.0)
+    member = Membership(
+        task=TaskRef(1, 7, b"c" * 32, 1), service_incarnation=5, tasks=(), heartbeat_timeout=3.0, barrier_timeout=30.0,
+        num_tasks=4,
+    )  # fmt: skip
+    session = Session(client, member)
+    session._call = stream
+    session._opened.set()
+    return session
+
+
+def test_an_arrival_whose_write_finds_the_stream_ended_gets_the_sessions_verdict() -> None:
+    # The coordinator killed while a host sends its gather: the write fails with gRPC's bare INTERNAL,
+    # but the host must name what the session learns (unreachable, frozen), as for an arrival already sent.
+    async def body() -> None:
+        session = _session_on(_EndedStream())
+        waiting = asyncio.create_task(session.gather("cores", b"[1]", timeout=30.0))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # waits for the session's verdict, not the write's INTERNAL
+        verdict = client_module.CoordinatorUnreachable("coordinator at 127.0.0.1:9 unreachable/frozen: no heartbeat confirmed for 3.2 s")
+        session._end(verdict)
+        with pytest.raises(client_module.CoordinatorUnreachable) as raised:
+            await waiting
+        assert raised.value is verdict
+
+    run(body())
+
+
+def test_an_arrival_whose_stream_was_already_replaced_fails_at_once() -> None:
+    async def body() -> None:
+        holder: list[Session] = []
+
+        def reopened() -> None:  # a new stream came up (and failed the broken one's calls) before the write failed
+            session = holder[0]
+            session._broke = client_module.CoordinatorUnreachable("the stream broke")
+            session._broken()
+
+        session = _session_on(_EndedStream(before=reopened))
+        holder.append(session)
+        with pytest.raises(client_module.CoordinatorUnreachable, match=r"broke while sending barrier 'step'"):
+            await asyncio.wait_for(session.barrier("step", timeout=30.0), 5.0)
 
     run(body())

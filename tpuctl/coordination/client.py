@@ -755,6 +755,7 @@ class Session:
         self._failure: asyncio.Future[ClusterFailure] = asyncio.get_running_loop().create_future()
         self._ended: TpuctlError | None = None
         self._broke: TpuctlError | None = None  # why the last stream broke (its waiting barriers wait)
+        self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
 
     @property
     def ended(self) -> TpuctlError | None:
@@ -908,7 +909,17 @@ class Session:
         self._pending[request_id] = future
         self._calls[request_id] = call
         try:
-            await self._write(request, _left(deadline, client._rpc_timeout), call)
+            reopened = self._reopened
+            if not await self._write(request, _left(deadline, client._rpc_timeout), call, answer_if_ended=True):
+                # The stream ended under the write, as under an arrival already sent: the answer is the
+                # session's verdict (``_broken``, ``_end``), unless that came before the write failed.
+                if self._ended is not None:
+                    raise self._ended
+                if self._reopened != reopened:
+                    raise CoordinatorUnreachable(
+                        f"the session with the coordinator at {client.target} broke while sending {call}",
+                        hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
+                    )
             left = deadline - time.monotonic()
             try:
                 return await _within(future, max(0.01, left))  # the future is this call's alone
@@ -944,16 +955,26 @@ class Session:
         with contextlib.suppress(TpuctlError):  # a broken stream: the next one sends it again
             await self._write(pb.HeartbeatRequest(watch_errors=True), self._client._rpc_timeout, "HeartbeatStream")
 
-    async def _write(self, request: pb.HeartbeatRequest, timeout: float, call: str) -> None:
+    async def _write(
+        self, request: pb.HeartbeatRequest, timeout: float, call: str, *, answer_if_ended: bool = False
+    ) -> bool:
+        """Write ``request`` on the current stream (True). A stream that ended under the write raises its
+        call's status as an error, or with ``answer_if_ended`` returns False: the stream's reader tells
+        the session why it ended (gRPC's own status for such a write can be a bare INTERNAL)."""
         stream = self._call
         if stream is None:
             raise CoordinatorUnreachable(f"{call}: the session with {self._client.target} is reconnecting")
         try:
             async with self._write_lock:
                 await _within(stream.write(request), timeout)
+            return True
         except grpc.aio.AioRpcError as exc:
+            if answer_if_ended:
+                return False
             raise self._client._error(exc, call, self._client._rpc_timeout) from exc
         except asyncio.InvalidStateError as exc:  # written to a call the service already ended
+            if answer_if_ended:
+                return False
             raise self._client._error(await _finished(stream), call, self._client._rpc_timeout) from exc
         except asyncio.TimeoutError as exc:
             raise DeadlineError(
@@ -1100,6 +1121,7 @@ class Session:
         broke, self._broke = self._broke, None
         if error is None and broke is None:
             return
+        self._reopened += 1
         pending = list(self._pending.values())
         self._pending.clear()  # in place: the reader holds this dict
         if error is None and broke is not None:
