@@ -435,6 +435,9 @@ class XlaDriver:
         self.errors = HostErrors()
         self.lock = threading.Lock()
         self.steps: dict[int, str] = {}
+        # --xla-merge-pace: at most this many of this driver's hosts list the table at once (0: all)
+        pace = cfg.get("xla_merge_pace", 0)
+        self.listing = threading.BoundedSemaphore(pace) if pace else None
 
     def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
@@ -472,7 +475,11 @@ class XlaDriver:
         c.key_value_set(f"{PREFIX}/cores/{task}", json.dumps(core_ids(task)))
         self.barrier(task, "cores", barriers)
         self.steps[task] = "key_value_dir_get"
-        table = c.key_value_dir_get(f"{PREFIX}/cores/")
+        if self.listing is None:
+            table = c.key_value_dir_get(f"{PREFIX}/cores/")
+        else:
+            with self.listing:
+                table = c.key_value_dir_get(f"{PREFIX}/cores/")
         if len(table) != self.total:
             raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
         self.barrier(task, "done", barriers)
@@ -490,7 +497,8 @@ class XlaDriver:
 
 def drive_xla(cfg: dict[str, Any]) -> None:
     driver = XlaDriver(cfg)
-    emit({"ready": True, "merge": "key_value_dir_get"})
+    pace = cfg.get("xla_merge_pace", 0)
+    emit({"ready": True, "merge": f"key_value_dir_get, {pace} at a time per driver" if pace else "key_value_dir_get"})
     while line := sys.stdin.readline():
         cmd = json.loads(line)
         if cmd["phase"] == "exit":
@@ -678,6 +686,7 @@ def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tm
             "netns": args.netns,
             "timeout": args.phase_timeout,
             "xla_heartbeat_timeout": args.xla_heartbeat_timeout,
+            "xla_merge_pace": args.xla_merge_pace,
             "nice": args.driver_nice,
         }
         argv = [PY, str(HERE), "_drive", impl, json.dumps(cfg)]
@@ -1005,6 +1014,14 @@ def parse_args() -> argparse.Namespace:
         default=XLA_HEARTBEAT_TIMEOUT_S,
         help="XLA clients' heartbeat timeout, s: they heartbeat every half of it, each with that deadline "
         "(default: jax.distributed's 100 s; 10 gives tpuctl's 5 s rate, and XLA's clients abort at 4,608 hosts)",
+    )
+    parser.add_argument(
+        "--xla-merge-pace",
+        type=int,
+        default=0,
+        help="at most this many of each XLA driver's hosts list the core-ID table at once (default 0: all "
+        "at once, as a pod does; its service breaks connections at 4,608 hosts on a 2-core machine, and "
+        "pacing spares it the contention)",
     )
     parser.add_argument("--driver-nice", type=int, default=10, help="niceness of the client processes")
     parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
