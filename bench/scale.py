@@ -224,6 +224,129 @@ def serve_xla(hosts: int, bind: str, timeout: float, port: int, heartbeat_timeou
     os._exit(0)
 
 
+FLOOR_METHOD = "/floor.Floor/Session"
+
+
+def serve_floor(hosts: int, bind: str) -> None:
+    """``--floor``: the least a grpc.aio coordination service can do for the same steps, no tpuctl code.
+
+    One bidirectional stream per host, raw bytes (no protobuf), gRPC's options as tpuctl's service sets
+    them; a host sends a rendezvous name and waits; the stream's own handler coroutine counts it and,
+    once all ``hosts`` arrived, every handler writes its host the same answer. No registration record,
+    no heartbeat messages (keepalive pings as tpuctl's), no failure detection, no table: what is left is
+    gRPC's Python layer reading one message and writing one per host, the floor under tpuctl's barrier."""
+    import grpc
+
+    sys.path.insert(0, str(REPO))
+    from tpuctl.coordination.server import _SERVER_OPTIONS, keepalive_options
+    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+
+    async def main() -> None:
+        config = ServiceConfig(
+            cluster=CLUSTER, tasks=(TaskSpec(address="10.0.0.1"),), heartbeat_timeout=HEARTBEAT_TIMEOUT_S
+        )
+        waiting: dict[bytes, tuple[list[int], asyncio.Future[bytes]]] = {}
+
+        async def session(request_iterator: Any, context: Any) -> None:
+            while True:
+                name = await context.read()
+                if name is grpc.aio.EOF:
+                    return
+                count, released = waiting.setdefault(name, ([0], asyncio.get_running_loop().create_future()))
+                count[0] += 1
+                if count[0] == hosts:
+                    del waiting[name]
+                    released.set_result(b"ok")
+                await context.write(await released)
+
+        handler = grpc.method_handlers_generic_handler(
+            FLOOR_METHOD.split("/")[1], {"Session": grpc.stream_stream_rpc_method_handler(session)}
+        )
+        server = grpc.aio.server(options=_SERVER_OPTIONS + keepalive_options(config))
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port(f"{bind}:0")
+        await server.start()
+        emit({"port": port})
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await server.stop(grace=0)
+
+    asyncio.run(main())
+
+
+class FloorDriver:
+    """``--floor``'s hosts: one grpc.aio channel and one stream each, channel options as tpuctl's client;
+    every step is one message written and one read. Register: open the stream and wait for all; merge:
+    two barriers (no table); last barrier: one."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import grpc
+
+        sys.path.insert(0, str(REPO))
+        from tpuctl.coordination.client import _CHANNEL_OPTIONS
+
+        ping_ms = round(HEARTBEAT_INTERVAL_S * 1000)
+        options = _CHANNEL_OPTIONS + (
+            ("grpc.keepalive_time_ms", ping_ms),
+            ("grpc.keepalive_timeout_ms", ping_ms),
+            ("grpc.http2.ping_timeout_ms", ping_ms),
+            ("grpc.http2.max_pings_without_data", 0),
+        )
+        self.timeout: float = cfg["timeout"]
+        self.tasks = list(range(cfg["first"], cfg["first"] + cfg["count"]))
+        self.channels = {
+            t: grpc.aio.insecure_channel(f"{host_address(t, cfg['netns'])}:{cfg['port']}", options=options)
+            for t in self.tasks
+        }
+        self.calls: dict[int, Any] = {}
+        self.errors = HostErrors()
+        self.alive = set(self.tasks)
+
+    async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
+        cpu0 = process_cpu()
+        ends: list[float] = []
+        barriers: Spans = []
+        if phase == "steady":
+            await asyncio.sleep(steady_s)
+            ends.append(time.monotonic())
+        else:
+            names = {"register": [b"all"], "merge": [b"cores", b"done"], "last_barrier": [b"last"]}[phase]
+            await asyncio.gather(
+                *(self.one(t, names, ends, barriers if phase != "register" else None) for t in sorted(self.alive))
+            )
+        freeze_driver_heap()
+        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+
+    async def one(self, task: int, names: list[bytes], ends: list[float], barriers: Spans | None) -> None:
+        try:
+            async with asyncio.timeout(self.timeout + 15):
+                if task not in self.calls:
+                    self.calls[task] = self.channels[task].stream_stream(FLOOR_METHOD)(wait_for_ready=True)
+                call = self.calls[task]
+                for name in names:
+                    start = time.monotonic()
+                    await call.write(name)
+                    if await call.read() != b"ok":
+                        raise RuntimeError(f"no answer at {name.decode()}")
+                    if barriers is not None:
+                        barriers.append((start, time.monotonic()))
+            ends.append(time.monotonic())
+        except Exception as exc:
+            self.alive.discard(task)
+            self.errors.add(task, exc, "floor")
+
+
+async def drive_floor(cfg: dict[str, Any]) -> None:
+    driver = FloorDriver(cfg)
+    emit({"ready": True, "merge": "two barriers, no table"})
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        cmd = json.loads(line)
+        if cmd["phase"] == "exit":
+            break
+        emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
+    os._exit(0)
+
+
 # --- drivers (child): tpuctl hosts -------------------------------------------------------------------
 
 
@@ -276,7 +399,9 @@ class TpuctlDriver:
             TpuctlHost(
                 t,
                 CoordinationClient(
-                    f"{host_address(t, netns)}:{port}", rpc_timeout=max(10.0, self.timeout), keepalive=HEARTBEAT_INTERVAL_S
+                    f"{host_address(t, netns)}:{port}",
+                    rpc_timeout=max(10.0, self.timeout),
+                    keepalive=HEARTBEAT_INTERVAL_S,
                 ),
             )
             for t in range(cfg["first"], cfg["first"] + cfg["count"])
@@ -665,7 +790,7 @@ def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) ->
     cfg: dict[str, Any] = {"hosts": hosts, "bind": args.bind, "timeout": args.phase_timeout}
     if impl == "tpuctl":
         cfg["log"] = str(tmp / f"service-{impl}-{hosts}.log")
-    else:  # never shorter than tpuctl's, nor than the clients' (jax.distributed gives both one value)
+    elif impl == "xla":  # never shorter than tpuctl's, nor than the clients' (jax.distributed gives both one value)
         cfg["port"] = free_port(args.bind)
         cfg["heartbeat_timeout"] = max(HEARTBEAT_TIMEOUT_S, args.xla_heartbeat_timeout)
     child = Child([PY, str(HERE), "_serve", impl, json.dumps(cfg)], tmp / f"service-{impl}-{hosts}.stderr")
@@ -769,7 +894,10 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
         ready_by = time.monotonic() + 120 + hosts / 100
         result.merge = {child.read(ready_by)["merge"] for child in children[1:]}.pop()
         for phase in PHASES:
-            with profiling(args, impl, hosts, phase, service.pid, result):
+            with contextlib.ExitStack() as spies:
+                spies.enter_context(profiling(args, impl, hosts, phase, service.pid, result))
+                if args.profile_driver:
+                    spies.enter_context(profiling(args, impl, hosts, phase, children[1].pid, result, who="driver 0"))
                 outcome, problem = run_phase(phase, service, port, children[1:], args)
             result.phases.append(outcome)
             tcp = ", ".join(f"{name} {n:,}" for name, n in outcome.tcp.items() if n)
@@ -797,15 +925,15 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
 
 @contextlib.contextmanager
 def profiling(
-    args: argparse.Namespace, impl: str, hosts: int, phase: str, pid: int, result: RunResult
+    args: argparse.Namespace, impl: str, hosts: int, phase: str, pid: int, result: RunResult, *, who: str = ""
 ) -> Iterator[None]:
-    """With ``--profile DIR``: py-spy samples tpuctl's service during the phase; its top functions go into
-    the result."""
+    """With ``--profile DIR``: py-spy samples tpuctl's service (``who`` empty) or a driver (``who``: its
+    label) during the phase; its top functions go into the result."""
     spy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
     if not args.profile or impl != "tpuctl" or not Path(spy).exists():
         yield
         return
-    out = Path(args.profile) / f"tpuctl-{hosts}-{phase}.txt"
+    out = Path(args.profile) / f"tpuctl-{hosts}-{phase}{'-' + who.replace(' ', '-') if who else ''}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking", "-o", str(out)]
     if args.profile_native:  # also C frames (gRPC's Cython and C core); pauses the service per sample
@@ -823,7 +951,7 @@ def profiling(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
         if out.exists():
-            result.profiles[phase] = summarize_profile(out)
+            result.profiles[f"{phase} ({who})" if who else phase] = summarize_profile(out)
 
 
 _GENERIC_FRAME = re.compile(r"\((asyncio/|threading\.py|selectors\.py|scale\.py)")
@@ -938,7 +1066,39 @@ def table(runs: list[RunResult], steady_s: float) -> str:
             lines.append(f"{phase:12} |        {fmt_phase(pa)} |        {fmt_phase(pb)} |   {ra:>13} {rc:>5} {rs:>5}")
         for run in (ours, peer):
             lines += run_notes(run, steady_s)
+        lines += floor_notes(next((r for r in runs if r.hosts == hosts and r.impl == "floor"), None), ours)
     return "\n".join(lines)
+
+
+def floor_notes(floor: RunResult | None, ours: RunResult | None) -> list[str]:
+    """``--floor``: the bare grpc.aio service's phases, and tpuctl's last barrier against it."""
+    if floor is None:
+        return []
+    notes = ["  floor (bare grpc.aio, no tpuctl code; merge: two barriers, no table):"]
+    for p in floor.phases:
+        if p.phase == "steady":
+            continue
+        bar = f", barrier p50/p99 {fmt_s(p.barrier_p50_s)}/{fmt_s(p.barrier_p99_s)}" if p.barrier_calls else ""
+        notes.append(
+            f"    {p.phase:12} wall {fmt_s(p.wall_s)}, service CPU {fmt_s(p.service_cpu_s)}{bar}, "
+            f"errors {p.error_count}" + (f" ({p.errors[0]})" if p.errors else "")
+        )
+    last = next((p for p in floor.phases if p.phase == "last_barrier"), None)
+    mine = next((p for p in ours.phases if p.phase == "last_barrier"), None) if ours else None
+    if last is not None and last.release_p50_s is not None:
+        notes.append(
+            f"    last barrier: arrivals spread over {fmt_s(last.arrival_spread_s)}; released "
+            f"{fmt_s(last.release_p50_s)} (p50) / {fmt_s(last.release_p99_s)} (p99) after the last arrival"
+        )
+    if last is not None and mine is not None:
+        notes.append(
+            f"    tpuctl/floor, last barrier: p50 {ratio(mine.barrier_p50_s, last.barrier_p50_s)}, "
+            f"service CPU {ratio(mine.service_cpu_s, last.service_cpu_s)}, "
+            f"release p50 {ratio(mine.release_p50_s, last.release_p50_s)}"
+        )
+    if floor.error:
+        notes.append(f"    floor error: {floor.error}")
+    return notes
 
 
 def size_header(hosts: int, ours: RunResult | None, peer: RunResult | None) -> str:
@@ -979,7 +1139,8 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
 def print_profiles(runs: list[RunResult]) -> None:
     for run in runs:
         for phase, prof in run.profiles.items():
-            print(f"\n## py-spy: tpuctl service, {run.hosts:,} hosts, {phase} ({prof['samples']} samples)")
+            what = "a driver (simulated hosts)" if "driver" in phase else "service"
+            print(f"\n## py-spy: tpuctl {what}, {run.hosts:,} hosts, {phase} ({prof['samples']} samples)")
             for name, pct in prof["self_pct"][:8]:
                 print(f"  self {pct:5.1f}%  {name}")
             for name, pct in prof["inclusive_pct"][:8]:
@@ -1026,10 +1187,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--driver-nice", type=int, default=10, help="niceness of the client processes")
     parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
     parser.add_argument("--peer-max", type=int, default=0, help="run XLA's service only up to this size (0: all)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run the same steps on a bare grpc.aio service (one message each way per host and step, "
+        "no tpuctl code): the floor under tpuctl's figures on this machine",
+    )
     parser.add_argument("--no-netns", action="store_true", help="stay on 127.0.0.1 (hosts share connections)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--logs", help="keep the service and driver logs in this folder (default: discarded)")
     parser.add_argument("--profile", help="py-spy tpuctl's service per phase; collapsed stacks go to this folder")
+    parser.add_argument("--profile-driver", action="store_true", help="with --profile: the first driver too")
     parser.add_argument("--profile-native", action="store_true", help="with --profile: native frames too")
     return parser.parse_args()
 
@@ -1044,7 +1212,7 @@ def main() -> int:
     args.netns = os.environ.get(NETNS_ENV) == "1"
     args.bind = "0.0.0.0" if args.netns else "127.0.0.1"  # in a fresh namespace, 0.0.0.0 is loopback only
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    impls = ["tpuctl"] if args.skip_peer else list(IMPLS)
+    impls = (["tpuctl"] if args.skip_peer else list(IMPLS)) + (["floor"] if args.floor else [])
     runs: list[RunResult] = []
     failed_at: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="tpuctl-bench-scale-") as scratch:
@@ -1090,6 +1258,10 @@ def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops its children itself
     if role == "_serve" and impl == "tpuctl":
         serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"])
+    elif role == "_serve" and impl == "floor":
+        serve_floor(cfg["hosts"], cfg["bind"])
+    elif impl == "floor":
+        asyncio.run(drive_floor(cfg))
     elif role == "_serve":
         serve_xla(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["port"], cfg["heartbeat_timeout"])
     elif impl == "tpuctl":
