@@ -39,6 +39,14 @@ few verbatim. Every phase has a deadline (``--phase-timeout``); a phase that mis
 stops that run; an implementation that failed at one size is skipped at larger ones. Only loopback is
 used; every process is started here and killed here by PID, in ``finally``.
 
+Two more, by option. ``--floor``: the same steps on a bare ``grpc.aio`` service (a stream per host, one
+raw message each way per step, tpuctl's gRPC options, no tpuctl code; its merge is two barriers, no
+table): what any Python gRPC service pays on this machine, reported as tpuctl's last barrier against it.
+``--xla-merge-pace N`` / ``--xla-retry-paced N``: at most N of each XLA driver's hosts list the table at
+once (always, or only in a second run after one with every host at once failed); pacing makes XLA's
+merge faster on this machine, so a ratio against it is the conservative one. ``make bench-scale`` uses
+``--xla-retry-paced 64 --floor``.
+
 Noisy machines: compare the tpuctl/XLA ratios of one run, not absolute figures across runs.
 """
 

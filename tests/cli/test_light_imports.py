@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -256,7 +257,7 @@ LIGHT_PATH_TPUCTL = frozenset(
     {"tpuctl", "tpuctl.cli", "tpuctl.cli.light", "tpuctl.lightjson", "tpuctl.agent", "tpuctl.agent.control",
      "tpuctl.agent.statedir"}
 )  # fmt: skip
-BARRIER_ANSWER = {"__future__", "tpuctl.errors", "tpuctl.records", "tpuctl.agent.protocol"}
+BARRIER_ANSWER: set[str] = set()  # a well-formed answer is read in place (light._barrier_passed)
 STATUS_ANSWER = {"__future__", "tpuctl.records", "tpuctl.health"}  # a healthy cluster: no error, none loaded
 ENV_ANSWER = {"__future__", "tpuctl.records", "tpuctl.job", "tpuctl.job.env"}
 
@@ -309,6 +310,27 @@ def test_the_light_path_asks_first_and_loads_what_the_answer_needs_meanwhile(
     assert lines.get("CODE") == {"0"}, proc.stdout + proc.stderr
     assert lines["ASKED"] == LIGHT_PATH_TPUCTL | options
     assert lines["ANSWER"] == lines["END"] == LIGHT_PATH_TPUCTL | options | answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ({"name": "step", "instance": "3", "hosts": 8}, "field 'instance' is '3'; expected an integer"),
+        ({"name": "step", "instance": 3, "hosts": True}, "field 'hosts' is True; expected an integer"),
+        ({"instance": 3, "hosts": 8}, "field 'name' is None; expected a string"),
+        (["step", 3, 8], "is not a JSON object"),
+    ],
+)
+def test_a_barrier_answer_the_light_path_cannot_read_is_named_by_the_protocol(answer: object, message: str) -> None:
+    """The light path reads a well-formed barrier answer in place; anything else goes to the protocol's
+    parser, which names the field and the hint, as before."""
+    from tpuctl.agent.protocol import ProtocolError
+    from tpuctl.cli.light import _barrier_passed
+
+    assert _barrier_passed({"name": "step", "instance": 3, "hosts": 8}) == ("step", 3, 8)
+    with pytest.raises(ProtocolError, match=re.escape(message)) as caught:
+        _barrier_passed(answer)
+    assert "the agent's barrier answer" in caught.value.message and caught.value.hint
 
 
 def test_the_light_paths_spellings_are_the_conventions() -> None:
