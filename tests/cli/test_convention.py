@@ -251,3 +251,26 @@ def test_log_levels() -> None:
         and chosen_level("info", 2, None) == 20
     )
     assert (level_name(10), level_name(15)) == ("debug", "15")
+
+
+@pytest.mark.parametrize("command", ["status", "env"])
+@pytest.mark.parametrize("given", [None, "text", "json", "JSON", "sh", "yaml"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_light_path_chooses_the_format_choose_format_does(command: str, given: str | None, as_json: bool) -> None:
+    """The light path answers the common spellings itself (without loading tpuctl.cli.formats) and hands
+    the rest to choose_format: either way the same format, or the same refusal."""
+    from tpuctl.cli.light import ENV_ALIASES, ENV_FORMATS, parse
+
+    args = [command, *(["--format", given] if given else []), *(["--json"] if as_json else [])]
+    extra = {} if command == "status" else {"choices": ENV_FORMATS, "aliases": ENV_ALIASES}
+    try:
+        expected: object = choose_format(command, given, as_json, **extra)
+    except InputError as exc:
+        expected = exc.message
+    try:
+        parsed = parse(args)
+        assert parsed is not None, args
+        got: object = parsed[1]["fmt"]
+    except InputError as exc:
+        got = exc.message
+    assert got == expected, args

@@ -293,7 +293,8 @@ print("END=" + ",".join(own()))
     [
         (["barrier", "step"], set(), BARRIER_ANSWER),
         (["status"], set(), STATUS_ANSWER | {"tpuctl.messages"}),  # its text's table
-        (["status", "--json"], {"tpuctl.cli.formats"}, STATUS_ANSWER),
+        (["status", "--json"], set(), STATUS_ANSWER),
+        (["status", "--format", "json"], set(), STATUS_ANSWER),
         (["env"], set(), ENV_ANSWER),
         (["-v", "env", "-o", "sh"], {"tpuctl.cli.formats", "tpuctl.loglevel"}, ENV_ANSWER),
     ],

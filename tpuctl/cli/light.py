@@ -285,10 +285,10 @@ def parse(args: "Sequence[str]") -> "tuple[str, dict[str, Any]] | None":
                          "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"], "log_level": level}  # fmt: skip
     if positional:
         return None
-    as_json = bool(values.get("as_json"))
-    if values.get("fmt") is None and not as_json:
-        fmt = TEXT  # choose_format's default, without loading it
-    else:
+    as_json, given = bool(values.get("as_json")), values.get("fmt")
+    if given in (None, TEXT, JSON) and not (as_json and given == TEXT):
+        fmt = JSON if as_json else given or TEXT  # choose_format's answer for these, without loading it
+    else:  # another spelling, an alias, a wrong value, or --json beside --format text: its messages
         from tpuctl.cli.formats import choose_format
 
         if command == "status":
