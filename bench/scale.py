@@ -232,6 +232,47 @@ def serve_xla(hosts: int, bind: str, timeout: float, port: int, heartbeat_timeou
     os._exit(0)
 
 
+# --- drivers (child) on one event loop; the floor: a bare grpc.aio service and its hosts ------------
+
+
+class AsyncDriver:
+    """A driver whose hosts share one event loop: :meth:`run_phase` times a phase and reports it, the
+    subclass's ``run_steps`` runs every host's part of it."""
+
+    errors: HostErrors
+
+    async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
+        cpu0 = process_cpu()
+        ends: list[float] = []
+        barriers: Spans = []
+        if phase == "steady":
+            await asyncio.sleep(steady_s)
+            ends.append(time.monotonic())
+        else:
+            await self.run_steps(phase, ends, barriers)
+        self.after_phase()
+        freeze_driver_heap()
+        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+
+    async def run_steps(self, phase: str, ends: list[float], barriers: Spans) -> None:
+        raise NotImplementedError
+
+    def after_phase(self) -> None:
+        """Anything to check once the phase is over (default: nothing)."""
+
+
+async def drive_async(driver: AsyncDriver, merge: str) -> None:
+    """A driver's life: ready, then one phase per line on stdin until ``exit``."""
+    emit({"ready": True, "merge": merge})
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        cmd = json.loads(line)
+        if cmd["phase"] == "exit":
+            break
+        emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
+    os._exit(0)  # no graceful teardown: the bench kills the service next
+
+
 FLOOR_METHOD = "/floor.Floor/Session"
 
 
@@ -281,7 +322,7 @@ def serve_floor(hosts: int, bind: str) -> None:
     asyncio.run(main())
 
 
-class FloorDriver:
+class FloorDriver(AsyncDriver):
     """``--floor``'s hosts: one grpc.aio channel and one stream each, channel options as tpuctl's client;
     every step is one message written and one read. Register: open the stream and wait for all; merge:
     two barriers (no table); last barrier: one."""
@@ -309,20 +350,10 @@ class FloorDriver:
         self.errors = HostErrors()
         self.alive = set(self.tasks)
 
-    async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
-        cpu0 = process_cpu()
-        ends: list[float] = []
-        barriers: Spans = []
-        if phase == "steady":
-            await asyncio.sleep(steady_s)
-            ends.append(time.monotonic())
-        else:
-            names = {"register": [b"all"], "merge": [b"cores", b"done"], "last_barrier": [b"last"]}[phase]
-            await asyncio.gather(
-                *(self.one(t, names, ends, barriers if phase != "register" else None) for t in sorted(self.alive))
-            )
-        freeze_driver_heap()
-        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+    async def run_steps(self, phase: str, ends: list[float], barriers: Spans) -> None:
+        names = {"register": [b"all"], "merge": [b"cores", b"done"], "last_barrier": [b"last"]}[phase]
+        timed = barriers if phase != "register" else None
+        await asyncio.gather(*(self.one(t, names, ends, timed) for t in sorted(self.alive)))
 
     async def one(self, task: int, names: list[bytes], ends: list[float], barriers: Spans | None) -> None:
         try:
@@ -344,15 +375,7 @@ class FloorDriver:
 
 
 async def drive_floor(cfg: dict[str, Any]) -> None:
-    driver = FloorDriver(cfg)
-    emit({"ready": True, "merge": "two barriers, no table"})
-    loop = asyncio.get_running_loop()
-    while line := await loop.run_in_executor(None, sys.stdin.readline):
-        cmd = json.loads(line)
-        if cmd["phase"] == "exit":
-            break
-        emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
-    os._exit(0)
+    await drive_async(FloorDriver(cfg), "two barriers, no table")
 
 
 # --- drivers (child): tpuctl hosts -------------------------------------------------------------------
@@ -392,7 +415,7 @@ def share_table_decoding() -> None:
     convert.gather_values = gather_values
 
 
-class TpuctlDriver:
+class TpuctlDriver(AsyncDriver):
     """Hosts ``first .. first+count-1`` as tpuctl clients on one event loop."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -418,19 +441,12 @@ class TpuctlDriver:
         self.merge_method = "gather" if hasattr(self.hosts[0].client, "gather") else "kv_dir"
         share_table_decoding()
 
-    async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
-        cpu0 = process_cpu()
-        ends: list[float] = []
-        barriers: Spans = []
-        if phase == "steady":
-            await asyncio.sleep(steady_s)
-            ends.append(time.monotonic())
-        else:
-            step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
-            await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
+    async def run_steps(self, phase: str, ends: list[float], barriers: Spans) -> None:
+        step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
+        await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
+
+    def after_phase(self) -> None:
         self.check_background()
-        freeze_driver_heap()
-        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
 
     async def one(self, host: TpuctlHost, step: Callable[..., Any], ends: list[float], barriers: Spans) -> None:
         try:
@@ -529,14 +545,7 @@ class TpuctlDriver:
 
 async def drive_tpuctl(cfg: dict[str, Any]) -> None:
     driver = TpuctlDriver(cfg)
-    emit({"ready": True, "merge": driver.merge_method})
-    loop = asyncio.get_running_loop()
-    while line := await loop.run_in_executor(None, sys.stdin.readline):
-        cmd = json.loads(line)
-        if cmd["phase"] == "exit":
-            break
-        emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
-    os._exit(0)  # no graceful teardown: the bench kills the service next
+    await drive_async(driver, driver.merge_method)
 
 
 # --- drivers (child): XLA hosts ----------------------------------------------------------------------
