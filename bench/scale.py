@@ -691,7 +691,12 @@ class Child:
         return message
 
     def tail(self, lines: int = 3) -> str:
+        """Why the child ended: its first fatal log line (absl's ``F...``: a jaxlib client terminating its
+        process, whose stack trace follows) if any, else its last ``lines`` lines."""
         text = self.log.read_text(errors="replace").strip().splitlines()
+        fatal = next((line for line in text if re.match(r"F\d{4} ", line)), None)
+        if fatal is not None:
+            return fatal.strip()[:400]
         return " | ".join(line.strip()[:300] for line in text[-lines:])
 
     def kill(self) -> None:

@@ -38,3 +38,22 @@ def test_the_scale_bench_runs_every_implementation_and_phase(tmp_path: Path) -> 
     assert runs["xla"]["merge"] == "key_value_dir_get, 2 at a time per driver"
     assert runs["tpuctl"]["merge"] == "gather"
     assert "tpuctl/floor, last barrier: p50 " in proc.stdout
+
+
+def test_a_dead_drivers_reason_is_its_fatal_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jaxlib client that terminates its process logs one fatal line and then a stack trace: the bench
+    reports that line, not the trace's last frames; any other child, its last lines."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_scale", scale)  # its dataclasses look their module up
+    spec.loader.exec_module(scale)
+    log = tmp_path / "driver.stderr"
+    fatal = "F1204 18:17:17.725951   28621 client.h:80] Terminating process because the JAX distributed service detected fatal errors."
+    log.write_text(f"E1204 18:17:17.7 polled an error\n{fatal}\n    @     0x7f  absl::LocalInvoker<>()\n    @     0x7f  (unknown)\n")
+    assert scale.Child.tail(SimpleNamespace(log=log)) == fatal
+    log.write_text("one\ntwo\nthree\nfour\n")
+    assert scale.Child.tail(SimpleNamespace(log=log)) == "two | three | four"
