@@ -619,9 +619,13 @@ class XlaDriver:
         self.steps[task] = "key_value_dir_get"
         if self.listing is None:
             table = c.key_value_dir_get(f"{PREFIX}/cores/")
+        elif not self.listing.acquire(timeout=self.timeout):
+            raise TimeoutError(f"waited {self.timeout:g} s for a turn to list the table (--xla-merge-pace)")
         else:
-            with self.listing:
+            try:
                 table = c.key_value_dir_get(f"{PREFIX}/cores/")
+            finally:
+                self.listing.release()
         if len(table) != self.total:
             raise RuntimeError(f"merge: {len(table)} hosts' core IDs, expected {self.total}")
         self.barrier(task, "done", barriers)
