@@ -301,7 +301,10 @@ def serve_floor(hosts: int, bind: str) -> None:
                 name = await context.read()
                 if name is grpc.aio.EOF:
                     return
-                count, released = waiting.setdefault(name, ([0], asyncio.get_running_loop().create_future()))
+                entry = waiting.get(name)
+                if entry is None:
+                    entry = waiting[name] = ([0], asyncio.get_running_loop().create_future())
+                count, released = entry
                 count[0] += 1
                 if count[0] == hosts:
                     del waiting[name]
@@ -357,21 +360,23 @@ class FloorDriver(AsyncDriver):
 
     async def one(self, task: int, names: list[bytes], ends: list[float], barriers: Spans | None) -> None:
         try:
-            async with asyncio.timeout(self.timeout + 15):
-                if task not in self.calls:
-                    self.calls[task] = self.channels[task].stream_stream(FLOOR_METHOD)(wait_for_ready=True)
-                call = self.calls[task]
-                for name in names:
-                    start = time.monotonic()
-                    await call.write(name)
-                    if await call.read() != b"ok":
-                        raise RuntimeError(f"no answer at {name.decode()}")
-                    if barriers is not None:
-                        barriers.append((start, time.monotonic()))
+            await asyncio.wait_for(self.steps(task, names, barriers), self.timeout + 15)
             ends.append(time.monotonic())
         except Exception as exc:
             self.alive.discard(task)
             self.errors.add(task, exc, "floor")
+
+    async def steps(self, task: int, names: list[bytes], barriers: Spans | None) -> None:
+        if task not in self.calls:
+            self.calls[task] = self.channels[task].stream_stream(FLOOR_METHOD)(wait_for_ready=True)
+        call = self.calls[task]
+        for name in names:
+            start = time.monotonic()
+            await call.write(name)
+            if await call.read() != b"ok":
+                raise RuntimeError(f"no answer at {name.decode()}")
+            if barriers is not None:
+                barriers.append((start, time.monotonic()))
 
 
 async def drive_floor(cfg: dict[str, Any]) -> None:
@@ -580,9 +585,11 @@ class XlaDriver:
         # --xla-merge-pace: at most this many of this driver's hosts list the table at once (0: all)
         pace = cfg.get("xla_merge_pace", 0)
         self.listing = threading.BoundedSemaphore(pace) if pace else None
+        self.deadline = time.monotonic() + self.timeout
 
     def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
+        self.deadline = time.monotonic() + self.timeout  # before the bench's own, which adds 30 s
         ends: list[float] = []
         barriers: Spans = []
         if phase == "steady":
@@ -619,8 +626,8 @@ class XlaDriver:
         self.steps[task] = "key_value_dir_get"
         if self.listing is None:
             table = c.key_value_dir_get(f"{PREFIX}/cores/")
-        elif not self.listing.acquire(timeout=self.timeout):
-            raise TimeoutError(f"waited {self.timeout:g} s for a turn to list the table (--xla-merge-pace)")
+        elif not self.listing.acquire(timeout=max(0.0, self.deadline - time.monotonic())):
+            raise TimeoutError(f"no turn to list the table within the phase's {self.timeout:g} s (--xla-merge-pace)")
         else:
             try:
                 table = c.key_value_dir_get(f"{PREFIX}/cores/")
@@ -698,9 +705,10 @@ class Child:
         """Why the child ended: its first fatal log line (absl's ``F...``: a jaxlib client terminating its
         process, whose stack trace follows) if any, else its last ``lines`` lines."""
         text = self.log.read_text(errors="replace").strip().splitlines()
-        fatal = next((line for line in text if re.match(r"F\d{4} ", line)), None)
-        if fatal is not None:
-            return fatal.strip()[:400]
+        fatal = next((i for i, line in enumerate(text) if re.match(r"F\d{4} ", line)), None)
+        if fatal is not None:  # with the last error logged before it: the fatal line often hides the cause
+            cause = next((line for line in reversed(text[:fatal]) if re.match(r"E\d{4} ", line)), None)
+            return " | ".join(line.strip()[:400] for line in (cause, text[fatal]) if line)
         return " | ".join(line.strip()[:300] for line in text[-lines:])
 
     def kill(self) -> None:
@@ -1255,6 +1263,7 @@ def main() -> int:
     impls = (["tpuctl"] if args.skip_peer else list(IMPLS)) + (["floor"] if args.floor else [])
     runs: list[RunResult] = []
     failed_at: dict[str, int] = {}
+    xla_args = args  # paced from the size where a run with every host listing at once failed
     with tempfile.TemporaryDirectory(prefix="tpuctl-bench-scale-") as scratch:
         tmp = args.logs or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
@@ -1267,9 +1276,9 @@ def main() -> int:
                         RunResult(impl, hosts, args.workers, args.netns, skipped=f"failed at {failed_at[impl]:,}")
                     )
                 else:
-                    runs.append(run_one(impl, hosts, args, Path(tmp)))
+                    runs.append(run_one(impl, hosts, xla_args if impl == "xla" else args, Path(tmp)))
                     first = runs[-1]
-                    if impl == "xla" and first.failed and args.xla_retry_paced and not args.xla_merge_pace:
+                    if impl == "xla" and merge_failed(first) and args.xla_retry_paced and not xla_args.xla_merge_pace:
                         # XLA's service breaks connections when every host lists the table at once on
                         # this machine (4,608 hosts and up): run it again with its listing paced, which
                         # makes its merge faster, not slower (docs/PERFORMANCE.md), and say so.
@@ -1277,8 +1286,9 @@ def main() -> int:
                             f"  xla    {hosts:6} failed ({first.error or 'errors'}); again, merge paced",
                             file=sys.stderr,
                         )
-                        paced = argparse.Namespace(**{**vars(args), "xla_merge_pace": args.xla_retry_paced})
-                        runs[-1] = run_one(impl, hosts, paced, Path(tmp))
+                        # ... and at the larger sizes too (it would only fail there first again)
+                        xla_args = argparse.Namespace(**{**vars(args), "xla_merge_pace": args.xla_retry_paced})
+                        runs[-1] = run_one(impl, hosts, xla_args, Path(tmp))
                         runs[-1].unpaced_error = first.error or next(
                             (e for p in first.phases for e in p.errors), "errors"
                         )
@@ -1289,6 +1299,12 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report(runs, args), indent=1) + "\n")
     return 0
+
+
+def merge_failed(run: RunResult) -> bool:
+    """Whether ``run`` got through registration and failed in its merge (what pacing can help)."""
+    merge = next((p for p in run.phases if p.phase == "merge"), None)
+    return merge is not None and (merge.error_count > 0 or merge.wall_s is None)
 
 
 def report(runs: list[RunResult], args: argparse.Namespace) -> dict[str, Any]:

@@ -5,10 +5,15 @@ between the runs that feed docs/PERFORMANCE.md."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -40,20 +45,85 @@ def test_the_scale_bench_runs_every_implementation_and_phase(tmp_path: Path) -> 
     assert "tpuctl/floor, last barrier: p50 " in proc.stdout
 
 
-def test_a_dead_drivers_reason_is_its_fatal_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A jaxlib client that terminates its process logs one fatal line and then a stack trace: the bench
-    reports that line, not the trace's last frames; any other child, its last lines."""
-    import importlib.util
-    from types import SimpleNamespace
-
+def load_bench(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """bench/scale.py as a module (it is a script, not a package)."""
     spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
     assert spec is not None and spec.loader is not None
     scale = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_scale", scale)  # its dataclasses look their module up
     spec.loader.exec_module(scale)
+    return scale
+
+
+def test_a_dead_drivers_reason_is_its_fatal_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jaxlib client that terminates its process logs one fatal line and then a stack trace: the bench
+    reports that line and the error logged before it, not the trace's last frames; any other child, its
+    last lines."""
+    scale = load_bench(monkeypatch)
     log = tmp_path / "driver.stderr"
+    cause = "E1204 18:17:17.7 polled an error: sendmsg: Broken pipe"
     fatal = "F1204 18:17:17.725951   28621 client.h:80] Terminating process because the JAX distributed service detected fatal errors."
-    log.write_text(f"E1204 18:17:17.7 polled an error\n{fatal}\n    @     0x7f  absl::LocalInvoker<>()\n    @     0x7f  (unknown)\n")
-    assert scale.Child.tail(SimpleNamespace(log=log)) == fatal
+    log.write_text(f"E1204 18:17:17.1 older\n{cause}\n{fatal}\n    @     0x7f  absl::LocalInvoker<>()\n    @     0x7f  (unknown)\n")
+    assert scale.Child.tail(SimpleNamespace(log=log)) == f"{cause} | {fatal}"
     log.write_text("one\ntwo\nthree\nfour\n")
     assert scale.Child.tail(SimpleNamespace(log=log)) == "two | three | four"
+
+
+def test_xla_hosts_list_the_table_at_most_pace_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--xla-merge-pace 2: of 8 hosts listing at once, never more than 2 are in key_value_dir_get (counted
+    on fake jaxlib clients), and all get their table."""
+    scale = load_bench(monkeypatch)
+    lock, inside, most = threading.Lock(), [0], [0]
+
+    class FakeClient:
+        def key_value_set(self, key: str, value: str) -> None:
+            pass
+
+        def wait_at_barrier(self, name: str, timeout_ms: int) -> None:
+            pass
+
+        def key_value_dir_get(self, prefix: str) -> list[tuple[str, str]]:
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.05)
+            with lock:
+                inside[0] -= 1
+            return [(f"{prefix}{t}", "[]") for t in range(8)]
+
+    driver = object.__new__(scale.XlaDriver)
+    driver.total, driver.timeout, driver.steps, driver.lock = 8, 30.0, {}, threading.Lock()
+    driver.clients = {t: FakeClient() for t in range(8)}
+    driver.listing = threading.BoundedSemaphore(2)
+    driver.deadline = time.monotonic() + 30
+    threads = [threading.Thread(target=driver.merge, args=(t, [])) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert most[0] == 2
+    assert all(step == "barrier done" for step in driver.steps.values()) and len(driver.steps) == 8
+
+
+def test_a_failed_xla_merge_is_run_again_paced_and_larger_sizes_stay_paced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--xla-retry-paced 64: XLA's run whose merge failed with every host at once is run again paced and
+    reported with the first run's error; the next size starts paced; tpuctl's runs are never paced."""
+    scale = load_bench(monkeypatch)
+    calls: list[tuple[str, int, int]] = []
+
+    def phase(name: str, errors: int) -> Any:
+        return scale.PhaseResult(name, None if errors else 1.0, 0.0, 0.0, 0, 0, None, None, 0, 0.0, errors,
+                                 ["merge: a driver died"] if errors else [])  # fmt: skip
+
+    def run_one(impl: str, hosts: int, args: Any, tmp: Path) -> Any:
+        calls.append((impl, hosts, args.xla_merge_pace))
+        result = scale.RunResult(impl, hosts, 3, False)
+        failing = impl == "xla" and not args.xla_merge_pace and hosts >= 200
+        result.phases = [phase("register", 0), phase("merge", int(failing))]
+        return result
+
+    monkeypatch.setattr(scale, "run_one", run_one)
+    monkeypatch.setattr(sys, "argv", ["scale.py", "--sizes", "100,200,300", "--no-netns", "--xla-retry-paced", "64"])
+    assert scale.main() == 0
+    assert calls == [("tpuctl", 100, 0), ("xla", 100, 0), ("tpuctl", 200, 0), ("xla", 200, 0), ("xla", 200, 64),
+                     ("tpuctl", 300, 0), ("xla", 300, 64)]  # fmt: skip
