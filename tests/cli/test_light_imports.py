@@ -9,6 +9,7 @@ it imported with the few the light path may load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -143,8 +144,12 @@ class FakeAgent:
                 conn.sendall(json.dumps(answer).encode() + b"\n")
 
     def close(self) -> None:
+        # Closing alone does not wake a thread blocked in accept() (Linux): shutdown does, at once.
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
         self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "the fake agent's thread did not end"
 
 
 @pytest.fixture

@@ -466,6 +466,40 @@ def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkey
     run(body())
 
 
+def test_completed_registration_is_written_by_a_few_writers_not_a_task_per_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The last host's registration answers every host's wait for all at once: the same fan-out as a
+    # barrier's (a task per host was 10,000 tasks created at once at a pod's size); every wait is answered.
+    writers = []
+    write_answers = service_module._write_answers
+
+    async def counted(fan: Any) -> None:
+        writers.append(len(fan.answers))
+        await write_answers(fan)
+
+    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
+    monkeypatch.setattr(service_module, "_write_answers", counted)
+
+    async def body() -> None:
+        async with serving(make_config(12)) as cluster:
+            opened, runs = await open_sessions(cluster, range(11), interval=5.0)
+            try:
+                waiting = [asyncio.create_task(s.wait_for_all(timeout=10.0)) for s in opened]
+                await asyncio.sleep(0.3)
+                assert not any(w.done() for w in waiting) and writers == []
+                late, late_runs = await open_sessions(cluster, range(11, 12), interval=5.0)
+                runs += late_runs
+                await asyncio.wait_for(asyncio.gather(*waiting), 5.0)
+                assert len(writers) == 3 and writers[0] == 11  # three writers took the eleven answers
+                await late[0].wait_for_all(timeout=5.0)  # complete already: answered at once, no fan-out
+                assert len(writers) == 3
+            finally:
+                await close(runs)
+
+    run(body())
+
+
 class _EndedStream:
     """A session stream that ended under a write: gRPC raises a bare INTERNAL for such a write."""
 

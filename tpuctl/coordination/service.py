@@ -587,9 +587,13 @@ class CoordinationServicer:
         session.wait_for_all = waiter
         self._waiting_for_all.add(session)
 
-    def _answer_wait_for_all(self, waiter: _WaitForAll, now: float) -> bool:
-        """Answer ``waiter`` if its wait is over (True); else (re)arm its timer."""
+    def _answer_wait_for_all(
+        self, waiter: _WaitForAll, now: float, out: deque[tuple[_Session, bytes | _Fanned]] | None = None
+    ) -> bool:
+        """Answer ``waiter`` if its wait is over (True); else (re)arm its timer. With ``out``, the answer
+        is added to it (for one fan-out) instead of sent."""
         request_id = waiter.request_id
+        send = waiter.session.send if out is None else lambda data: out.append((waiter.session, data))
         try:
             left = self._state.registration_waiting(waiter.caller, now=now)
             if left is None:
@@ -600,16 +604,16 @@ class CoordinationServicer:
                         registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
                     ),
                 )
-                waiter.session.send(_request_id_prefix(request_id) + complete)
+                send(_request_id_prefix(request_id) + complete)
                 return True
             if now >= waiter.answer_by:
                 self.counters.built += 1
                 progress = convert.progress_response(self._state.registration_progress(waiter.caller, now=now))
                 response = pb.HeartbeatResponse(request_id=request_id, registration=progress)
-                waiter.session.send(response.SerializeToString())
+                send(response.SerializeToString())
                 return True
         except Refused as refused:
-            waiter.session.send(_outcome_refused(request_id, refused))
+            send(_outcome_refused(request_id, refused))
             return True
         finally:
             self.counters.touched += 1
@@ -629,11 +633,17 @@ class CoordinationServicer:
         self._wake()  # deciding may have changed the state (the registration timeout)
 
     def _answer_waits_for_all(self) -> None:
+        """Answer every wait that is over, the completion most of all (the same bytes for every host but
+        its request id): written by a few writer tasks in turn, not a task per host (10,000 at once when
+        a pod's last host registers)."""
         now = self._clock()
+        answers: deque[tuple[_Session, bytes | _Fanned]] = deque()
         for session in list(self._waiting_for_all):
             waiter = session.wait_for_all
-            if waiter is not None and self._answer_wait_for_all(waiter, now):
+            if waiter is not None and self._answer_wait_for_all(waiter, now, answers):
                 self._drop_wait_for_all(session)
+        if answers:
+            self._fan_out(answers, _RELEASE_WIDTH)
 
     def _drop_wait_for_all(self, session: _Session) -> None:
         waiter = session.wait_for_all
