@@ -500,6 +500,34 @@ def test_completed_registration_is_written_by_a_few_writers_not_a_task_per_host(
     run(body())
 
 
+def test_the_clusters_error_is_pushed_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A host's failure is pushed to every watching host at once: the same fan-out as a barrier's release.
+    writers = []
+    write_answers = service_module._write_answers
+
+    async def counted(fan: Any) -> None:
+        writers.append(len(fan.answers))
+        await write_answers(fan)
+
+    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
+    monkeypatch.setattr(service_module, "_write_answers", counted)
+
+    async def body() -> None:
+        async with serving(make_config(12)) as cluster:
+            opened, runs = await sessions(cluster, interval=5.0)
+            try:
+                watches = [asyncio.create_task(s.watch_errors()) for s in opened[:11]]
+                await asyncio.sleep(0.3)
+                await cluster.clients[11].report_error(opened[11].membership.task, "boom")
+                failures = await asyncio.wait_for(asyncio.gather(*watches), 5.0)
+                assert {f.failures[0].task.task_id for f in failures} == {11}
+                assert len(writers) == 3 and writers[0] == 11  # three writers took the eleven pushes
+            finally:
+                await close(runs)
+
+    run(body())
+
+
 class _EndedStream:
     """A session stream that ended under a write: gRPC raises a bare INTERNAL for such a write."""
 

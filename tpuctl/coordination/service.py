@@ -776,20 +776,28 @@ class CoordinationServicer:
         self._watchers.add(session)
         self._push_error(session, caller)
 
-    def _push_error(self, session: _Session, caller: TaskRef) -> None:
+    def _push_error(
+        self, session: _Session, caller: TaskRef, out: deque[tuple[_Session, bytes | _Fanned]] | None = None
+    ) -> None:
+        """Send ``session`` the cluster's error if there is one (with ``out``: add it there, for one
+        fan-out to every watcher)."""
         try:
             failure = self._state.poll_error(caller, now=self._clock())
         except Refused as refused:
             self._watchers.discard(session)
-            session.send(_outcome_refused(0, refused))
-            return
-        if failure is None:
-            return
-        self._watchers.discard(session)
-        if self._error is None or self._error[0] is not failure:
-            self._encode_error(failure)
-        assert self._error is not None
-        session.send(self._error[2])
+            data = _outcome_refused(0, refused)
+        else:
+            if failure is None:
+                return
+            self._watchers.discard(session)
+            if self._error is None or self._error[0] is not failure:
+                self._encode_error(failure)
+            assert self._error is not None
+            data = self._error[2]
+        if out is None:
+            session.send(data)
+        else:
+            out.append((session, data))
 
     def _encode_error(self, failure: ClusterFailure) -> None:
         self.counters.built += 1
@@ -939,10 +947,15 @@ class CoordinationServicer:
             self._answer_waits_for_all()
         self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
         if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
+            # The error reaches every host at once: written by a few writer tasks in turn, as a passed
+            # barrier is, not a task per host (10,000 at a pod's size, when it matters most).
+            pushed: deque[tuple[_Session, bytes | _Fanned]] = deque()
             for session in list(self._watchers):
                 self.counters.touched += 1
                 if session.task is not None:
-                    self._push_error(session, session.task)
+                    self._push_error(session, session.task, pushed)
+            if pushed:
+                self._fan_out(pushed, _RELEASE_WIDTH)
 
     def _share(self, key: str, build: Callable[[], Message]) -> bytes:
         """An answer that is the same for every caller, serialized once."""
