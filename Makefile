@@ -64,7 +64,7 @@ bench: install bytecode
 
 ## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/PERFORMANCE.md).
 bench-scale: install bytecode
-	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --json /tmp/tpuctl-bench-scale-$(shell id -u).json
+	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --json /tmp/tpuctl-bench-scale-$(shell id -u).json
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -27,6 +27,12 @@ Phases (the orchestrator starts each phase on every driver at once and measures 
 3. ``last barrier``: one more barrier, timed alone (per-host call latency p50/p99).
 4. ``steady``: heartbeats only, for ``--steady`` seconds; service CPU per second is the fraction of one
    core that N heartbeating hosts cost.
+5. ``dead_host`` (``--dead-host kill|vanish``, tpuctl only): the last host dies. ``kill``: its session
+   ends, as when its process is killed. ``vanish``: its address is blackholed (``ip rule``, in the
+   bench's own network namespace), as a preempted VM or a cut cable: nothing tells the service but
+   unanswered keepalive pings. Every other host's error watch must name it within the heartbeat
+   timeout + 2 s (``--heartbeat-timeout``, default the spec's 30 s); the row is the time from the death
+   to the last host told.
 
 Measured per phase: wall time from the phase start to the slowest host's end; service CPU seconds
 (utime + stime of the service process, all threads, from /proc/PID/stat); service peak RSS (VmHWM from
@@ -101,6 +107,11 @@ def raise_nofile() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def heartbeat_interval(args: argparse.Namespace) -> float:
+    """tpuctl's hosts' heartbeat (keepalive) interval: a sixth of the timeout, as the spec's defaults (5 s, 30 s)."""
+    return float(args.heartbeat_timeout) / 6
 
 
 def host_address(task: int, netns: bool) -> str:
@@ -185,7 +196,7 @@ class HostErrors:
 # --- service processes (child) -----------------------------------------------------------------------
 
 
-def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
+def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str, heartbeat_timeout: float) -> None:
     import inspect
     import logging
 
@@ -203,7 +214,7 @@ def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str) -> None:
         config = ServiceConfig(
             cluster=CLUSTER,
             tasks=tasks,
-            heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
+            heartbeat_timeout=heartbeat_timeout,
             register_timeout=timeout,
             barrier_timeout=timeout,
         )
@@ -240,9 +251,14 @@ class AsyncDriver:
     subclass's ``run_steps`` runs every host's part of it."""
 
     errors: HostErrors
+    command: dict[str, Any]
+    """The bench's whole command for the phase running (``dead_host``: which host, how, by when)."""
+    extra: dict[str, Any]
+    """What a phase reports besides the common fields."""
 
     async def run_phase(self, phase: str, steady_s: float) -> dict[str, Any]:
         cpu0 = process_cpu()
+        self.extra = {}
         ends: list[float] = []
         barriers: Spans = []
         if phase == "steady":
@@ -252,7 +268,7 @@ class AsyncDriver:
             await self.run_steps(phase, ends, barriers)
         self.after_phase()
         freeze_driver_heap()
-        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report()}
+        return {"ends": ends, "barriers": barriers, "cpu": process_cpu() - cpu0, **self.errors.report(), **self.extra}
 
     async def run_steps(self, phase: str, ends: list[float], barriers: Spans) -> None:
         raise NotImplementedError
@@ -269,6 +285,7 @@ async def drive_async(driver: AsyncDriver, merge: str) -> None:
         cmd = json.loads(line)
         if cmd["phase"] == "exit":
             break
+        driver.command = cmd
         emit(await driver.run_phase(cmd["phase"], cmd["steady"]))
     os._exit(0)  # no graceful teardown: the bench kills the service next
 
@@ -276,7 +293,7 @@ async def drive_async(driver: AsyncDriver, merge: str) -> None:
 FLOOR_METHOD = "/floor.Floor/Session"
 
 
-def serve_floor(hosts: int, bind: str) -> None:
+def serve_floor(hosts: int, bind: str, heartbeat_timeout: float) -> None:
     """``--floor``: the least a grpc.aio coordination service can do for the same steps, no tpuctl code.
 
     One bidirectional stream per host, raw bytes (no protobuf), gRPC's options as tpuctl's service sets
@@ -292,7 +309,7 @@ def serve_floor(hosts: int, bind: str) -> None:
 
     async def main() -> None:
         config = ServiceConfig(
-            cluster=CLUSTER, tasks=(TaskSpec(address="10.0.0.1"),), heartbeat_timeout=HEARTBEAT_TIMEOUT_S
+            cluster=CLUSTER, tasks=(TaskSpec(address="10.0.0.1"),), heartbeat_timeout=heartbeat_timeout
         )
         waiting: dict[bytes, tuple[list[int], asyncio.Future[bytes]]] = {}
 
@@ -336,7 +353,7 @@ class FloorDriver(AsyncDriver):
         sys.path.insert(0, str(REPO))
         from tpuctl.coordination.client import _CHANNEL_OPTIONS
 
-        ping_ms = round(HEARTBEAT_INTERVAL_S * 1000)
+        ping_ms = round(cfg["heartbeat_interval"] * 1000)
         options = _CHANNEL_OPTIONS + (
             ("grpc.keepalive_time_ms", ping_ms),
             ("grpc.keepalive_timeout_ms", ping_ms),
@@ -395,6 +412,10 @@ class TpuctlHost:
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     alive: bool = True
     step: str = ""
+    watch: asyncio.Task[Any] | None = None
+    """Its error watch (``session.watch_errors``), running from registration on."""
+    told_at: float | None = None
+    """When its error watch ended (``time.monotonic()``)."""
 
 
 def share_table_decoding() -> None:
@@ -428,6 +449,7 @@ class TpuctlDriver(AsyncDriver):
         from tpuctl.coordination.client import CoordinationClient
 
         self.cfg = cfg
+        self.interval: float = cfg["heartbeat_interval"]
         self.total: int = cfg["hosts"]
         self.timeout: float = cfg["timeout"]
         port, netns = cfg["port"], cfg["netns"]
@@ -437,7 +459,7 @@ class TpuctlDriver(AsyncDriver):
                 CoordinationClient(
                     f"{host_address(t, netns)}:{port}",
                     rpc_timeout=max(10.0, self.timeout),
-                    keepalive=HEARTBEAT_INTERVAL_S,
+                    keepalive=cfg["heartbeat_interval"],
                 ),
             )
             for t in range(cfg["first"], cfg["first"] + cfg["count"])
@@ -447,6 +469,9 @@ class TpuctlDriver(AsyncDriver):
         share_table_decoding()
 
     async def run_steps(self, phase: str, ends: list[float], barriers: Spans) -> None:
+        if phase == "dead_host":
+            await self.dead_host(ends)
+            return
         step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
         await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
 
@@ -467,7 +492,7 @@ class TpuctlDriver(AsyncDriver):
         if hasattr(c, "open_session"):  # as `tpuctl init` (protocol v7): registered on the session's stream
             host.session = await c.open_session(
                 CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout,
-                interval=HEARTBEAT_INTERVAL_S,
+                interval=self.interval,
             )  # fmt: skip
             host.membership = m = host.session.membership
             host.background.append(asyncio.create_task(host.session.run()))
@@ -476,10 +501,10 @@ class TpuctlDriver(AsyncDriver):
                 CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
             )
             if hasattr(c, "session"):  # protocol v6: heartbeats, barriers, error watch on one stream
-                host.session = c.session(m, interval=HEARTBEAT_INTERVAL_S)
+                host.session = c.session(m, interval=self.interval)
                 host.background.append(asyncio.create_task(host.session.run()))
             else:
-                host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=HEARTBEAT_INTERVAL_S)))
+                host.background.append(asyncio.create_task(c.heartbeat_loop(m, interval=self.interval)))
         host.step = "wait_for_all"
         if hasattr(host.session, "wait_for_all"):  # v7: on the session
             await host.session.wait_for_all(
@@ -490,9 +515,11 @@ class TpuctlDriver(AsyncDriver):
                 m.task, timeout=self.timeout, progress=_no_progress, progress_every=REGISTER_PROGRESS_EVERY_S
             )
         if host.session is not None:
-            host.background.append(asyncio.create_task(host.session.watch_errors()))
+            host.watch = asyncio.create_task(host.session.watch_errors())
         else:
-            host.background.append(asyncio.create_task(c.watch_errors(m.task)))
+            host.watch = asyncio.create_task(c.watch_errors(m.task))
+        host.watch.add_done_callback(lambda _, host=host: setattr(host, "told_at", time.monotonic()))
+        host.background.append(host.watch)
 
     async def merge(self, host: TpuctlHost, barriers: Spans) -> None:
         c = host.client
@@ -537,6 +564,42 @@ class TpuctlDriver(AsyncDriver):
         else:
             await host.client.barrier(host.membership.task, name, timeout=self.timeout)
         barriers.append((start, time.monotonic()))
+
+    async def dead_host(self, ends: list[float]) -> None:
+        """``--dead-host``: one host dies (``kill``: its process ends, here its channel is closed, which
+        ends its session at once; ``vanish``: the bench blackholes its address, as a preempted VM or a
+        cut cable, and only the keepalive pings notice). Every other host's error watch must name it
+        within the heartbeat timeout + 2 s; ``ends``: when each one was told."""
+        dead = self.command["dead"]
+        victim: int = dead["victim"]
+        for host in self.hosts:
+            if host.task != victim:
+                continue
+            host.alive = False
+            for task in host.background:
+                task._bench_seen = True  # type: ignore[attr-defined]  # its end is the point
+            if dead["mode"] == "kill":
+                self.extra["killed_at"] = time.monotonic()
+                for task in host.background:
+                    task.cancel()
+                await host.client.close()
+        waiting = {host.watch: host for host in self.hosts if host.alive and host.watch is not None}
+        if waiting:
+            await asyncio.wait(waiting, timeout=max(0.0, dead["until"] - time.monotonic()))
+        causes = []
+        for watch, host in waiting.items():
+            watch._bench_seen = True  # type: ignore[attr-defined]
+            if not watch.done():
+                self.errors.add(host.task, RuntimeError(f"not told of task {victim}'s death in time"), "dead_host")
+            elif watch.cancelled() or watch.exception() is not None:
+                self.errors.add(host.task, watch.exception() or RuntimeError("watch cancelled"), "dead_host")
+            elif victim not in [f.task.task_id for f in watch.result().failures]:
+                self.errors.add(host.task, RuntimeError(f"told {watch.result()}, not task {victim}"), "dead_host")
+            else:
+                assert host.told_at is not None
+                ends.append(host.told_at)
+                causes.append(str(watch.result()))
+        self.extra["cause"] = causes[0][:500] if causes else ""
 
     def check_background(self) -> None:
         """A heartbeat loop or error watch that ended is an error (they run until cancelled)."""
@@ -791,6 +854,12 @@ class PhaseResult:
     arrival_spread_s: float | None = None
     """Last barrier only: from the first host's arrival to the last one's (the drivers start thousands of
     calls on two cores: this is how long that took)."""
+    told_p50_s: float | None = None
+    """Dead host only: from the host's death to each other host's error watch naming it, p50 and the last."""
+    told_max_s: float | None = None
+    told_hosts: int = 0
+    dead_cause: str = ""
+    """Dead host only: the failure as the first host told was told it."""
 
 
 @dataclass
@@ -824,11 +893,13 @@ def free_port(bind: str) -> int:
 
 def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> tuple[Child, int]:
     cfg: dict[str, Any] = {"hosts": hosts, "bind": args.bind, "timeout": args.phase_timeout}
+    if impl in ("tpuctl", "floor"):
+        cfg["heartbeat_timeout"] = args.heartbeat_timeout
     if impl == "tpuctl":
         cfg["log"] = str(tmp / f"service-{impl}-{hosts}.log")
     elif impl == "xla":  # never shorter than tpuctl's, nor than the clients' (jax.distributed gives both one value)
         cfg["port"] = free_port(args.bind)
-        cfg["heartbeat_timeout"] = max(HEARTBEAT_TIMEOUT_S, args.xla_heartbeat_timeout)
+        cfg["heartbeat_timeout"] = max(args.heartbeat_timeout, args.xla_heartbeat_timeout)
     child = Child([PY, str(HERE), "_serve", impl, json.dumps(cfg)], tmp / f"service-{impl}-{hosts}.stderr")
     port = int(child.read(time.monotonic() + 120)["port"])
     return child, port
@@ -849,6 +920,7 @@ def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tm
             "xla_heartbeat_timeout": args.xla_heartbeat_timeout,
             "xla_merge_pace": args.xla_merge_pace,
             "nice": args.driver_nice,
+            "heartbeat_interval": heartbeat_interval(args),
         }
         argv = [PY, str(HERE), "_drive", impl, json.dumps(cfg)]
         drivers.append(Child(argv, tmp / f"driver-{impl}-{hosts}-{w}.stderr"))
@@ -856,14 +928,21 @@ def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tm
 
 
 def run_phase(
-    phase: str, service: Child, port: int, drivers: list[Child], args: argparse.Namespace
+    phase: str,
+    service: Child,
+    port: int,
+    drivers: list[Child],
+    args: argparse.Namespace,
+    dead: dict[str, Any] | None = None,
 ) -> tuple[PhaseResult, str | None]:
     """Start ``phase`` on every driver at once, wait for all (bounded), measure the service around it."""
     before = sample_service(service.pid, port)
     start = time.monotonic()
     for driver in drivers:
-        driver.send({"phase": phase, "steady": args.steady})
+        driver.send({"phase": phase, "steady": args.steady, **({"dead": dead} if dead else {})})
     deadline = start + args.phase_timeout + (args.steady if phase == "steady" else 0) + 30
+    if dead is not None:
+        deadline = dead["until"] + 30
     reports, problem = [], None
     for driver in drivers:
         try:
@@ -879,7 +958,62 @@ def run_phase(
     if service.proc.poll() is not None:
         problem = problem or f"{phase}: the service exited: {service.tail()}"
     after = sample_service(service.pid, port) if service.proc.poll() is None else before
-    return summarize(phase, start, before, after, reports, problem), problem
+    result = summarize(phase, start, before, after, reports, problem)
+    if dead is not None and not problem:
+        told_about(result, dead, reports, args.heartbeat_timeout)
+    return result, problem
+
+
+def told_about(result: PhaseResult, dead: dict[str, Any], reports: list[dict[str, Any]], timeout: float) -> None:
+    """The dead-host phase's figures: how long after the death every other host was told, against the
+    requirement (heartbeat timeout + 2 s); a late or missing word is an error."""
+    died = dead.get("t0") or min((r["killed_at"] for r in reports if "killed_at" in r), default=None)
+    if died is None:
+        result.error_count += 1
+        result.errors.insert(0, "dead_host: no driver held the host to kill")
+        return
+    told = sorted(e - died for r in reports for e in r["ends"])
+    result.told_hosts = len(told)
+    result.told_p50_s = percentile(told, 0.5)
+    result.told_max_s = told[-1] if told else None
+    result.wall_s = result.told_max_s
+    result.dead_cause = next((r["cause"] for r in reports if r.get("cause")), "")
+    limit = timeout + 2.0
+    if told and told[-1] > limit:
+        result.error_count += 1
+        result.errors.insert(
+            0, f"dead_host: the last host was told {told[-1]:.1f} s after the death (required: {limit:g} s)"
+        )
+
+
+def blackhole(address: str, on: bool) -> None:
+    """Drop every packet from and to ``address`` in this network namespace (``ip rule`` blackholes, no
+    netfilter needed), or stop dropping them. The namespace's local routing rule moves behind them once."""
+    rules = subprocess.run(["ip", "rule", "show"], capture_output=True, text=True, timeout=30, check=True).stdout
+    if on and not re.search(r"^100:\s+from all lookup local", rules, re.M):
+        subprocess.run(["ip", "rule", "add", "pref", "100", "lookup", "local"], check=True, timeout=30)
+        subprocess.run(["ip", "rule", "del", "pref", "0"], check=True, timeout=30)
+    verb = "add" if on else "del"
+    for pref, direction in ((10, "from"), (11, "to")):
+        subprocess.run(["ip", "rule", verb, "pref", str(pref), direction, address, "blackhole"], check=True, timeout=30)
+
+
+def run_dead_host(
+    service: Child, port: int, drivers: list[Child], hosts: int, args: argparse.Namespace
+) -> tuple[PhaseResult, str | None]:
+    """``--dead-host``: the last host dies; every other host must be told, naming it, in time."""
+    victim = hosts - 1
+    dead: dict[str, Any] = {"victim": victim, "mode": args.dead_host}
+    address = host_address(victim, args.netns)
+    if args.dead_host == "vanish":
+        blackhole(address, True)
+        dead["t0"] = time.monotonic()
+    dead["until"] = time.monotonic() + args.heartbeat_timeout + 2 + 15
+    try:
+        return run_phase("dead_host", service, port, drivers, args, dead)
+    finally:
+        if args.dead_host == "vanish":
+            blackhole(address, False)
 
 
 def summarize(
@@ -918,8 +1052,7 @@ def summarize(
 
 def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunResult:
     result = RunResult(impl, hosts, min(args.workers, hosts), args.netns)
-    if impl == "xla":
-        result.heartbeat_s = args.xla_heartbeat_timeout / 2
+    result.heartbeat_s = args.xla_heartbeat_timeout / 2 if impl == "xla" else heartbeat_interval(args)
     load_start = os.getloadavg()[0]
     children: list[Child] = []
     try:
@@ -947,6 +1080,12 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
                 break
             if outcome.error_count:  # the later phases would only time out on the failed hosts
                 break
+        else:
+            if args.dead_host and impl == "tpuctl":
+                outcome, problem = run_dead_host(service, port, children[1:], hosts, args)
+                result.phases.append(outcome)
+                print(f"  {impl:6} {hosts:6} {'dead_host':12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)
+                result.error = result.error or problem
     except (TimeoutError, ChildDied, OSError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -1054,7 +1193,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def init_total(run: RunResult) -> PhaseResult | None:
     """register + merge + last barrier as one row: the whole of `tpuctl init`'s coordination."""
-    init = [p for p in run.phases if p.phase != "steady"]
+    init = [p for p in run.phases if p.phase in PHASES[:3]]
     if len(init) < 3:
         return None
     last = init[-1]
@@ -1094,7 +1233,7 @@ def table(runs: list[RunResult], steady_s: float) -> str:
         lines += ["", size_header(hosts, ours, peer)]
         lines.append(f"{'phase':12} | tpuctl {head} | XLA    {head} | tpuctl/XLA: wall   CPU  sent")
         a, b = rows(ours), rows(peer)
-        for phase in (*PHASES[:3], "init (1-3)", "steady"):
+        for phase in (*PHASES[:3], "init (1-3)", "steady", *(["dead_host"] if "dead_host" in a else [])):
             pa, pb = a.get(phase), b.get(phase)
             ra = ratio(pa.wall_s if pa else None, pb.wall_s if pb else None) if phase != "steady" else "-"
             rc = ratio(pa.service_cpu_s if pa else None, pb.service_cpu_s if pb else None)
@@ -1162,6 +1301,12 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
             f"({100 * steady.service_cpu_s / steady_s:.1f}% of a core), {fmt_bytes(steady.service_sent_bytes / steady_s)}/s; "
             f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}; heartbeat every {run.heartbeat_s:g} s; "
             f"load average {run.load_average[0]:.1f} -> {run.load_average[1]:.1f}"
+        )
+    dead = next((p for p in run.phases if p.phase == "dead_host"), None)
+    if dead is not None and dead.told_max_s is not None:
+        notes.append(
+            f"  {run.impl}: dead host: {dead.told_hosts:,} hosts told, p50 {fmt_s(dead.told_p50_s)}, the last "
+            f"{fmt_s(dead.told_max_s)} after it died; {dead.dead_cause[:200]}"
         )
     last = next((p for p in run.phases if p.phase == "last_barrier"), None)
     if last is not None and last.release_p50_s is not None:
@@ -1232,6 +1377,19 @@ def parse_args() -> argparse.Namespace:
         help="when XLA's run fails with every host listing at once, run it again with --xla-merge-pace N "
         "and report that run (marked so)",
     )
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=HEARTBEAT_TIMEOUT_S,
+        help="tpuctl's heartbeat timeout, s (default: the spec's 30); its hosts' keepalive interval is a sixth of it",
+    )
+    parser.add_argument(
+        "--dead-host",
+        choices=("kill", "vanish"),
+        help="after the steady phase, the last host dies (kill: its session ends, as when its process is "
+        "killed; vanish: its address is blackholed, as a preempted VM, which needs the network namespace) "
+        "and every other host must be told, naming it, within the heartbeat timeout + 2 s (tpuctl only)",
+    )
     parser.add_argument("--driver-nice", type=int, default=10, help="niceness of the client processes")
     parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
     parser.add_argument("--peer-max", type=int, default=0, help="run XLA's service only up to this size (0: all)")
@@ -1259,6 +1417,9 @@ def main() -> int:
     raise_nofile()
     args.netns = os.environ.get(NETNS_ENV) == "1"
     args.bind = "0.0.0.0" if args.netns else "127.0.0.1"  # in a fresh namespace, 0.0.0.0 is loopback only
+    if args.dead_host == "vanish" and not args.netns:
+        print("--dead-host vanish needs the network namespace (root and unshare; not --no-netns)", file=sys.stderr)
+        return 2
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     impls = (["tpuctl"] if args.skip_peer else list(IMPLS)) + (["floor"] if args.floor else [])
     runs: list[RunResult] = []
@@ -1327,9 +1488,9 @@ def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
         os.nice(cfg["nice"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops its children itself
     if role == "_serve" and impl == "tpuctl":
-        serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"])
+        serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"], cfg["heartbeat_timeout"])
     elif role == "_serve" and impl == "floor":
-        serve_floor(cfg["hosts"], cfg["bind"])
+        serve_floor(cfg["hosts"], cfg["bind"], cfg["heartbeat_timeout"])
     elif impl == "floor":
         asyncio.run(drive_floor(cfg))
     elif role == "_serve":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -26,6 +28,7 @@ def test_the_scale_bench_runs_every_implementation_and_phase(tmp_path: Path) -> 
     out = tmp_path / "scale.json"
     args = ["--sizes", str(HOSTS), "--workers", "2", "--steady", "0.5", "--phase-timeout", "60"]
     args += ["--floor", "--xla-merge-pace", "2", "--no-netns", "--json", str(out)]
+    args += ["--heartbeat-timeout", "3", "--dead-host", "kill"]
     proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = {run["impl"]: run for run in json.loads(out.read_text())["runs"]}
@@ -35,14 +38,48 @@ def test_the_scale_bench_runs_every_implementation_and_phase(tmp_path: Path) -> 
     for impl, run in runs.items():
         assert run["error"] is None, (impl, run["error"])
         phases = {p["phase"]: p for p in run["phases"]}
-        assert list(phases) == ["register", "merge", "last_barrier", "steady"], impl
+        dead = ["dead_host"] if impl == "tpuctl" else []
+        assert list(phases) == ["register", "merge", "last_barrier", "steady", *dead], impl
         assert all(p["error_count"] == 0 for p in phases.values()), (impl, [p["errors"] for p in phases.values()])
         assert phases["merge"]["barrier_calls"] == HOSTS * merge_barriers[impl], impl
         assert phases["last_barrier"]["barrier_calls"] == HOSTS, impl
         assert phases["last_barrier"]["release_p50_s"] is not None, impl
+    assert_told_of_the_dead_host(runs["tpuctl"], timeout=3.0)
     assert runs["xla"]["merge"] == "key_value_dir_get, 2 at a time per driver"
     assert runs["tpuctl"]["merge"] == "gather"
     assert "tpuctl/floor, last barrier: p50 " in proc.stdout
+
+
+def assert_told_of_the_dead_host(run: dict[str, Any], timeout: float) -> None:
+    """Every other host was told of the last host's death, naming it, within the heartbeat timeout + 2 s
+    (and not before the timeout less the keepalive window: a death is not guessed)."""
+    (dead,) = [p for p in run["phases"] if p["phase"] == "dead_host"]
+    assert dead["error_count"] == 0, dead["errors"]
+    assert dead["told_hosts"] == HOSTS - 1
+    assert timeout / 3 <= dead["told_p50_s"] <= dead["told_max_s"] <= timeout + 2.0
+    assert dead["dead_cause"].startswith(f"task {HOSTS - 1} (")
+    assert "no heartbeat for " in dead["dead_cause"]
+
+
+def netns_available() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        return False
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not netns_available(), reason="needs root and a network namespace (unshare -n)")
+def test_a_host_that_vanishes_is_named_to_every_other_host_in_time(tmp_path: Path) -> None:
+    """--dead-host vanish: the last host's address is blackholed (a preempted VM sends nothing, not even a
+    FIN); only the keepalive pings can tell, and every other host must still be told in time."""
+    out = tmp_path / "scale.json"
+    args = ["--sizes", str(HOSTS), "--workers", "2", "--steady", "0.5", "--phase-timeout", "60", "--skip-peer"]
+    args += ["--heartbeat-timeout", "3", "--dead-host", "vanish", "--json", str(out)]
+    proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["netns"] and run["error"] is None, run["error"]
+    assert_told_of_the_dead_host(run, timeout=3.0)
 
 
 def load_bench(monkeypatch: pytest.MonkeyPatch) -> Any:
