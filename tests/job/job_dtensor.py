@@ -58,19 +58,25 @@ restored = [float(t.numpy()[0]) for t in dtensor.unpack(variable.read_value())]
 assert restored == [10.0 * p + 1.0 for p in positions], (restored, positions)
 dtensor.barrier(mesh, "tpuctl-job-dtensor-restored", timeout_in_ms=60_000)
 
-print(
-    "RESULT "
-    + json.dumps(
-        {
-            "client": dtensor.client_id(),
-            "clients": dtensor.num_clients(),
-            "jobs": os.environ["DTENSOR_JOBS"],
-            "mesh": mesh_string,
-            "restored": restored,
-            "seconds": round(time.monotonic() - started, 2),
-        }
-    ),
-    flush=True,
+# One write(2) for the whole line: gloo and XLA write to the same stdout from their own threads, and
+# print() writes the text and its newline separately (a gloo line once landed between them).
+sys.stdout.flush()
+os.write(
+    1,
+    (
+        "RESULT "
+        + json.dumps(
+            {
+                "client": dtensor.client_id(),
+                "clients": dtensor.num_clients(),
+                "jobs": os.environ["DTENSOR_JOBS"],
+                "mesh": mesh_string,
+                "restored": restored,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+        + "\n"
+    ).encode(),
 )
 sys.stdout.flush()
 # Multi-client DTensor cannot shut down its accelerator system; leave without waiting for TF's teardown.

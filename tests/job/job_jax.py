@@ -44,19 +44,25 @@ local_ids = [d.id for d in mesh.devices.flat if d.process_index == jax.process_i
 assert sorted(local_ids) == sorted(d.id for d in jax.local_devices()), (local_ids, jax.local_devices())
 multihost_utils.sync_global_devices("tpuctl-job-jax")
 
-print(
-    "RESULT "
-    + json.dumps(
-        {
-            "process": jax.process_index(),
-            "processes": jax.process_count(),
-            "gathered": np.asarray(gathered).ravel().tolist(),
-            "coordinator": args["coordinator_address"],
-            "mapping": os.environ["TPUCTL_MAPPING"],
-            "seconds": round(time.monotonic() - started, 2),
-        }
-    ),
-    flush=True,
+# One write(2) for the whole line: gloo and XLA write to the same stdout from their own threads, and
+# print() writes the text and its newline separately (a gloo line once landed between them).
+sys.stdout.flush()
+os.write(
+    1,
+    (
+        "RESULT "
+        + json.dumps(
+            {
+                "process": jax.process_index(),
+                "processes": jax.process_count(),
+                "gathered": np.asarray(gathered).ravel().tolist(),
+                "coordinator": args["coordinator_address"],
+                "mapping": os.environ["TPUCTL_MAPPING"],
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+        + "\n"
+    ).encode(),
 )
 jax.distributed.shutdown()
 sys.exit(0)

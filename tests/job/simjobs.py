@@ -16,6 +16,6 @@ def result_line(finished: Finished) -> dict[str, Any]:
     """The job's ``RESULT {...}`` line."""
     for line in finished.out.splitlines():
         if line.startswith("RESULT "):
-            data: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            data: dict[str, Any] = json.JSONDecoder().raw_decode(line[len("RESULT ") :])[0]  # text may follow
             return data
     raise AssertionError(f"{finished.label} printed no RESULT line (exit {finished.code})")

@@ -6,6 +6,7 @@ index over gloo. Prints one ``RESULT {...}`` line.
 """
 
 import json
+import os
 import sys
 
 import jax
@@ -19,20 +20,26 @@ gathered = multihost_utils.process_allgather(np.array([100 + jax.process_index()
 present = [
     env.name for env in clusters.ClusterEnv._cluster_types if not env.opt_in_only_method and env.is_env_present()
 ]
-print(
-    "RESULT "
-    + json.dumps(
-        {
-            "process": jax.process_index(),
-            "processes": jax.process_count(),
-            "devices": jax.device_count(),
-            "local_devices": jax.local_device_count(),
-            "platform": jax.devices()[0].platform,
-            "gathered": np.asarray(gathered).ravel().tolist(),
-            "detectors": present,
-        }
-    ),
-    flush=True,
+# One write(2) for the whole line: gloo and XLA write to the same stdout from their own threads, and
+# print() writes the text and its newline separately (a gloo line once landed between them).
+sys.stdout.flush()
+os.write(
+    1,
+    (
+        "RESULT "
+        + json.dumps(
+            {
+                "process": jax.process_index(),
+                "processes": jax.process_count(),
+                "devices": jax.device_count(),
+                "local_devices": jax.local_device_count(),
+                "platform": jax.devices()[0].platform,
+                "gathered": np.asarray(gathered).ravel().tolist(),
+                "detectors": present,
+            }
+        )
+        + "\n"
+    ).encode(),
 )
 jax.distributed.shutdown()
 sys.exit(0)
