@@ -595,9 +595,8 @@ class TpuctlDriver(AsyncDriver):
                 self.errors.add(host.task, watch.exception() or RuntimeError("watch cancelled"), "dead_host")
             elif victim not in [f.task.task_id for f in watch.result().failures]:
                 self.errors.add(host.task, RuntimeError(f"told {watch.result()}, not task {victim}"), "dead_host")
-            else:
-                assert host.told_at is not None
-                ends.append(host.told_at)
+            else:  # its done callback may not have run yet if it ended in this very step
+                ends.append(host.told_at or time.monotonic())
                 causes.append(str(watch.result()))
         self.extra["cause"] = causes[0][:500] if causes else ""
 
@@ -882,7 +881,8 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        return self.error is not None or any(p.error_count for p in self.phases)
+        # The dead-host phase runs last: its verdict is its own row, not a reason to skip larger sizes.
+        return self.error is not None or any(p.error_count for p in self.phases if p.phase != "dead_host")
 
 
 def free_port(bind: str) -> int:
@@ -986,16 +986,29 @@ def told_about(result: PhaseResult, dead: dict[str, Any], reports: list[dict[str
         )
 
 
-def blackhole(address: str, on: bool) -> None:
+def blackhole(address: str) -> list[list[str]]:
     """Drop every packet from and to ``address`` in this network namespace (``ip rule`` blackholes, no
-    netfilter needed), or stop dropping them. The namespace's local routing rule moves behind them once."""
+    netfilter needed); the rules added, for :func:`unblackhole`, even when adding the next one failed.
+    The namespace's local routing rule moves behind them once (left so: it routes as before)."""
     rules = subprocess.run(["ip", "rule", "show"], capture_output=True, text=True, timeout=30, check=True).stdout
-    if on and not re.search(r"^100:\s+from all lookup local", rules, re.M):
+    if not re.search(r"^100:\s+from all lookup local", rules, re.M):
         subprocess.run(["ip", "rule", "add", "pref", "100", "lookup", "local"], check=True, timeout=30)
         subprocess.run(["ip", "rule", "del", "pref", "0"], check=True, timeout=30)
-    verb = "add" if on else "del"
+    added: list[list[str]] = []
     for pref, direction in ((10, "from"), (11, "to")):
-        subprocess.run(["ip", "rule", verb, "pref", str(pref), direction, address, "blackhole"], check=True, timeout=30)
+        rule = ["pref", str(pref), direction, address, "blackhole"]
+        try:
+            subprocess.run(["ip", "rule", "add", *rule], check=True, timeout=30)
+        except subprocess.SubprocessError:
+            unblackhole(added)
+            raise
+        added.append(rule)
+    return added
+
+
+def unblackhole(added: list[list[str]]) -> None:
+    for rule in added:
+        subprocess.run(["ip", "rule", "del", *rule], capture_output=True, timeout=30, check=False)
 
 
 def run_dead_host(
@@ -1004,16 +1017,15 @@ def run_dead_host(
     """``--dead-host``: the last host dies; every other host must be told, naming it, in time."""
     victim = hosts - 1
     dead: dict[str, Any] = {"victim": victim, "mode": args.dead_host}
-    address = host_address(victim, args.netns)
-    if args.dead_host == "vanish":
-        blackhole(address, True)
-        dead["t0"] = time.monotonic()
-    dead["until"] = time.monotonic() + args.heartbeat_timeout + 2 + 15
+    added: list[list[str]] = []
     try:
+        if args.dead_host == "vanish":
+            added = blackhole(host_address(victim, args.netns))
+            dead["t0"] = time.monotonic()
+        dead["until"] = time.monotonic() + args.heartbeat_timeout + 2 + 15
         return run_phase("dead_host", service, port, drivers, args, dead)
     finally:
-        if args.dead_host == "vanish":
-            blackhole(address, False)
+        unblackhole(added)
 
 
 def summarize(
@@ -1082,11 +1094,12 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
                 break
         else:
             if args.dead_host and impl == "tpuctl":
-                outcome, problem = run_dead_host(service, port, children[1:], hosts, args)
+                # A problem is the first of the phase's errors (summarize); it does not end the run, and
+                # the larger sizes still run (``RunResult.failed``).
+                outcome, _ = run_dead_host(service, port, children[1:], hosts, args)
                 result.phases.append(outcome)
                 print(f"  {impl:6} {hosts:6} {'dead_host':12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)
-                result.error = result.error or problem
-    except (TimeoutError, ChildDied, OSError) as exc:
+    except (TimeoutError, ChildDied, OSError, subprocess.SubprocessError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
         for child in reversed(children):  # drivers first: a jaxlib client aborts when its service goes

@@ -51,12 +51,13 @@ def test_the_scale_bench_runs_every_implementation_and_phase(tmp_path: Path) -> 
 
 
 def assert_told_of_the_dead_host(run: dict[str, Any], timeout: float) -> None:
-    """Every other host was told of the last host's death, naming it, within the heartbeat timeout + 2 s
-    (and not before the timeout less the keepalive window: a death is not guessed)."""
+    """Every other host was told of the last host's death, naming it, within the heartbeat timeout + 2 s,
+    and not before the timeout less the keepalive window (two ping intervals of a sixth of the timeout)
+    and one more interval (the last answered ping may precede the death by that much): not guessed."""
     (dead,) = [p for p in run["phases"] if p["phase"] == "dead_host"]
     assert dead["error_count"] == 0, dead["errors"]
     assert dead["told_hosts"] == HOSTS - 1
-    assert timeout / 3 <= dead["told_p50_s"] <= dead["told_max_s"] <= timeout + 2.0
+    assert timeout / 2 - 0.05 <= dead["told_p50_s"] <= dead["told_max_s"] <= timeout + 2.0
     assert dead["dead_cause"].startswith(f"task {HOSTS - 1} (")
     assert "no heartbeat for " in dead["dead_cause"]
 

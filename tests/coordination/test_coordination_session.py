@@ -528,6 +528,33 @@ def test_the_clusters_error_is_pushed_by_a_few_writers_not_a_task_per_host(monke
     run(body())
 
 
+def test_stopping_the_service_right_after_an_error_still_tells_every_watching_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Task 0's agent stops its service as soon as it has heard the cluster's error itself; the pushes
+    # the fan-out's writers have not reached yet go to the sessions' own outboxes, flushed in the grace.
+    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 2)
+    hosts = 60
+
+    async def body() -> None:
+        async with serving(make_config(hosts)) as cluster:
+            opened, runs = await sessions(cluster, interval=5.0)
+            watches = [asyncio.create_task(s.watch_errors()) for s in opened[:-1]]
+            try:
+                await asyncio.sleep(0.3)
+                await cluster.clients[-1].report_error(opened[-1].membership.task, "boom")
+                await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+                await cluster.server.stop(grace=0.25)
+                done, _ = await asyncio.wait(watches, timeout=5.0)
+                told = [w for w in done if not w.cancelled() and w.exception() is None]
+                assert len(told) == hosts - 1, [w.exception() for w in done if not w.cancelled() and w.exception()][:3]
+                assert {w.result().failures[0].task.task_id for w in told} == {hosts - 1}
+            finally:
+                await close(runs + watches)
+
+    run(body())
+
+
 class _EndedStream:
     """A session stream that ended under a write: gRPC raises a bare INTERNAL for such a write."""
 

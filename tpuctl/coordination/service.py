@@ -70,6 +70,9 @@ _STUCK_S = 0.5
 started beside it, so the other hosts are not held up."""
 _KV_DIR_CACHE = 64
 _FLUSH_S = 1.0
+_STOP_WRITES_S = 0.25
+"""How long ``stop`` lets the fan-out writers' writes in progress finish (one message each; a host that
+takes no bytes would hold its writer until cancelled)."""
 """How long a session's end waits for its queued writes."""
 """Key listings kept encoded (by prefix) until the next key-value write."""
 
@@ -215,11 +218,20 @@ class _Heap:
 class _FanOut:
     """One answer for many sessions, written by a few writer tasks taking the answers in turn."""
 
-    __slots__ = ("answers", "writers")
+    __slots__ = ("answers", "fans", "writers")
 
-    def __init__(self, answers: deque[tuple[_Session, bytes | _Fanned]], writers: set[asyncio.Task[None]]) -> None:
+    def __init__(
+        self,
+        answers: deque[tuple[_Session, bytes | _Fanned]],
+        writers: set[asyncio.Task[None]],
+        fans: set[_FanOut] | None = None,
+    ) -> None:
         self.answers = answers
         self.writers = writers
+        self.fans = fans
+        """The service's fan-outs with answers left (``CoordinationServicer.stop`` hands those over)."""
+        if fans is not None:
+            fans.add(self)
 
     def add_writer(self) -> None:
         if self.answers:
@@ -241,6 +253,8 @@ async def _write_answers(fan: _FanOut) -> None:
             await session.write(data)
         finally:
             stuck.cancel()
+    if fan.fans is not None:
+        fan.fans.discard(fan)
 
 
 def _fanout_width(answer_bytes: int) -> int:
@@ -413,6 +427,7 @@ class CoordinationServicer:
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
         self._watchers: set[_Session] = set()
         self._writers: set[asyncio.Task[None]] = set()  # ``_fan_out``'s (the loop keeps only weak references)
+        self._fans: set[_FanOut] = set()
         self._session_ids = itertools.count(1)
         self._waiting_for_all: set[_Session] = set()
         """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
@@ -427,8 +442,20 @@ class CoordinationServicer:
         self._watchdog = asyncio.create_task(self._watch_heartbeats(), name="tpuctl-coordination-watchdog")
 
     async def stop(self) -> None:
+        """Stop the service's own tasks. Answers a fan-out has not written yet (a passed barrier, the
+        cluster's error: task 0's agent stops the service right after hearing the error itself) go to
+        their sessions' own outboxes, which the streams' handlers flush during the server's grace; the
+        writers' writes in progress get as long to finish."""
         self.heap.stop()
-        for writer in list(self._writers):
+        for fan in list(self._fans):
+            while fan.answers:
+                session, data = fan.answers.popleft()
+                session.send(data)
+        self._fans.clear()
+        writers = list(self._writers)
+        if writers:
+            await asyncio.wait(writers, timeout=_STOP_WRITES_S)
+        for writer in writers:
             writer.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -751,7 +778,7 @@ class CoordinationServicer:
             session, data = answers[0]
             session.send(data)
             return
-        fan = _FanOut(answers, self._writers)
+        fan = _FanOut(answers, self._writers, self._fans)
         for _ in range(min(width, len(answers))):
             fan.add_writer()
 
