@@ -436,19 +436,25 @@ def test_a_gather_timeout_and_a_refused_value_on_a_session_say_what_the_unary_ca
     run(body())
 
 
-def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A pod's release: at most _RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
-    # about 1 kB each, 10 MB at 10,000 hosts for every barrier), and every host is still answered.
-    writers = []
+def count_writers(monkeypatch: pytest.MonkeyPatch, width: int) -> list[int]:
+    """Fan-outs of at most ``width`` writers; each writer started adds how many answers it found left."""
+    writers: list[int] = []
     write_answers = service_module._write_answers
 
     async def counted(fan: Any) -> None:
         writers.append(len(fan.answers))
         await write_answers(fan)
 
-    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
-    monkeypatch.setattr(service_module, "_FANOUT_BYTES", 1)  # a gather's width: at least _FANOUT_MIN (16)
+    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", width)
     monkeypatch.setattr(service_module, "_write_answers", counted)
+    return writers
+
+
+def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pod's release: at most _RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
+    # about 1 kB each, 10 MB at 10,000 hosts for every barrier), and every host is still answered.
+    writers = count_writers(monkeypatch, width=3)
+    monkeypatch.setattr(service_module, "_FANOUT_BYTES", 1)  # a gather's width: at least _FANOUT_MIN (16)
 
     async def body() -> None:
         async with serving(make_config(20)) as cluster:
@@ -471,15 +477,7 @@ def test_completed_registration_is_written_by_a_few_writers_not_a_task_per_host(
 ) -> None:
     # The last host's registration answers every host's wait for all at once: the same fan-out as a
     # barrier's (a task per host was 10,000 tasks created at once at a pod's size); every wait is answered.
-    writers = []
-    write_answers = service_module._write_answers
-
-    async def counted(fan: Any) -> None:
-        writers.append(len(fan.answers))
-        await write_answers(fan)
-
-    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
-    monkeypatch.setattr(service_module, "_write_answers", counted)
+    writers = count_writers(monkeypatch, width=3)
 
     async def body() -> None:
         async with serving(make_config(12)) as cluster:
@@ -502,15 +500,7 @@ def test_completed_registration_is_written_by_a_few_writers_not_a_task_per_host(
 
 def test_the_clusters_error_is_pushed_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
     # A host's failure is pushed to every watching host at once: the same fan-out as a barrier's release.
-    writers = []
-    write_answers = service_module._write_answers
-
-    async def counted(fan: Any) -> None:
-        writers.append(len(fan.answers))
-        await write_answers(fan)
-
-    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 3)
-    monkeypatch.setattr(service_module, "_write_answers", counted)
+    writers = count_writers(monkeypatch, width=3)
 
     async def body() -> None:
         async with serving(make_config(12)) as cluster:
