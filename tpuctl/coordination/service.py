@@ -69,12 +69,12 @@ _STUCK_S = 0.5
 """A fan-out's write that has not completed after this long (its host takes no bytes) gets a writer
 started beside it, so the other hosts are not held up."""
 _KV_DIR_CACHE = 64
+"""Key listings kept encoded (by prefix) until the next key-value write."""
 _FLUSH_S = 1.0
+"""How long a session's end waits for its queued writes."""
 _STOP_WRITES_S = 0.25
 """How long ``stop`` lets the fan-out writers' writes in progress finish (one message each; a host that
 takes no bytes would hold its writer until cancelled)."""
-"""How long a session's end waits for its queued writes."""
-"""Key listings kept encoded (by prefix) until the next key-value write."""
 
 # Refusals that mean a host is misconfigured or a process is duplicated: worth a warning in the log.
 _MEMBERSHIP_REFUSALS = {
@@ -609,18 +609,16 @@ class CoordinationServicer:
         self._drop_wait_for_all(session)
         now = self._clock()
         waiter = _WaitForAll(session, caller, request.request_id, now + _poll_seconds(request.max_wait_seconds))
-        if self._answer_wait_for_all(waiter, now):
+        answer = self._answer_wait_for_all(waiter, now)
+        if answer is not None:
+            session.send(answer)
             return
         session.wait_for_all = waiter
         self._waiting_for_all.add(session)
 
-    def _answer_wait_for_all(
-        self, waiter: _WaitForAll, now: float, out: deque[tuple[_Session, bytes | _Fanned]] | None = None
-    ) -> bool:
-        """Answer ``waiter`` if its wait is over (True); else (re)arm its timer. With ``out``, the answer
-        is added to it (for one fan-out) instead of sent."""
+    def _answer_wait_for_all(self, waiter: _WaitForAll, now: float) -> bytes | None:
+        """``waiter``'s answer if its wait is over (the caller sends it); else None, its timer (re)armed."""
         request_id = waiter.request_id
-        send = waiter.session.send if out is None else lambda data: out.append((waiter.session, data))
         try:
             left = self._state.registration_waiting(waiter.caller, now=now)
             if left is None:
@@ -631,31 +629,30 @@ class CoordinationServicer:
                         registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
                     ),
                 )
-                send(_request_id_prefix(request_id) + complete)
-                return True
+                return _request_id_prefix(request_id) + complete
             if now >= waiter.answer_by:
                 self.counters.built += 1
                 progress = convert.progress_response(self._state.registration_progress(waiter.caller, now=now))
                 response = pb.HeartbeatResponse(request_id=request_id, registration=progress)
-                send(response.SerializeToString())
-                return True
+                return response.SerializeToString()
         except Refused as refused:
-            send(_outcome_refused(request_id, refused))
-            return True
+            return _outcome_refused(request_id, refused)
         finally:
             self.counters.touched += 1
         if waiter.timer is not None:
             waiter.timer.cancel()
         delay = max(0.0, min(waiter.answer_by, now + left) - now)
         waiter.timer = asyncio.get_running_loop().call_later(delay, self._wait_for_all_due, waiter)
-        return False
+        return None
 
     def _wait_for_all_due(self, waiter: _WaitForAll) -> None:
         waiter.timer = None
         session = waiter.session
         if session.wait_for_all is not waiter:
             return
-        if self._answer_wait_for_all(waiter, self._clock()):
+        answer = self._answer_wait_for_all(waiter, self._clock())
+        if answer is not None:
+            session.send(answer)
             self._drop_wait_for_all(session)
         self._wake()  # deciding may have changed the state (the registration timeout)
 
@@ -667,7 +664,9 @@ class CoordinationServicer:
         answers: deque[tuple[_Session, bytes | _Fanned]] = deque()
         for session in list(self._waiting_for_all):
             waiter = session.wait_for_all
-            if waiter is not None and self._answer_wait_for_all(waiter, now, answers):
+            answer = None if waiter is None else self._answer_wait_for_all(waiter, now)
+            if answer is not None:
+                answers.append((session, answer))
                 self._drop_wait_for_all(session)
         if answers:
             self._fan_out(answers, _RELEASE_WIDTH)
