@@ -18,6 +18,8 @@ import pytest
 from coordination_harness import make_config, run, serving
 
 from tpuctl.coordination.client import CoordinationClient
+from tpuctl.coordination.values import TaskState
+from tpuctl.errors import CoordinatorUnreachable
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,5 +127,126 @@ def test_a_coordinator_not_yet_listening_is_reached_within_a_second_of_starting(
             finally:
                 await client.close()
                 await relay.stop()
+
+    run(body(), timeout=40)
+
+
+class DyingCoordinator:
+    """A relay in front of a real service that dies the moment the service answers a stream: it passes
+    the client's bytes and the service's connection frames (SETTINGS, PING, WINDOW_UPDATE: stream 0),
+    and when the service's first frame of a stream comes (the registration's answer) it drops it, resets
+    the connection and stops listening, as a coordinator killed between taking a registration and
+    answering it (CI: ``test_fault[kill-merging-coordinator]``)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.server: asyncio.Server | None = None
+        self.died = asyncio.Event()
+        self.pipes: set[asyncio.Task[None]] = set()
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers += [writer, up_writer]
+        for task in (self._pass(reader, up_writer), self._frames(up_reader, writer)):
+            pipe = asyncio.create_task(task)
+            self.pipes.add(pipe)
+            pipe.add_done_callback(self.pipes.discard)
+
+    @staticmethod
+    async def _pass(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+
+    async def _frames(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            while True:
+                header = await source.readexactly(9)  # HTTP/2 frame: length (3), type, flags, stream id (4)
+                body = await source.readexactly(int.from_bytes(header[:3], "big"))
+                if int.from_bytes(header[5:9], "big") & 0x7FFFFFFF:
+                    self.die()
+                    return
+                sink.write(header + body)
+                await sink.drain()
+
+    def die(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            transport = writer.transport
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()  # RST, as the kernel does for a killed process's sockets
+        self.died.set()
+
+    async def stop(self) -> None:
+        if not self.died.is_set():
+            self.die()
+        for task in list(self.pipes):
+            task.cancel()
+        for task in list(self.pipes):
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def test_a_coordinator_that_dies_before_answering_a_registration_fails_it_within_the_heartbeat_timeout() -> None:
+    """The registration reached the service, the coordinator died before its answer came back: the host
+    has seen the coordinator, so its silence is a failure within the heartbeat timeout (``give_up_after``),
+    not a late start retried for the whole register timeout (``connect_timeout``, 30 s here)."""
+
+    async def body() -> None:
+        config = make_config(2)
+        async with serving(config) as cluster:
+            port = int(cluster.server.target.rsplit(":", 1)[1])
+            relay = DyingCoordinator(port)
+            relay_port = await relay.start()
+            client = CoordinationClient(f"127.0.0.1:{relay_port}", rpc_timeout=10.0)
+            loop = asyncio.get_running_loop()
+            try:
+                started = loop.time()
+                with pytest.raises(CoordinatorUnreachable) as failed:
+                    await client.open_session(
+                        config.cluster, 1, hostname="host-1", connect_timeout=30.0, give_up_after=1.5
+                    )
+                waited = loop.time() - started
+                assert relay.died.is_set()
+                status = await cluster.client().status()
+                assert [t.task.task_id for t in status.tasks if t.state is not TaskState.WAITING] == [1]  # it got there
+                assert "after it was reached" in failed.value.message, failed.value.message
+                assert "task 0" in (failed.value.hint or "")
+                # The heartbeat timeout after the break, plus at most one retry's backoff and slack.
+                assert 1.5 <= waited < 1.5 + 2.0, waited
+            finally:
+                await client.close()
+                await relay.stop()
+
+    run(body(), timeout=40)
+
+
+def test_a_coordinator_never_reached_is_retried_for_the_whole_connect_timeout() -> None:
+    """The other side: nobody ever answered, so the coordinator may start late; ``give_up_after`` does
+    not cut the wait short."""
+
+    async def body() -> None:
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = int(probe.sockets[0].getsockname()[1])
+        probe.close()
+        await probe.wait_closed()
+        client = CoordinationClient(f"127.0.0.1:{port}", rpc_timeout=10.0)
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            with pytest.raises(CoordinatorUnreachable) as failed:
+                await client.open_session("test", 1, connect_timeout=2.5, give_up_after=0.5)
+            assert loop.time() - started >= 2.5
+            assert "kept trying for" in failed.value.message
+            assert "after it was reached" not in failed.value.message
+        finally:
+            await client.close()
 
     run(body(), timeout=40)

@@ -256,6 +256,7 @@ class Agent:
             generation=self._last_generation,
             previous_credential=self._previous_credential,
             interval=spec.coordinator.heartbeat_interval,
+            give_up_after=spec.coordinator.heartbeat_timeout,
         )
         self.membership = self.session.membership
         generation = self.generation

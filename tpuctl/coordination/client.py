@@ -250,11 +250,15 @@ class CoordinationClient:
             cluster, task_id, incarnation, hostname, with_tasks, generation, previous_credential
         )
         first = pb.HeartbeatRequest(register=request)
+        contact = _Contact()
 
         async def attempt() -> tuple[Membership, Any]:
             call = self._stub.HeartbeatStream(metadata=self._metadata, wait_for_ready=False)
             try:
                 await asyncio.wait_for(call.write(first), self._rpc_timeout)
+                # A write completes only on a connected transport (a refused connection fails it): the
+                # coordinator was there. If it goes silent now, it died or was cut off, not late to start.
+                contact.reached = True
                 response = await asyncio.wait_for(call.read(), self._rpc_timeout)
                 if not isinstance(response, pb.HeartbeatResponse):  # EOF: refused, the status says why
                     raise self._error(await _finished(call), "RegisterTask", self._rpc_timeout)
@@ -280,7 +284,7 @@ class CoordinationClient:
                 call.cancel()
                 raise
 
-        membership, call = await self._retrying(attempt, connect_timeout)
+        membership, call = await self._retrying(attempt, connect_timeout, contact, give_up_after)
         self.membership = membership
         session = Session(self, membership, interval=interval, give_up_after=give_up_after)
         session._adopted = call
@@ -312,22 +316,49 @@ class CoordinationClient:
         )
         return task, request
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[_T]], connect_timeout: float) -> _T:
-        """``attempt()`` until it answers, retrying for ``connect_timeout`` s while nobody answers."""
-        give_up_at = time.monotonic() + connect_timeout
+    async def _retrying(
+        self,
+        attempt: Callable[[], Awaitable[_T]],
+        connect_timeout: float,
+        contact: _Contact | None = None,
+        lost_after: float | None = None,
+    ) -> _T:
+        """``attempt()`` until it answers, retrying for ``connect_timeout`` s while nobody answers.
+
+        A coordinator that was reached (``contact.reached``, set by ``attempt``) and then stops answering
+        is not late to start: it died, restarted or was cut off. From the first failure after contact the
+        retries go on for ``lost_after`` s at most (the heartbeat timeout: as long as a session rides out
+        an unreachable coordinator), so a host whose registration was in flight when the coordinator died
+        fails as its registered peers do, not after the whole register timeout."""
+        started = time.monotonic()
+        give_up_at = started + connect_timeout
+        lost_at: float | None = None
         retries = 0
         while True:
             try:
                 return await attempt()
             except CoordinatorUnreachable as exc:
-                left = give_up_at - time.monotonic()
+                now = time.monotonic()
+                if contact is not None and contact.reached and lost_after is not None and lost_at is None:
+                    lost_at = now
+                    give_up_at = min(give_up_at, now + lost_after)
+                    log.warning("coordinator at %s answered, then broke off: %s", self.target, exc.message)
+                left = give_up_at - now
                 if left <= 0:
+                    if lost_at is not None:
+                        raise CoordinatorUnreachable(
+                            f"coordinator at {self.target} unreachable after it was reached: {exc.message} "
+                            f"(kept trying for {now - lost_at:.1f} s, the heartbeat timeout)",
+                            hint="task 0's agent (the coordinator) died, restarted or was cut off: check task "
+                            "0's host and its agent log",
+                        ) from exc
                     if connect_timeout <= 0:
                         raise
                     raise CoordinatorUnreachable(
-                        f"{exc.message} (kept trying for {connect_timeout:.1f} s)", hint=exc.hint
+                        f"{exc.message} (kept trying for {now - started:.1f} s)", hint=exc.hint
                     ) from exc
-                log.info("coordinator at %s not answering yet; retrying", self.target)
+                if lost_at is None:
+                    log.info("coordinator at %s not answering yet; retrying", self.target)
                 await asyncio.sleep(min(RETRY_DELAYS_S[min(retries, len(RETRY_DELAYS_S) - 1)], left))
                 retries += 1
 
@@ -1179,6 +1210,12 @@ if sys.version_info >= (3, 11):
 
 else:  # pragma: no cover - Python 3.10
     _within = asyncio.wait_for
+
+
+class _Contact:
+    """Whether a registration attempt got through to the coordinator (see ``_retrying``)."""
+
+    reached = False
 
 
 def _left(deadline: float, cap: float) -> float:
