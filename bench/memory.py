@@ -91,7 +91,8 @@ async def drive(
 ) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination import client as client_module
-    from tpuctl.coordination.client import CoordinationClient, Session
+    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.session import Session
 
     client_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1), *options)  # a connection per host
     assert service.stdin is not None and service.stdout is not None

@@ -14,7 +14,8 @@ import time
 import pytest
 from coordination_harness import make_config, run, serving
 
-from tpuctl.coordination.client import CONFIRM_GRACE_S, CoordinationClient
+from tpuctl.coordination.calls import CONFIRM_GRACE_S
+from tpuctl.coordination.client import CoordinationClient
 from tpuctl.errors import CoordinatorUnreachable
 
 

@@ -63,7 +63,7 @@ def test_every_task_scoped_call_without_the_credential_is_refused_and_changes_no
             assert status.failure is None and [t.state.name for t in status.tasks] == ["CONNECTED"] * 3
             assert await stranger.kv_dir("") == []
             # Nothing in status lets anyone borrow an identity: no incarnation, no credential.
-            raw = (await stranger._stub.GetStatus(pb.GetStatusRequest())).SerializeToString()
+            raw = (await stranger.stub.GetStatus(pb.GetStatusRequest())).SerializeToString()
             for _, member in members:
                 assert member.task.credential not in raw
                 assert member.task.incarnation.to_bytes(8, "little") not in raw
@@ -103,7 +103,7 @@ def test_a_replayed_registration_with_the_real_incarnation_gets_no_credential() 
             raw = pb.RegisterTaskRequest(protocol_version=PROTOCOL_VERSION, cluster_name="test", task_id=1,
                                          incarnation=member.task.incarnation, hostname="h")  # fmt: skip
             with pytest.raises(Exception, match="retry secret of 16 to 64 random bytes"):
-                await cluster.client()._stub.RegisterTask(raw)  # none at all: refused, not a free retry
+                await cluster.client().stub.RegisterTask(raw)  # none at all: refused, not a free retry
             status = await cluster.client().status()
             assert [t.fingerprint for t in status.tasks][1] == fingerprint(member.task.credential)
 

@@ -22,7 +22,8 @@ from test_coordination_frozen import FreezingProxy
 from test_coordination_generations import formed
 from test_coordination_state import new_state, register, registration
 
-from tpuctl.coordination.client import CONFIRM_GRACE_S, CoordinationClient
+from tpuctl.coordination.calls import CONFIRM_GRACE_S
+from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.values import Refused, TaskState, keepalive_interval, keepalive_window
 from tpuctl.errors import CoordinatorUnreachable
 

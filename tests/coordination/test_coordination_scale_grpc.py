@@ -8,8 +8,7 @@ import time
 import pytest
 from coordination_harness import MESSAGE_BOUND, check_bounded_registration_timeout, make_config, run, serving
 
-from tpuctl.coordination import CoordinationClient, RendezvousProgress
-from tpuctl.coordination import client as client_module
+from tpuctl.coordination import CoordinationClient, RendezvousProgress, calls
 from tpuctl.coordination.server import start_server
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError
 
@@ -67,9 +66,9 @@ def test_barrier_and_gather_progress_name_the_missing_hosts() -> None:
 
 def test_registration_progress_polls_are_paced_by_the_cluster_size() -> None:
     # A whole pod polls at most PROGRESS_POLLS_PER_S times a second in all, from the first poll on.
-    assert client_module._progress_interval(2.0, 4) == 2.0
-    assert client_module._progress_interval(2.0, 2_304) == pytest.approx(2_304 / client_module.PROGRESS_POLLS_PER_S)
-    assert client_module._progress_interval(2.0, 10_000) == 100.0
+    assert calls.progress_interval(2.0, 4) == 2.0
+    assert calls.progress_interval(2.0, 2_304) == pytest.approx(2_304 / calls.PROGRESS_POLLS_PER_S)
+    assert calls.progress_interval(2.0, 10_000) == 100.0
 
 
 @pytest.mark.parametrize(("hosts", "polls"), [(4, "many"), (1_000, "none")])
@@ -103,7 +102,7 @@ def test_registration_timeout_with_9999_of_10000_missing_is_a_clean_bounded_dead
 ) -> None:
     # Progress lines every 0.2 s even at 10,000 hosts (paced, the first would come after 100 s): their bound is
     # what is tested here.
-    monkeypatch.setattr(client_module, "PROGRESS_POLLS_PER_S", 1e9)
+    monkeypatch.setattr(calls, "PROGRESS_POLLS_PER_S", 1e9)
 
     async def body() -> None:
         async with serving(make_config(10_000, register_timeout=1.0, heartbeat_timeout=60.0)) as cluster:

@@ -14,10 +14,11 @@ import grpc
 import pytest
 from coordination_harness import check_bounded_registration_timeout, make_config, run, serving
 
+from tpuctl.coordination import calls, convert
 from tpuctl.coordination import client as client_module
-from tpuctl.coordination import convert
 from tpuctl.coordination import service as service_module
-from tpuctl.coordination.client import CoordinationClient, Session
+from tpuctl.coordination.client import CoordinationClient
+from tpuctl.coordination.session import Session
 from tpuctl.coordination.state import RestartPolicy, TaskInfo
 from tpuctl.coordination.values import PROTOCOL_VERSION, Membership, TaskRef, TaskState
 from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
@@ -315,7 +316,7 @@ def test_a_second_registration_on_one_stream_is_refused() -> None:
 
 
 def test_a_registration_timeout_on_the_session_is_the_unary_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "PROGRESS_POLLS_PER_S", 1e9)  # progress every 0.2 s even at 10,000 hosts
+    monkeypatch.setattr(calls, "PROGRESS_POLLS_PER_S", 1e9)  # progress every 0.2 s even at 10,000 hosts
 
     async def body() -> None:
         async with serving(make_config(10_000, register_timeout=1.0, heartbeat_timeout=60.0)) as cluster:

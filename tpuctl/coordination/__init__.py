@@ -46,12 +46,13 @@ from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, I
 
 if TYPE_CHECKING:
     from tpuctl.coordination.auth import load_token
-    from tpuctl.coordination.client import CoordinationClient, Session
+    from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.server import CoordinationServer, start_server
+    from tpuctl.coordination.session import Session
 
 _LAZY = {
     "CoordinationClient": "tpuctl.coordination.client",
-    "Session": "tpuctl.coordination.client",
+    "Session": "tpuctl.coordination.session",
     "CoordinationServer": "tpuctl.coordination.server",
     "start_server": "tpuctl.coordination.server",
     "load_token": "tpuctl.coordination.auth",

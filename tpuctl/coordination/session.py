@@ -1,0 +1,495 @@
+"""One host's session with the coordinator: a single stream for its heartbeats, barriers, gathers, the wait
+for every host and the cluster's error (``Session``, made by ``CoordinationClient.open_session`` or
+``CoordinationClient.session``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+from tpuctl.coordination import convert
+from tpuctl.coordination.calls import (
+    CONFIRM_GRACE_S,
+    RETRY_DELAYS_S,
+    STATUS_BY_VALUE,
+    finished,
+    progress_interval,
+    report,
+    seconds_until,
+    within,
+)
+from tpuctl.coordination.values import (
+    ClusterFailure,
+    Membership,
+    RegistrationProgress,
+    RendezvousKind,
+    RendezvousProgress,
+    keepalive_window,
+    shown,
+)
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
+from tpuctl.proto import coordination_pb2 as pb
+
+if TYPE_CHECKING:
+    from tpuctl.coordination.client import CoordinationClient
+
+log = logging.getLogger("tpuctl.coordination")
+
+
+class Session:
+    """One host's session with the coordinator (protocol v6): one stream (``HeartbeatStream``) carries
+    its heartbeats, its barrier arrivals and its error watch, so the service holds one call per host
+    instead of a stream, a parked error poll and a parked barrier, and answers a passed barrier with one
+    write per host. Made by ``CoordinationClient.session``.
+
+    ``run()`` heartbeats until cancelled, exactly as ``heartbeat_loop`` (the same confirmations, the same
+    deadlines: a frozen or cut-off coordinator is noticed within ``give_up_after + CONFIRM_GRACE_S`` s of
+    the last confirmation; an unreachable one is ridden out for ``give_up_after`` s by reopening the
+    stream) and raises as it does. One reader task per stream sorts what comes back: confirmations,
+    barrier outcomes (by request id) and the cluster's error.
+
+    While it runs: ``barrier`` and ``gather`` (v9) (as ``CoordinationClient.barrier`` and ``gather``; an
+    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
+    error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
+    with its error."""
+
+    def __init__(
+        self,
+        client: CoordinationClient,
+        membership: Membership,
+        *,
+        interval: float | None = None,
+        give_up_after: float | None = None,
+    ) -> None:
+        self._client = client
+        self.membership = membership
+        self.interval = interval or membership.heartbeat_timeout / 3
+        self.give_up_after = give_up_after or membership.heartbeat_timeout
+        keepalive = client.keepalive
+        self.keepalive_window = keepalive_window(keepalive) if keepalive else None
+        """v8: once a stream's first heartbeat is confirmed, the channel's pings vouch for the coordinator
+        (no more heartbeat messages) when they notice a dead one within half of ``give_up_after``; None:
+        heartbeat messages every ``interval`` s, every few confirmed, as before."""
+        if self.keepalive_window is not None and self.keepalive_window > self.give_up_after / 2:
+            self.keepalive_window = None
+        self._call: Any = None
+        self._adopted: Any = None
+        """The stream ``open_session`` registered on: the first stream ``run`` uses (already confirmed)."""
+        self._write_lock = asyncio.Lock()  # gRPC: one write at a time on a call
+        self._opened = asyncio.Event()  # set while a stream is up (its first message sent)
+        self._pending: dict[int, asyncio.Future[pb.HeartbeatResponse]] = {}
+        self._calls: dict[int, str] = {}  # what each pending request is, for its refusal's message
+        self._ids = itertools.count(1)
+        self._confirm: asyncio.Future[None] | None = None
+        self._watching = False
+        self._failure: asyncio.Future[ClusterFailure] = asyncio.get_running_loop().create_future()
+        self._ended: TpuctlError | None = None
+        self._broke: TpuctlError | None = None  # why the last stream broke (its waiting barriers wait)
+        self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
+
+    @property
+    def ended(self) -> TpuctlError | None:
+        """Why ``run`` ended (None while it runs)."""
+        return self._ended
+
+    async def run(self) -> NoReturn:
+        client, membership = self._client, self.membership
+        interval, give_up_after = self.interval, self.give_up_after
+        confirmed = [time.monotonic()]
+        attempt = 0
+        try:
+            while True:
+                try:
+                    await self._stream(max(1, int(give_up_after / (3 * interval))), confirmed)
+                except (ClusterError, DeadlineError) as exc:
+                    if isinstance(exc, ClusterError) and not isinstance(exc, CoordinatorUnreachable):
+                        await client.raise_if_restarted(membership.service_incarnation, exc)
+                        raise
+                    silent = time.monotonic() - confirmed[0]
+                    if silent > give_up_after:
+                        raise client.unconfirmed(silent, give_up_after, exc) from exc
+                    log.warning("heartbeat failed (will retry): %s", exc.message)
+                    await asyncio.sleep(min(interval, RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]))
+                    attempt += 1
+        except TpuctlError as exc:
+            self._end(exc)
+            raise
+        except BaseException:
+            self._end(ClusterError(f"task {membership.task.task_id}: the session with {client.target} was closed"))
+            raise
+
+    async def barrier(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 5.0,
+    ) -> int:
+        """``CoordinationClient.barrier`` for this session's task, on the stream: the same outcomes and
+        errors. Waits up to ``rpc_timeout`` for the stream to be up."""
+        arrival = _barrier_arrival(name, timeout or 0.0)
+        response = await self._rendezvous("barrier", name, arrival, timeout, progress, progress_every)
+        return int(response.instance)
+
+    async def gather(
+        self,
+        name: str,
+        value: bytes,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 5.0,
+    ) -> list[bytes]:
+        """``CoordinationClient.gather`` for this session's task, on the stream (protocol v9): the same
+        values, checks, progress and errors, without a call of its own in the service while it waits."""
+        arrival = _gather_arrival(name, value, timeout or 0.0)
+        response = await self._rendezvous("gather", name, arrival, timeout, progress, progress_every)
+        if not response.HasField("gathered"):
+            raise ClusterError(f"the coordinator at {self._client.target} answered gather {shown(name)} without its table")
+        return convert.gather_values(response.gathered)  # inflated to at most the size the service allows
+
+    async def _rendezvous(
+        self,
+        kind: RendezvousKind,
+        name: str,
+        arrival: Callable[[int], pb.HeartbeatRequest],
+        timeout: float | None,
+        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
+        progress_every: float,
+    ) -> pb.HeartbeatResponse:
+        """A barrier or gather arrival on the stream, with the unary calls' deadline and progress polls."""
+        client = self._client
+        call = f"{kind} {shown(name)}"
+        wait = (client.max_wait if timeout is None else timeout) + client.rpc_timeout
+        response: pb.HeartbeatResponse = await client.with_progress(
+            self._arrive(arrival, call, wait), call, self.membership.task, name, kind, progress, progress_every
+        )
+        return response
+
+    async def watch_errors(self) -> ClusterFailure:
+        """The cluster's error, once there is one (the service pushes it on the stream). Raises the
+        session's error if it ends first."""
+        if not self._watching:
+            self._watching = True
+            if self._opened.is_set() and self._ended is None:
+                await self._send_watch()
+        return await asyncio.shield(self._failure)
+
+    # --- plumbing ------------------------------------------------------------------------------------
+
+    async def _arrive(
+        self, build: Callable[[int], pb.HeartbeatRequest], call: str, wait: float
+    ) -> pb.HeartbeatResponse:
+        """A barrier or gather arrival on the stream, answered by request id within ``wait`` s."""
+        started = time.monotonic()
+        if self._ended is not None:
+            raise self._ended
+        if not self._opened.is_set():
+            await self._until_open(self._client.rpc_timeout, call)
+        return await self._request(build, call, started, started + wait)
+
+    async def wait_for_all(
+        self,
+        *,
+        timeout: float,
+        progress: Callable[[RegistrationProgress], Awaitable[None] | None] | None = None,
+        progress_every: float = 1.0,
+    ) -> None:
+        """``CoordinationClient.wait_for_all`` for this session's task, on the stream (protocol v7): the
+        same progress, pacing, answers and errors, without a call per host in the service."""
+        started = time.monotonic()
+        every = progress_interval(progress_every, self.membership.num_tasks)
+        while True:
+            left = started + timeout - time.monotonic()
+            if left <= 0:
+                raise DeadlineError(f"registration not complete after waiting {timeout:.1f} s")
+            poll = min(every, left)
+            if self._ended is not None:
+                raise self._ended
+            if not self._opened.is_set():  # reopening: the session rides out a cut for give_up_after
+                await self._until_open(max(0.01, min(left, self.give_up_after + CONFIRM_GRACE_S)), "WaitForAllTasks")
+
+            def waiting(request_id: int, poll: float = poll) -> pb.HeartbeatRequest:
+                return pb.HeartbeatRequest(wait_for_all=pb.StreamWaitForAll(request_id=request_id, max_wait_seconds=poll))
+
+            now = time.monotonic()
+            try:
+                response = await self._request(waiting, "WaitForAllTasks", now, now + poll + self._client.rpc_timeout)
+            except CoordinatorUnreachable:
+                if self._ended is not None:
+                    raise self._ended from None
+                await asyncio.sleep(RETRY_DELAYS_S[0])
+                continue  # the stream broke under the wait (it is idempotent): ask again on the next one
+            if response.registration.complete:
+                return
+            current = convert.progress(response.registration)
+            every = progress_interval(progress_every, current.total)
+            if progress is not None:
+                await report(progress(current))
+
+    async def _request(
+        self, build: Callable[[int], pb.HeartbeatRequest], call: str, started: float, deadline: float
+    ) -> pb.HeartbeatResponse:
+        """Send ``build(request_id)`` (a new request id) and await its answer until ``deadline``."""
+        client = self._client
+        request_id = next(self._ids)
+        request = build(request_id)
+        future: asyncio.Future[pb.HeartbeatResponse] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._calls[request_id] = call
+        try:
+            reopened = self._reopened
+            if not await self._write(request, seconds_until(deadline, client.rpc_timeout), call, answer_if_ended=True):
+                # The stream ended under the write, as under an arrival already sent: the answer is the
+                # session's verdict (``_broken``, ``_end``), unless that came before the write failed.
+                if self._ended is not None:
+                    raise self._ended
+                if self._reopened != reopened:
+                    raise CoordinatorUnreachable(
+                        f"the session with the coordinator at {client.target} broke while sending {call}",
+                        hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
+                    )
+            left = deadline - time.monotonic()
+            try:
+                return await within(future, max(0.01, left))  # the future is this call's alone
+            except asyncio.TimeoutError:
+                raise DeadlineError(
+                    f"the coordinator at {client.target} did not answer {call} within "
+                    f"{time.monotonic() - started:.1f} s",
+                    hint="it may be overloaded or stuck; `tpuctl status` shows what it sees",
+                ) from None
+        finally:
+            self._pending.pop(request_id, None)
+            self._calls.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: no "never retrieved" warning for an abandoned wait
+
+    async def _until_open(self, limit: float, call: str) -> None:
+        ended: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(self._failure))
+        opened: asyncio.Future[Any] = asyncio.ensure_future(self._opened.wait())
+        try:
+            await asyncio.wait({ended, opened}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            opened.cancel()
+        if self._ended is not None:
+            raise self._ended
+        if not self._opened.is_set():
+            raise CoordinatorUnreachable(
+                f"{call}: no session with the coordinator at {self._client.target} within {limit:.1f} s",
+                hint="check that task 0's agent runs and is reachable from this host",
+            )
+
+    async def _send_watch(self) -> None:
+        with contextlib.suppress(TpuctlError):  # a broken stream: the next one sends it again
+            await self._write(pb.HeartbeatRequest(watch_errors=True), self._client.rpc_timeout, "HeartbeatStream")
+
+    async def _write(
+        self, request: pb.HeartbeatRequest, timeout: float, call: str, *, answer_if_ended: bool = False
+    ) -> bool:
+        """Write ``request`` on the current stream (True). A stream that ended under the write raises its
+        call's status as an error, or with ``answer_if_ended`` returns False: the stream's reader tells
+        the session why it ended (gRPC's own status for such a write can be a bare INTERNAL)."""
+        stream = self._call
+        if stream is None:
+            raise CoordinatorUnreachable(f"{call}: the session with {self._client.target} is reconnecting")
+        try:
+            async with self._write_lock:
+                await within(stream.write(request), timeout)
+            return True
+        except grpc.aio.AioRpcError as exc:
+            if answer_if_ended:
+                return False
+            raise self._client.error_of(exc, call, self._client.rpc_timeout) from exc
+        except asyncio.InvalidStateError as exc:  # written to a call the service already ended
+            if answer_if_ended:
+                return False
+            raise self._client.error_of(await finished(stream), call, self._client.rpc_timeout) from exc
+        except asyncio.TimeoutError as exc:
+            raise DeadlineError(
+                f"the coordinator at {self._client.target} took no {call} message within {timeout:.1f} s",
+                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
+            ) from exc
+
+    async def _stream(self, confirm_every: int, confirmed: list[float]) -> NoReturn:
+        """One stream until it fails: heartbeats every ``interval`` s, every ``confirm_every``-th one
+        confirmed (the first too); ``confirmed[0]``: when the service last confirmed one."""
+        client, membership, give_up = self._client, self.membership, self.give_up_after
+        adopted, self._adopted = self._adopted, None
+        call = adopted or client.stub.HeartbeatStream(metadata=client.metadata, wait_for_ready=False)
+        self._call = call
+        reader: asyncio.Future[Any] = asyncio.ensure_future(self._read(call))
+        loop = asyncio.get_running_loop()
+        first = pb.HeartbeatRequest(
+            task=convert.task_ref_pb(membership.task), service_incarnation=membership.service_incarnation, ack=True
+        )
+        sent = 0
+        waited_from = time.monotonic()
+        try:
+            if adopted is not None:  # registered on it (``open_session``): its first heartbeat, confirmed
+                sent = 1
+                self._opened.set()
+                if self._watching:
+                    await self._send_watch()
+                if self.keepalive_window is not None:
+                    await self._kept_alive(reader, confirmed)
+                done, _ = await asyncio.wait({reader}, timeout=self.interval)
+                if done:
+                    reader.result()
+            while True:
+                now = time.monotonic()
+                ask = sent % confirm_every == 0
+                if sent == 0:
+                    request = first
+                else:
+                    request = pb.HeartbeatRequest(ack=ask, service_incarnation=membership.service_incarnation)
+                sent += 1
+                # Due by the last confirmation + give_up (+ grace); a heartbeat sent long after it (an
+                # interval over the timeout) gets half the timeout. Never more than the rpc_timeout.
+                deadline = max(confirmed[0] + give_up + CONFIRM_GRACE_S, now + give_up / 2)
+                waited_from = now
+                if ask:
+                    self._confirm = loop.create_future()
+                await self._write(request, seconds_until(deadline, client.rpc_timeout), "HeartbeatStream")
+                if sent == 1:
+                    self._broken()  # arrivals of the broken stream: their outcomes went with it
+                    self._opened.set()
+                    if self._watching:
+                        await self._send_watch()
+                if ask:
+                    assert self._confirm is not None
+                    either: set[asyncio.Future[Any]] = {self._confirm, reader}
+                    done, _ = await asyncio.wait(
+                        either, timeout=seconds_until(deadline, client.rpc_timeout),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )  # fmt: skip
+                    if reader in done:
+                        reader.result()  # raises why the stream ended
+                    if not self._confirm.done():
+                        raise asyncio.TimeoutError
+                    confirmed[0] = time.monotonic()
+                    if self.keepalive_window is not None:
+                        await self._kept_alive(reader, confirmed)
+                done, _ = await asyncio.wait({reader}, timeout=self.interval)
+                if done:
+                    reader.result()
+        except asyncio.TimeoutError as exc:
+            self._broke = DeadlineError(
+                f"the coordinator at {client.target} did not confirm a heartbeat within "
+                f"{time.monotonic() - waited_from:.1f} s",
+                hint="it may be frozen, overloaded or cut off from this host; check task 0's host and its agent log",
+            )
+            raise self._broke from exc
+        except TpuctlError as exc:
+            self._broke = exc
+            raise
+        finally:
+            self._opened.clear()
+            self._call = None
+            reader.cancel()
+            call.cancel()
+
+    async def _kept_alive(self, reader: asyncio.Future[Any], confirmed: list[float]) -> NoReturn:
+        """v8: the stream is confirmed and the channel's keepalive pings vouch for the coordinator: no
+        heartbeat messages, only the reader, until the stream ends (gRPC closes the connection when a
+        ping goes unanswered). The coordinator was last vouched for a keepalive window before that at
+        the latest: ``confirmed[0]``, from which ``give_up_after`` counts."""
+        assert self.keepalive_window is not None
+        try:
+            await reader
+        finally:
+            confirmed[0] = max(confirmed[0], time.monotonic() - self.keepalive_window)
+        raise AssertionError("the stream's reader returned")  # it only ever raises
+
+    async def _read(self, call: Any) -> NoReturn:
+        """Sort what the stream answers until it ends; raises why it ended (a ``TpuctlError``)."""
+        client, pending = self._client, self._pending
+        expected = self.membership.service_incarnation
+        try:
+            while True:
+                response = await call.read()
+                if not isinstance(response, pb.HeartbeatResponse):  # EOF: the service ended the stream
+                    ended = await finished(call)
+                    if ended.code() is not grpc.StatusCode.OK:
+                        raise client.error_of(ended, "HeartbeatStream", client.rpc_timeout)
+                    raise ClusterError(f"the coordinator at {client.target} ended the heartbeat stream")
+                if response.request_id:
+                    future = pending.pop(response.request_id, None)
+                    if future is not None and not future.done():
+                        if response.code:
+                            future.set_exception(self._refusal(response, self._calls.get(response.request_id, "")))
+                        else:
+                            future.set_result(response)
+                elif response.HasField("failure"):
+                    if not self._failure.done():
+                        self._failure.set_result(convert.cluster_failure(response.failure))
+                elif response.code:  # the error watch was refused
+                    if not self._failure.done():
+                        error = self._refusal(response, "the error watch")
+                        await client.raise_if_restarted(expected, error)
+                        self._failure.set_exception(error)
+                else:  # a heartbeat confirmation
+                    if response.service_incarnation != expected:
+                        raise client.restart_error(int(response.service_incarnation), expected)
+                    if self._confirm is not None and not self._confirm.done():
+                        self._confirm.set_result(None)
+        except grpc.aio.AioRpcError as exc:
+            raise client.error_of(exc, "HeartbeatStream", client.rpc_timeout) from exc
+
+    def _refusal(self, response: pb.HeartbeatResponse, call: str) -> TpuctlError:
+        code = STATUS_BY_VALUE.get(response.code, grpc.StatusCode.UNKNOWN)
+        client = self._client
+        return convert.error_from_status(
+            code, response.details, response.hint or None, target=client.target, call=call, timeout=client.rpc_timeout
+        )
+
+    def _broken(self, error: TpuctlError | None = None) -> None:
+        """A stream broke and a new one is up (or the session ended, ``error``): the barriers that waited
+        on the broken one fail (their arrivals may have been counted; never sent twice). Until then they
+        wait, so that a coordinator that stays unreachable or frozen fails them with the session's verdict."""
+        broke, self._broke = self._broke, None
+        if error is None and broke is None:
+            return
+        self._reopened += 1
+        pending = list(self._pending.values())
+        self._pending.clear()  # in place: the reader holds this dict
+        if error is None and broke is not None:
+            error = CoordinatorUnreachable(
+                f"the session with the coordinator at {self._client.target} broke while the call waited: "
+                f"{broke.message}",
+                hint=broke.hint,
+            )
+        for future in pending:
+            if not future.done() and error is not None:
+                future.set_exception(error)
+
+    def _end(self, error: TpuctlError) -> None:
+        self._ended = error
+        self._broken(error)
+        if not self._failure.done():
+            self._failure.set_exception(error)
+            self._failure.exception()  # retrieved here: nobody may be watching
+
+
+def _barrier_arrival(name: str, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
+    def arrival(request_id: int) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(barrier=pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout))
+
+    return arrival
+
+
+def _gather_arrival(name: str, value: bytes, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
+    def arrival(request_id: int) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(
+            gather=pb.StreamGather(request_id=request_id, name=name, value=value, timeout_seconds=timeout)
+        )
+
+    return arrival
