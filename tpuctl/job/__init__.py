@@ -1,7 +1,24 @@
 """The job side: what a training job started under tpuctl sees and calls.
 
+* ``tpuctl.job.progress(step)`` and ``tpuctl.job.checkpointed(step)``: the job's step reports to its own
+  host's agent (:mod:`tpuctl.job.steps`; never block, never raise, cost about one ``socket.send``);
 * :mod:`tpuctl.job.api`: ``tpuctl.load_mapping()`` and the DTensor / JAX helpers (no grpc, no click);
 * :mod:`tpuctl.job.env`: the environment ``tpuctl env`` / ``tpuctl run`` hand a job.
 
-Imports nothing eagerly.
+Imports nothing eagerly: ``progress`` and ``checkpointed`` load :mod:`tpuctl.job.steps` (standard library
+sockets only) on first use, and are then plain attributes of this package.
 """
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tpuctl.job.steps import checkpointed as checkpointed
+    from tpuctl.job.steps import progress as progress
+
+
+def __getattr__(name: str) -> object:
+    if name in ("progress", "checkpointed"):
+        from tpuctl.job import steps
+
+        globals().update(progress=steps.progress, checkpointed=steps.checkpointed)  # later calls: no hook
+        return getattr(steps, name)
+    raise AttributeError(f"module 'tpuctl.job' has no attribute {name!r}")
