@@ -6,8 +6,10 @@ STAMP  := $(VENV)/.installed-dev
 DEMO_ROOT ?= /tmp/tpuctl-demo-$(shell id -u)
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
+SITE_DIR ?= site
 
-.PHONY: install bytecode test test-fast lint protos check-protos demo bench bench-scale clean
+.PHONY: install bytecode test test-fast lint docs docs-serve protos check-protos demo bench bench-scale clean
 
 install: $(STAMP)
 
@@ -43,6 +45,21 @@ lint: install
 	$(VENV)/bin/mypy tpuctl
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py
 
+## The docs extra (MkDocs, Material, mkdocs-click, mkdocstrings) into the same .venv, with a stamp of its own:
+## `make test` never installs it.
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+## The documentation site (mkdocs.yml, docs/), built strictly: a warning (a broken link or reference, a page
+## missing from the nav) fails it. Output in site/ (gitignored).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(SITE_DIR)
+
+## The site on http://127.0.0.1:8000, rebuilt on every edit.
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
+
 ## The demo needs tpuctl's runtime dependencies only (click, grpcio, protobuf, pyyaml): a light venv of its
 ## own, seconds to make, not the dev extra's TensorFlow / JAX / libtpu.
 $(DEMO_STAMP): pyproject.toml
@@ -62,9 +79,9 @@ bench: install bytecode
 	$(PY) bench/run.py
 	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
 
-## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/PERFORMANCE.md).
+## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md).
 bench-scale: install bytecode
 	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --json /tmp/tpuctl-bench-scale-$(shell id -u).json
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(SITE_DIR) .pytest_cache .mypy_cache .ruff_cache

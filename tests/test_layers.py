@@ -10,7 +10,7 @@ through the tpuctl modules they name. Three kinds of import edge:
 Importing ``tpuctl.a.b`` also runs ``tpuctl/__init__.py`` and ``tpuctl/a/__init__.py``, so a closure always
 takes in the ancestors of every module it reaches.
 
-The rules (the README's Development section draws the layers):
+The rules (docs/development/layers.md draws the layers):
 
 1. The core (hardware, slices and topology, meshes, spec values and checks, the coordination state machine,
    the mapping value, and the stdlib-only helpers) never imports grpc, yaml, click or asyncio and never reads

@@ -1,7 +1,7 @@
-"""docs/RELIABILITY.md from the fault catalogue's measurements (tests/faults, one JSON line per test).
+"""docs/development/reliability.md from the fault catalogue's measurements (tests/faults, one JSON line per test).
 
     TPUCTL_FAULT_RECORD=/tmp/faults.jsonl .venv/bin/python -m pytest -q tests/faults
-    .venv/bin/python tools/reliability_table.py /tmp/faults.jsonl            # writes docs/RELIABILITY.md
+    .venv/bin/python tools/reliability_table.py /tmp/faults.jsonl            # writes docs/development/reliability.md
     .venv/bin/python tools/reliability_table.py /tmp/faults.jsonl --check    # exit 1 if it would change
 
 The latest line per test wins, so a subset can be re-run and merged into an existing record.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "docs" / "RELIABILITY.md"
+OUT = ROOT / "docs" / "development" / "reliability.md"
 DEFAULT_RECORD = Path(tempfile.gettempdir()) / "tpuctl-faults-0.jsonl"
 
 SECTIONS = [

@@ -1,4 +1,4 @@
-"""Every command follows the one CLI convention (README, "CLI convention"), checked on the click tree itself.
+"""Every command follows the one CLI convention (docs/reference/cli/index.md, "CLI convention"), checked on the click tree itself.
 
 The commands are discovered from the click group (a new command is checked without being listed here):
 every data command takes ``--format`` with ``-f``, ``-o`` and ``--output`` as its names and ``--json``;
