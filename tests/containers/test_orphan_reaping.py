@@ -28,7 +28,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 PROBE = r"""
 import json, os, sys, threading, time
 from pathlib import Path
-from tpuctl.job.runner import become_subreaper, reap_orphans
+from tpuctl.job.orphans import become_subreaper, reap_orphans
 
 def children():
     pids = []

@@ -29,7 +29,6 @@ from tpuctl.doctor.checks import (
     SKIP,
     WARN,
     Check,
-    Host,
     Target,
     check_clock,
     check_coordinator_port,
@@ -41,9 +40,8 @@ from tpuctl.doctor.checks import (
     document,
     render,
     run_checks,
-    scan_fds,
-    tpu_device_nodes,
 )
+from tpuctl.doctor.host import FdScan, Host, scan_fds, tpu_device_nodes
 
 LOOPBACK_NAMES = {"host-a": "127.0.0.1", "host-b": "127.0.0.2", "host-c": "127.0.0.3", "host-d": "127.0.0.4"}
 
@@ -274,8 +272,6 @@ def test_a_stale_libtpu_lockfile_fails_with_the_rm_fix(fake: FakeHost, tmp_path:
 
 def test_a_stale_lockfile_on_a_host_without_tpu_only_warns(fake: FakeHost) -> None:
     (fake.tmp / "libtpu_lockfile").write_text("")
-    from tpuctl.doctor.checks import FdScan
-
     check = check_lockfile(fake.host(), cluster(8490, backend="sim"), [], FdScan())
     assert check.verdict == WARN and "(no TPU on this host)" in check.saw
 
@@ -301,8 +297,6 @@ def test_a_lockfile_open_in_a_process_counts_as_held(fake: FakeHost, tmp_path: P
 
 def test_a_lockfile_flocked_for_real_is_held(fake: FakeHost) -> None:
     """No /proc/locks entry (fake /proc), but the kernel says the file is locked: held, holder unnamed."""
-    from tpuctl.doctor.checks import FdScan
-
     lockfile = fake.tmp / "libtpu_lockfile"
     lockfile.write_text("")
     child = subprocess.Popen(

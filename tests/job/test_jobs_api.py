@@ -24,6 +24,7 @@ from tpuctl.job.api import (
     load_mapping,
 )
 from tpuctl.mapping.file import write_mapping
+from tpuctl.mesh.strings import default_job_name
 
 from .mappings import sim_mapping, with_mesh
 
@@ -186,7 +187,6 @@ def test_load_mapping_from_the_package_root(mapping_file: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.oracle
 def test_tensorflow_helpers(mapping_file: Path) -> None:
-    pytest.importorskip("tensorflow")
     loaded = load_mapping(mapping_file, task=1, environ={})
     topology = loaded.tf_topology()
     assert list(topology.mesh_shape) == list(V4_16.mesh_shape)
@@ -201,15 +201,11 @@ def test_tensorflow_helpers(mapping_file: Path) -> None:
 
 
 def test_mesh_strings_agree_with_the_mapping_and_the_jobenv_job_name() -> None:
-    """Where the mapping renders DTensor strings itself (the mesh builder's ``DeviceMapping.dtensor_mesh_string``),
-    the job side gives the same ones; and both name DTensor's job the same way."""
-    render = getattr(MESHED, "dtensor_mesh_string", None)
-    if render is None:
-        pytest.skip("this tpuctl's DeviceMapping renders no DTensor strings")
+    """The job side gives the strings the mapping renders itself (``DeviceMapping.dtensor_mesh_string``, what
+    the mesh builder records); and the job environment names DTensor's job as the mesh strings do."""
     for task in range(2):
         for host in (False, True):
-            assert dtensor_mesh_string(MESHED, "dp_mp", task=task, host=host, environ={}) == render(
+            assert dtensor_mesh_string(MESHED, "dp_mp", task=task, host=host, environ={}) == MESHED.dtensor_mesh_string(
                 "dp_mp", task, host=host
             )
-    strings = pytest.importorskip("tpuctl.mesh.strings")
-    assert [strings.default_job_name(n) for n in (1, 2, 64)] == [jobenv.dtensor_job_name(n) for n in (1, 2, 64)]
+    assert [default_job_name(n) for n in (1, 2, 64)] == [jobenv.dtensor_job_name(n) for n in (1, 2, 64)]

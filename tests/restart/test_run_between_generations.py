@@ -97,7 +97,7 @@ def test_a_generation_that_ended_and_re_formed_before_the_watcher_asked_is_not_a
     window is one round trip in tpuctl run; here it is made wide): the same agent, so the job's generation
     ended, which is restartable, not 'this host's agent was replaced'."""
     from tpuctl.agent.statedir import StateDir
-    from tpuctl.job.runner import Watcher
+    from tpuctl.job.watcher import Watcher
 
     c = make_cluster("v4-16", **REJOIN)
     c.up()

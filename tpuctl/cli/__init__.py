@@ -10,8 +10,8 @@ the traceback with ``--debug`` (or ``TPUCTL_DEBUG=1``). This module imports only
 (and :mod:`tpuctl.errors` when a command fails).
 """
 
-# No `from __future__ import annotations` here: that statement imports the __future__ module, about
-# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
+# No `from __future__ import annotations` here: that statement imports the __future__ module, a cost
+# paid before the light path's request. Annotations naming what only the type checker imports are quoted.
 import os
 import sys
 

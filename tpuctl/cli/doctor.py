@@ -32,7 +32,8 @@ def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: 
     Exit codes: 0 no check failed (warnings allowed), 3 a check failed, 2 bad option.
     """
     from tpuctl.agent.statedir import resolve_state_dir
-    from tpuctl.doctor.checks import FAIL, Host, document, render, run_checks
+    from tpuctl.doctor.checks import FAIL, document, render, run_checks
+    from tpuctl.doctor.host import Host
     from tpuctl.doctor.target import find_target
 
     state = resolve_state_dir(state_dir)

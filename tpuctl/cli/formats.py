@@ -8,8 +8,8 @@ refuses a wrong value with the same message on both paths (exit 2, with a did-yo
 Standard library only: ``tpuctl status`` and ``tpuctl env`` parse their options here without click.
 """
 
-# No `from __future__ import annotations` here: that statement imports the __future__ module, about
-# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
+# No `from __future__ import annotations` here: that statement imports the __future__ module, a cost
+# paid before the light path's request. Annotations naming what only the type checker imports are quoted.
 TYPE_CHECKING = False  # typing and collections.abc are not imported on the light path
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -1,11 +1,11 @@
 """``barrier``, ``status`` and ``env`` without click: the commands job scripts run once per step.
 
 ``tpuctl barrier step`` in a training loop should cost little more than starting Python, so these three
-commands are parsed here, by hand, before click (about 40 ms to import) or asyncio (about 50 ms) could
-load: the standard library, tpuctl's error types and the control socket's client are all they import,
-and of the standard library only modules that cost next to nothing: no typing, pathlib, re, json, enum,
-socket or collections (:mod:`tpuctl.records`, :mod:`tpuctl.lightjson`, ``_socket``;
-``tests/cli/test_light_imports.py`` lists what must not load).
+commands are parsed here, by hand, before click or asyncio (both slow to import) could load: the standard
+library, tpuctl's error types and the control socket's client are all they import, and of the standard
+library only modules that cost next to nothing: no typing, pathlib, re, json, enum, socket or collections
+(:mod:`tpuctl.records`, :mod:`tpuctl.lightjson`, ``_socket``; ``tests/cli/test_light_imports.py`` lists
+what must not load).
 The agent does the cluster work; a command here sends one request and prints the answer. It sends
 the request first (:func:`tpuctl.agent.control.ask`) and loads what reads the answer (the barrier's
 record, status's health, env's job environment) while the agent works on it; a format or log option's
@@ -19,8 +19,8 @@ the caller hands the same arguments to click, which prints its usual help or usa
 one set of messages and one ``--help`` per command; the click commands call the functions below too.
 """
 
-# No `from __future__ import annotations` here: that statement imports the __future__ module, about
-# 0.15 ms before the light path's request. Annotations naming what only the type checker imports are quoted.
+# No `from __future__ import annotations` here: that statement imports the __future__ module, a cost
+# paid before the light path's request. Annotations naming what only the type checker imports are quoted.
 import os
 import sys
 import time
@@ -54,7 +54,7 @@ ENV_ALIASES = {"sh": TEXT}
 DEBUG = 10  # loglevel.LEVELS["debug"]
 MAX_BARRIER_NAME = 1024
 """The coordination service's limit on names (``tpuctl.coordination.values.MAX_NAME_CHARS``), checked before
-any call; not imported from there, which costs this path about 30 ms."""
+any call; not imported from there, which would load the coordination package on this path."""
 
 
 def say(text: str) -> None:
@@ -100,9 +100,9 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
 
 def _barrier_passed(answer: "Any") -> "tuple[str, int, int]":
     """The agent's barrier answer as (name, instance, hosts). The answer of a barrier the command just
-    passed is read here (a one-host barrier is answered in well under a millisecond, sooner than
-    :mod:`tpuctl.agent.protocol` and the error types it brings would load, about 1.2 ms); anything else
-    than that well-formed answer goes to ``BarrierPassed.from_json``, which names what is wrong."""
+    passed is read here (a one-host barrier is answered sooner than :mod:`tpuctl.agent.protocol` and the
+    error types it brings would load); anything else than that well-formed answer goes to
+    ``BarrierPassed.from_json``, which names what is wrong."""
     if type(answer) is dict:
         name, instance, hosts = answer.get("name"), answer.get("instance"), answer.get("hosts")
         if type(name) is str and type(instance) is int and type(hosts) is int:

@@ -1,19 +1,18 @@
 """The checks of ``tpuctl doctor``: each looks at one thing on this host and says ok, warn, fail or skip,
-what it saw, and how to fix it.
+what it saw, and how to fix it; :func:`run_checks` runs them all, :func:`document` and :func:`render`
+report them.
 
-Everything a check reads comes through a :class:`Host`: the roots standing for ``/dev``, ``/proc``,
-``/sys`` and ``/tmp`` (tests build fake trees under a temporary folder: a ``/proc/PID/fd/N`` symlink to a
-fake ``/dev/accel0``, a ``cmdline``, a ``locks`` file) and the network and clock probes (tests use
-loopback sockets or stand-ins). No click, grpc or asyncio here.
+Everything a check reads comes through a :class:`~tpuctl.doctor.host.Host` and the scanners of
+:mod:`tpuctl.doctor.host` (fake ``/dev``, ``/proc``, ``/sys`` and ``/tmp`` trees in tests), and the network
+and clock probes the ``Host`` carries (tests use loopback sockets or stand-ins). No click, grpc or asyncio
+here.
 
-Bounds: the ``/proc`` scan stops after :data:`MAX_PROCESSES` processes, :data:`MAX_FDS` descriptors per
-process or :data:`SCAN_BUDGET_S` seconds; the peer checks probe at most :data:`MAX_PEERS` names with
-:data:`PEER_WORKERS` threads, each lookup and connection bounded, the whole within ``peer_budget``.
+Bounds: the peer checks probe at most :data:`MAX_PEERS` names with :data:`PEER_WORKERS` threads, each
+lookup and connection bounded, the whole within ``Host.peer_budget``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import queue
@@ -21,12 +20,23 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tpuctl.agent.statedir import StateDir, lock_holder
 from tpuctl.doctor import probes
+from tpuctl.doctor.host import (
+    TPU_PCI_VENDOR,
+    FdScan,
+    Host,
+    cmdline,
+    listening_inodes,
+    posix_lock_holders,
+    scan_fds,
+    tpu_device_nodes,
+    tpu_pci_devices,
+)
 from tpuctl.errors import StateError
 from tpuctl.messages import plural, sample
 
@@ -34,19 +44,14 @@ SCHEMA = "tpuctl.doctor/v1"
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 VERDICTS = (OK, WARN, FAIL, SKIP)
 
-TPU_PCI_VENDOR = "0x1ae0"  # Google: how tpu-info finds TPU chips on the PCI bus
 LOCKFILE = "libtpu_lockfile"
 THP_FILE = "kernel/mm/transparent_hugepage/enabled"
 THP_FIX = 'sudo sh -c "echo always > /sys/kernel/mm/transparent_hugepage/enabled" (or set it in the VM image)'
 
-MAX_PROCESSES = 100_000
-MAX_FDS = 65_536
-SCAN_BUDGET_S = 5.0
 MAX_PEERS = 1024
 PEER_WORKERS = 32
 DNS_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 1.0
-PEER_BUDGET_S = 8.0
 LISTED = 10  # names listed per problem; the rest are counted
 
 # Ports TPU software takes (README "Ports"); a coordinator port among them collides sooner or later.
@@ -58,11 +63,6 @@ TPU_PORTS: dict[int, str] = {
     8081: "megascale (Ray's MEGASCALE_PORT)",
     **{port: "libtpu runtime metrics (TPU_RUNTIME_METRICS_PORTS)" for port in range(8431, 8439)},
 }
-
-Resolver = Callable[[str, float], list[str]]
-Connector = Callable[[str, int, float], tuple[str, str]]
-Binder = Callable[[str, int], OSError | None]
-AgentPing = Callable[[StateDir, float], str | None]
 
 
 @dataclass(frozen=True)
@@ -97,200 +97,6 @@ class Target:
     backend: str | None = None
     """``sim`` needs no TPU; None when unknown (from a running agent's description)."""
     source: str = "<spec>"
-
-
-@dataclass(frozen=True)
-class Host:
-    """This host as the checks see it: the file system roots and the probes, all replaceable by tests."""
-
-    dev_root: Path = Path("/dev")
-    proc_root: Path = Path("/proc")
-    sys_root: Path = Path("/sys")
-    tmp_root: Path = Path("/tmp")
-    resolve: Resolver = probes.resolve
-    connect: Connector = probes.connect
-    bind: Binder = probes.bind
-    clock: Callable[[], probes.ClockState | None] = probes.clock_state
-    ping_agent: AgentPing = probes.agent_answers
-    """Ask the agent of a state dir one question: None when it answers, else what went wrong."""
-    own_pid: int = field(default_factory=os.getpid)
-    scan_budget: float = SCAN_BUDGET_S
-    peer_budget: float = PEER_BUDGET_S
-
-
-# --- /proc: who holds what -------------------------------------------------------------------------
-
-
-@dataclass
-class FdScan:
-    """Which processes hold which of the wanted targets open (from ``/proc/*/fd``)."""
-
-    holders: dict[str, list[int]] = field(default_factory=dict)
-    cmdlines: dict[int, str] = field(default_factory=dict)
-    scanned: int = 0
-    unreadable: int = 0
-    partial: str | None = None
-
-    def who(self, pid: int) -> str:
-        return f"pid {pid} ({self.cmdlines.get(pid) or '?'})"
-
-
-def cmdline(proc_root: Path, pid: int) -> str:
-    """``/proc/PID/cmdline`` as a shell-like line (NULs to spaces, at most 200 characters)."""
-    try:
-        raw = (proc_root / str(pid) / "cmdline").read_bytes()[:4096]
-    except OSError:
-        return ""
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-    if not text:  # a kernel thread or a zombie: the command name, as ps shows it
-        try:
-            text = "[" + (proc_root / str(pid) / "comm").read_text().strip() + "]"
-        except OSError:
-            return ""
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def scan_fds(host: Host, wanted: Iterable[str]) -> FdScan:
-    """Every process holding one of ``wanted`` (``/dev/accel0``, ``socket:[1234]``) open, as tpu-info and
-    lsof find them: reading the ``/proc/PID/fd/*`` symlinks. This process is left out. Bounded in process
-    count, descriptors per process and time; ``partial`` says when a bound cut the scan short."""
-    targets = set(wanted)
-    scan = FdScan()
-    if not targets:
-        return scan
-    deadline = time.monotonic() + host.scan_budget
-    try:
-        entries = [e for e in os.listdir(host.proc_root) if e.isdigit()]
-    except OSError as exc:
-        scan.partial = f"cannot list {host.proc_root}: {exc.strerror or exc}"
-        return scan
-    entries.sort(key=int)
-    for count, entry in enumerate(entries):
-        if count >= MAX_PROCESSES:
-            scan.partial = f"stopped after {MAX_PROCESSES:,} processes"
-            break
-        if time.monotonic() > deadline:
-            scan.partial = f"stopped after {host.scan_budget:g} s ({count:,} of {len(entries):,} processes)"
-            break
-        pid = int(entry)
-        if pid == host.own_pid:
-            continue
-        fd_dir = host.proc_root / entry / "fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except FileNotFoundError:
-            continue  # it exited
-        except OSError:
-            scan.unreadable += 1
-            continue
-        scan.scanned += 1
-        for fd in fds[:MAX_FDS]:
-            try:
-                target = os.readlink(fd_dir / fd)
-            except OSError:
-                continue
-            if target in targets:
-                pids = scan.holders.setdefault(target, [])
-                if pid not in pids:
-                    pids.append(pid)
-                    scan.cmdlines.setdefault(pid, cmdline(host.proc_root, pid))
-    return scan
-
-
-def posix_lock_holders(proc_root: Path, path: Path) -> list[int]:
-    """Pids ``/proc/locks`` names as holding any lock (flock, POSIX, OFD) on ``path``'s inode; waiters
-    (``->`` lines) are left out."""
-    try:
-        st = os.stat(path)
-        lines = (proc_root / "locks").read_text().splitlines()
-    except OSError:
-        return []
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids: list[int] = []
-    for line in lines[:100_000]:
-        fields = line.split()
-        if len(fields) < 6 or fields[1] == "->":
-            continue
-        if fields[5] == want and fields[4].isdigit() and int(fields[4]) not in pids:
-            pids.append(int(fields[4]))
-    return pids
-
-
-def listening_inodes(proc_root: Path, port: int) -> set[str]:
-    """``socket:[INODE]`` of every TCP socket listening on ``port`` (``/proc/net/tcp`` and ``tcp6``)."""
-    found = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = (proc_root / "net" / name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines[:200_000]:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != "0A":  # 0A: LISTEN
-                continue
-            local_port = fields[1].rpartition(":")[2]
-            try:
-                if int(local_port, 16) == port:
-                    found.add(f"socket:[{fields[9]}]")
-            except ValueError:
-                continue
-    return found
-
-
-# --- TPU devices ------------------------------------------------------------------------------------
-
-
-def _natural(path: Path) -> tuple[str, int]:
-    digits = "".join(ch for ch in path.name if ch.isdigit())
-    return (path.name.rstrip("0123456789"), int(digits) if digits else -1)
-
-
-def tpu_pci_devices(sys_root: Path) -> list[str]:
-    """PCI addresses of the TPU chips (vendor 0x1ae0), as tpu-info finds them."""
-    found = []
-    try:
-        devices = sorted(os.listdir(sys_root / "bus" / "pci" / "devices"))
-    except OSError:
-        return []
-    for address in devices[:4096]:
-        try:
-            vendor = (sys_root / "bus" / "pci" / "devices" / address / "vendor").read_text().strip()
-        except OSError:
-            continue
-        if vendor.lower() == TPU_PCI_VENDOR:
-            found.append(address)
-    return found
-
-
-def _vfio_group_is_tpu(sys_root: Path, group: str) -> bool:
-    """A VFIO group is a TPU's when its IOMMU group holds a Google device; unknown groups count as TPU."""
-    devices = sys_root / "kernel" / "iommu_groups" / group / "devices"
-    try:
-        members = os.listdir(devices)
-    except OSError:
-        return True
-    for member in members[:64]:
-        try:
-            if (devices / member / "vendor").read_text().strip().lower() == TPU_PCI_VENDOR:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def tpu_device_nodes(host: Host) -> list[Path]:
-    """``/dev/accel*`` (v2-v4, v5e, v6e with the accel driver) and the TPU's ``/dev/vfio/N`` groups (v5p and
-    later; ``/dev/vfio/vfio`` is the container node, not a device)."""
-    nodes: list[Path] = []
-    with contextlib.suppress(OSError):
-        nodes += sorted((host.dev_root / n for n in os.listdir(host.dev_root) if n.startswith("accel")), key=_natural)
-    vfio = host.dev_root / "vfio"
-    try:
-        groups = sorted((n for n in os.listdir(vfio) if n != "vfio"), key=lambda n: (not n.isdigit(), n.zfill(8)))
-    except OSError:
-        groups = []
-    nodes += [vfio / g for g in groups if _vfio_group_is_tpu(host.sys_root, g)]
-    return nodes
 
 
 def _names(paths: Sequence[Path]) -> str:

@@ -3,7 +3,11 @@
 * ``tpuctl.job.progress(step)`` and ``tpuctl.job.checkpointed(step)``: the job's step reports to its own
   host's agent (:mod:`tpuctl.job.steps`; never block, never raise, cost about one ``socket.send``);
 * :mod:`tpuctl.job.api`: ``tpuctl.load_mapping()`` and the DTensor / JAX helpers (no grpc, no click);
-* :mod:`tpuctl.job.env`: the environment ``tpuctl env`` / ``tpuctl run`` hand a job.
+* :mod:`tpuctl.job.env`: the environment ``tpuctl env`` / ``tpuctl run`` hand a job;
+* :mod:`tpuctl.job.runner`: ``tpuctl run``, the job under supervision (start, signals, stop, restarts);
+* :mod:`tpuctl.job.watcher`: the thread that watches this host's agent for the running job;
+* :mod:`tpuctl.job.orphans`: the subreaper and the reaping of what the job leaves behind;
+* :mod:`tpuctl.job.rootcause`: the root-cause table ``tpuctl run`` prints when the cluster stops the job.
 
 Imports nothing eagerly: ``progress`` and ``checkpointed`` load :mod:`tpuctl.job.steps` (standard library
 sockets only) on first use, and are then plain attributes of this package.

@@ -33,6 +33,7 @@ from tpuctl.errors import MappingError, StateError
 from tpuctl.job.env import MAPPING_ENV, TASK_ENV, dtensor_job_name
 from tpuctl.mapping.file import read_mapping
 from tpuctl.mapping.model import DeviceMapping, MappedDevice, MappedMesh, MappedTask, MeshAxis
+from tpuctl.mesh import strings as mesh_strings
 from tpuctl.tpu.topology import DTensorTopology, serialize_topology_proto
 
 DEFAULT_AXIS = "x"
@@ -207,14 +208,15 @@ def dtensor_mesh_string(
     job_name: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> str:
-    """The mesh as DTensor's ``Mesh.to_string()`` spells it, for this task (no TensorFlow needed).
+    """The mesh as DTensor's ``Mesh.to_string()`` spells it, for this task (no TensorFlow needed), written
+    by :mod:`tpuctl.mesh.strings` as the mapping's own strings are.
 
     ``name|dims|global ids|local ids|local devices``, as ``create_tpu_mesh`` builds it: global ids
     ``0..N-1`` in mesh order; local ids the mesh positions of this task's devices in local ordinal order;
     local devices ``/job:J/replica:0/task:T/device:TPU:i``. ``host=True`` gives its 1:1 host mesh (what
     ``Mesh.host_mesh()`` gives): ``CPU:i`` devices and no name (DTensor clears it; a named CPU mesh also
     breaks ``tf.train.Checkpoint``). The job name is ``$DTENSOR_JOB_NAME``, else DTensor's default for
-    the cluster's size.
+    the cluster's size. A mesh that leaves out some of this task's devices is refused (MappingError).
     """
     device_mapping, task = _split(mapping, task)
     if task is None:
@@ -222,19 +224,15 @@ def dtensor_mesh_string(
     mesh = find_mesh(device_mapping, name)
     env = _environ(environ)
     job = job_name or env.get("DTENSOR_JOB_NAME") or dtensor_job_name(device_mapping.num_tasks)
-    position = {device_id: i for i, device_id in enumerate(mesh.device_ids)}
+    positions = mesh.positions()
     local = device_mapping.devices_of_task(task)
-    missing = [d.id for d in local if d.id not in position]
+    missing = [d.id for d in local if d.id not in positions]
     if missing:
         raise MappingError(
             f"mesh {mesh.name!r} leaves out task {task}'s devices {missing}: a DTensor mesh needs every device"
         )
-    kind = "CPU" if host else "TPU"
-    dims = ",".join(f"{axis.name}={axis.size}" for axis in mesh.axes)
-    global_ids = ",".join(str(i) for i in range(len(mesh.device_ids)))
-    local_ids = ",".join(str(position[d.id]) for d in local)
-    devices = ",".join(f"/job:{job}/replica:0/task:{task}/device:{kind}:{d.ordinal}" for d in local)
-    return f"{'' if host else mesh.name}|{dims}|{global_ids}|{local_ids}|{devices}"
+    render = mesh_strings.dtensor_host_mesh_string if host else mesh_strings.dtensor_mesh_string
+    return render(mesh, task, [positions[d.id] for d in local], job)
 
 
 _REGISTERED_CORE_IDS: dict[str, tuple[int, ...]] = {}

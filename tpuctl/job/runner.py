@@ -1,23 +1,18 @@
 """Running a job under ``tpuctl run``: the cluster's environment, a watcher, and a stop when the cluster fails.
 
 The job runs in its own process group with this host's job environment (``tpuctl env``) on top of ours.
-A thread long-polls this host's agent (``wait_error``); when a host fails, the cluster is shut down, or
-the agent itself disappears, the job's process group gets SIGTERM, then SIGKILL after ``--grace``, and
-``tpuctl run`` exits 3 with a root-cause table (:mod:`tpuctl.job.rootcause`) on stderr. Otherwise it returns the job's exit code
-(128 + N when the job died of signal N). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
+A watcher thread (:mod:`tpuctl.job.watcher`) long-polls this host's agent; when a host fails, the cluster is
+shut down, or the agent itself disappears, the job's process group gets SIGTERM, then SIGKILL after
+``--grace``, and ``tpuctl run`` exits 3 with a root-cause table (:mod:`tpuctl.job.rootcause`) on stderr.
+Otherwise it returns the job's exit code (128 + N when the job died of signal N). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to
 ``tpuctl run`` are forwarded to the job's process group; after a forwarded SIGTERM the job also gets
 SIGKILL when it is still running ``--grace`` later (TensorFlow catches SIGTERM and keeps going).
 
 On a terminal, the job's group becomes the terminal's foreground group, so the job reads the terminal
 and Ctrl-C / Ctrl-Z reach it as they would without tpuctl.
 
-Orphans: on Linux ``tpuctl run`` always makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``),
-so processes the job leaves behind (double forks, ``cmd &`` in a job script that exits) are re-parented to
-it rather than to the container's PID 1, and it reaps them once a second while the job runs and once more
-when it ends; as PID 1 of a container it is their reaper anyway. Only exited children other than the job
-are reaped (peeked at with ``waitid(WNOWAIT)`` first, or, while the job's own zombie is the first child
-the kernel reports, reaped one by one from ``/proc/self/task/*/children``), so the job's exit status stays
-with the thread that waits for it. ``tpuctl run`` starts no other children of its own.
+Orphans: ``tpuctl run`` is a child subreaper and reaps what the job leaves behind, never the job itself
+(:mod:`tpuctl.job.orphans`).
 
 A Python job finds ``tpuctl/job/startup`` first on its ``PYTHONPATH``: its ``sitecustomize`` registers tpuctl's
 JAX cluster detector (:mod:`tpuctl.job.jaxcluster`), so ``jax.distributed.initialize()`` needs no arguments.
@@ -41,7 +36,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,13 +48,10 @@ from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
 from tpuctl.health import cluster_health
 from tpuctl.job.env import GENERATION_ENV, RESTART_COUNT_ENV, JobEnv
+from tpuctl.job.orphans import become_subreaper, reap_orphans
 from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
-from tpuctl.processes import pid_alive
+from tpuctl.job.watcher import AGENT_BACK_POLL_S, CALL_MARGIN_S, POLL_S, Watcher
 
-POLL_S = 10.0  # one wait_error long-poll; a new one starts at once
-CALL_MARGIN_S = 2.0  # beyond the long-poll, before an unanswered call counts as a failure
-AGENT_BACK_POLL_S = 0.05  # how often a call that found no agent answering is made again (a connect to a
-# unix socket nobody serves fails in microseconds; a new agent opens its socket once its mapping is written)
 INFO_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 5.0
 STRAGGLER_KILL_WAIT_S = 10.0
@@ -72,100 +63,7 @@ ENV_TRIES = 3  # generations that may end between the agent's word that one form
 STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
-PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")  # its sitecustomize: jaxcluster
-
-
-# --- the watcher -----------------------------------------------------------------------------------
-
-
-class Watcher(threading.Thread):
-    """Long-polls the agent until the cluster errs, shuts down, or the agent goes away.
-
-    The agent must answer within ``silence`` seconds (the cluster's heartbeat timeout): a frozen agent
-    (SIGSTOP, swapped out) no longer heartbeats, so the rest of the cluster declares this host failed
-    after that long, and this host's own job must stop as soon, not a minute later.
-    """
-
-    def __init__(
-        self,
-        state: StateDir,
-        agent_pid: int | None,
-        on_down: Callable[[ClusterDown], None],
-        *,
-        silence: float,
-        generation: int = 0,
-    ) -> None:
-        super().__init__(name="tpuctl-run-watcher", daemon=True)
-        self.generation = generation
-        """The job's generation: an agent answering another one is a new agent on this state dir."""
-        self.state = state
-        self.agent_pid = agent_pid
-        self.on_down = on_down
-        self.silence = silence
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        poll = min(POLL_S, max(0.5, self.silence / 3))
-        last_answer = time.monotonic()
-        # With a generation, the long-poll also answers when what the agent reports changes: a new agent on
-        # this state dir (another generation, or none formed yet) is told at once, not after the poll.
-        since: list[Any] | None = [self.generation, False, True] if self.generation else None
-        while not self.stopped.is_set():
-            left = last_answer + self.silence - time.monotonic()
-            try:
-                if left <= 0:
-                    raise TpuctlError(f"no answer for {self.silence:.1f} s (the heartbeat timeout)")
-                args: dict[str, Any] = (
-                    {"timeout": min(poll, left)} if since is None else {"timeout": min(poll, left), "since": since}
-                )
-                report = ErrorReport.from_json(
-                    call(self.state, Op.WAIT_ERROR, args, timeout=max(0.1, min(poll + CALL_MARGIN_S, left)))
-                )
-            except TpuctlError as exc:
-                if self.stopped.is_set():
-                    return
-                # A killed agent closes its socket while the kernel still tears it down (pid_alive says
-                # alive for a moment): ask again soon
-                alive = self.agent_pid is not None and pid_alive(self.agent_pid)
-                if alive and time.monotonic() < last_answer + self.silence:
-                    self.stopped.wait(AGENT_BACK_POLL_S)
-                    continue
-                pid = f" (pid {self.agent_pid})" if self.agent_pid else ""
-                what = "is not answering (frozen or overloaded?)" if alive else "is gone"
-                self.on_down(
-                    ClusterDown(ErrorReport(), agent_gone=f"this host's tpuctl agent{pid} {what}: {exc.message}")
-                )
-                return
-            last_answer = time.monotonic()
-            if report.down:
-                self.on_down(ClusterDown(report))
-                return
-            if self.generation and report.generation != self.generation and self._same_agent():
-                # the job's generation ended and the next formed before this watcher's first question
-                self.on_down(ClusterDown(report._replace(rejoining=True, generation=self.generation,
-                                                         ended=self._ended(report))))  # fmt: skip
-                return
-            if self.generation and report.generation != self.generation:  # the agent died, another one took over
-                self.on_down(ClusterDown(report, agent_gone=(
-                    f"this host's tpuctl agent{f' (pid {self.agent_pid})' if self.agent_pid else ''} was replaced "
-                    f"by a new one (now at generation {report.generation or 'none yet'})"
-                )))  # fmt: skip
-                return
-            if since is not None:
-                since = report.seen
-
-
-    def _same_agent(self) -> bool:
-        return self.agent_pid is not None and pid_alive(self.agent_pid) and self.state.live_pid() == self.agent_pid
-
-    def _ended(self, report: ErrorReport) -> str:
-        """What ended the job's generation, from the agent's history (bounded: one entry)."""
-        cause = next((str(h.get("cause") or "") for h in report.history if h.get("generation") == self.generation), "")
-        return (
-            f"generation {self.generation} ended{': ' + cause[:500] if cause else ''} (generation "
-            f"{report.generation} formed as the job started)"
-        )
 
 
 # --- running the job -------------------------------------------------------------------------------
@@ -656,74 +554,6 @@ def with_python_startup(environ: dict[str, str]) -> dict[str, str]:
     # empty entries stay: Python reads them as the working directory
     rest = [p for p in (given.split(os.pathsep) if given else []) if not (p and os.path.realpath(p) == here)]
     return {**environ, "PYTHONPATH": os.pathsep.join([STARTUP_DIR, *rest])}
-
-
-# --- orphans ---------------------------------------------------------------------------------------
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux >= 3.4): orphaned descendants are re-parented to it.
-
-    False where the call is not available (not Linux, no libc, refused); tpuctl works on without it.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes  # only here: the rest of tpuctl run does without it
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # pragma: no cover - no prctl in this process's libraries
-        return False
-
-
-def reap_orphans(job_pid: int) -> list[int]:
-    """Reap every exited child of this process except ``job_pid``; the pids reaped.
-
-    Each exited child is looked at with ``waitid(P_ALL, WNOWAIT)`` (which leaves it waitable) and reaped by
-    its pid only when it is not the job, so a thread blocked in ``waitpid(job_pid)`` still gets the job's
-    status. ``waitid`` reports the first waitable child in the kernel's list, which is the job (the oldest
-    child) once it has exited: from then until its thread reaps it, every exited orphan behind it is
-    reaped by its pid instead, from the list of this process's children (:func:`children`).
-    """
-    waitid = getattr(os, "waitid", None)
-    nowait = getattr(os, "WNOWAIT", None)
-    if waitid is None or nowait is None:  # pragma: no cover - not Linux/BSD
-        return []
-    reaped: list[int] = []
-    while True:
-        try:
-            found = waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | nowait)
-        except ChildProcessError:
-            return reaped  # no children at all
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
-        if found is None or found.si_pid == 0:
-            return reaped
-        if found.si_pid == job_pid:  # the job's zombie hides the rest: reap them one by one
-            return reaped + [pid for pid in children() if pid != job_pid and _reap_exited(pid)]
-        if _reap_exited(found.si_pid):
-            reaped.append(found.si_pid)
-
-
-def children() -> list[int]:
-    """This process's children, from ``/proc/self/task/*/children`` (Linux 3.5+; each thread lists the
-    children it forked or adopted); empty where the files do not exist."""
-    pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.scandir("/proc/self/task"):
-            with contextlib.suppress(OSError), open(f"{task.path}/children") as listing:  # OSError: a thread ended
-                pids += [int(p) for p in listing.read().split()]
-    return pids
-
-
-def _reap_exited(pid: int) -> bool:
-    """Reap ``pid`` if it has exited; False while it runs (or when it is not our child)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == pid
 
 
 def _int(text: str | None, default: int) -> int:

@@ -11,7 +11,7 @@ row is one z-plane walked round its 2x2 square, every column runs down z::
     row 0: (0,0,0) (1,0,0) (1,1,0) (0,1,0)   model: neighbours, ring (closes (0,1,0) -> (0,0,0))
     col 0: (0,0,0) (0,0,1) (0,0,2) (0,0,3)   data:  neighbours, open (closes over 3 hops: z has no wraparound)
 
-Cost: O(N) per axis, about 1 microsecond per device and axis.
+Cost: O(N) per axis.
 """
 
 from __future__ import annotations

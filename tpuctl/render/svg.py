@@ -29,7 +29,7 @@ header says whether the axis is a ring and why. Needs chip detail (no overlay in
 Detail. Up to ``MAX_CHIPS`` chips (and ``MAX_SIDE`` chips per plane side) every chip is a box with its
 device ids (both cores for 2-device chips). Beyond that (full 3D pods, large multislices) each host is
 one box labelled with its task, and the header says so. Chip mode is O(chips), summary mode O(hosts);
-a full 7x pod (2304 hosts) renders to about 0.5 MB in 10 ms, four of them in a multislice to 2.2 MB.
+a full 7x pod (2304 hosts) renders to about 0.5 MB, four of them in a multislice to 2.2 MB.
 """
 
 from __future__ import annotations
