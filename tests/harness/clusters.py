@@ -203,8 +203,9 @@ class SimCluster(_Cluster):
 
 
 class Clusters:
-    """The clusters one test makes: each in its own folder under ``root`` (``c0``, ``c1``, ...), their
-    processes those of ``processes`` (logs shown on failure); :meth:`close` ends every one, by pid."""
+    """The clusters a test (or a module's fixture) makes: each in its own folder under ``root`` (``c0``,
+    ``c1``, ...), their processes those of ``processes`` (logs shown on failure); :meth:`close` ends every
+    one, by pid."""
 
     def __init__(self, root: Path, processes: Processes) -> None:
         self.root = root
