@@ -1,14 +1,19 @@
-"""Shared test set-up: the environment, the multi-process harness's fixture and its logs on failure."""
+"""Shared test set-up: the environment, the multi-process harness's fixtures (processes, loopback clusters)
+and their logs on failure."""
 
 from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from harness import Processes
+
+if TYPE_CHECKING:  # imported where used: harness.clusters loads tpuctl, which most tests never need in-process
+    from harness.clusters import Clusters, LocalCluster, SimCluster
 
 # libtpu (the oracle, via jax.experimental.topologies) takes a machine-wide lock file unless told
 # otherwise; several test processes on one machine (or a developer's second run) would then fail.
@@ -77,6 +82,32 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield procs
     finally:
         procs.close()
+
+
+@pytest.fixture
+def clusters(tmp_path: Path, processes: Processes) -> Iterator[Clusters]:
+    """This test's loopback clusters (folders ``c0``, ``c1``, ... under ``tmp_path``), their processes the
+    test's; afterwards every process, job and agent they started is stopped, by pid."""
+    from harness.clusters import Clusters
+
+    made = Clusters(tmp_path, processes)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def make_cluster(clusters: Clusters) -> Callable[..., LocalCluster]:
+    """``make_cluster("v4-32", heartbeat_timeout="2s")``: a loopback cluster's spec; the test starts its hosts
+    (``cluster.up()``, ``cluster.start_init(task)``)."""
+    return clusters.local
+
+
+@pytest.fixture
+def sim_cluster(clusters: Clusters) -> Callable[[str], SimCluster]:
+    """``sim_cluster("v4-16")``: ``tpuctl sim up``, a simulated cluster that is up."""
+    return clusters.sim
 
 
 @pytest.hookimpl(wrapper=True)

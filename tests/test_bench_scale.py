@@ -5,7 +5,7 @@ between the runs that feed docs/PERFORMANCE.md."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -83,34 +84,35 @@ def test_a_host_that_vanishes_is_named_to_every_other_host_in_time(tmp_path: Pat
     assert_told_of_the_dead_host(run, timeout=3.0)
 
 
-def load_bench(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """bench/scale.py as a module (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
-    assert spec is not None and spec.loader is not None
-    scale = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_scale", scale)  # its dataclasses look their module up
-    spec.loader.exec_module(scale)
-    return scale
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
+    """bench/scale.py and the modules beside it, imported for this test (scripts in one folder, not a
+    package: bench/ goes on sys.path, as when the script runs), and forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    names = ("scale", "scale_common", "scale_services", "scale_drivers", "scale_phases", "scale_report")
+    try:
+        yield SimpleNamespace(**{name.removeprefix("scale_"): importlib.import_module(name) for name in names})
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
 
 
-def test_a_dead_drivers_reason_is_its_fatal_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dead_drivers_reason_is_its_fatal_line(tmp_path: Path, bench: SimpleNamespace) -> None:
     """A jaxlib client that terminates its process logs one fatal line and then a stack trace: the bench
     reports that line and the error logged before it, not the trace's last frames; any other child, its
     last lines."""
-    scale = load_bench(monkeypatch)
     log = tmp_path / "driver.stderr"
     cause = "E1204 18:17:17.7 polled an error: sendmsg: Broken pipe"
     fatal = "F1204 18:17:17.725951   28621 client.h:80] Terminating process because the JAX distributed service detected fatal errors."
     log.write_text(f"E1204 18:17:17.1 older\n{cause}\n{fatal}\n    @     0x7f  absl::LocalInvoker<>()\n    @     0x7f  (unknown)\n")
-    assert scale.Child.tail(SimpleNamespace(log=log)) == f"{cause} | {fatal}"
+    assert bench.phases.Child.tail(SimpleNamespace(log=log)) == f"{cause} | {fatal}"
     log.write_text("one\ntwo\nthree\nfour\n")
-    assert scale.Child.tail(SimpleNamespace(log=log)) == "two | three | four"
+    assert bench.phases.Child.tail(SimpleNamespace(log=log)) == "two | three | four"
 
 
-def test_xla_hosts_list_the_table_at_most_pace_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xla_hosts_list_the_table_at_most_pace_at_once(bench: SimpleNamespace) -> None:
     """--xla-merge-pace 2: of 8 hosts listing at once, never more than 2 are in key_value_dir_get (counted
     on fake jaxlib clients), and all get their table."""
-    scale = load_bench(monkeypatch)
     lock, inside, most = threading.Lock(), [0], [0]
 
     class FakeClient:
@@ -129,7 +131,7 @@ def test_xla_hosts_list_the_table_at_most_pace_at_once(monkeypatch: pytest.Monke
                 inside[0] -= 1
             return [(f"{prefix}{t}", "[]") for t in range(8)]
 
-    driver = object.__new__(scale.XlaDriver)
+    driver = object.__new__(bench.drivers.XlaDriver)
     driver.total, driver.timeout, driver.steps, driver.lock = 8, 30.0, {}, threading.Lock()
     driver.clients = {t: FakeClient() for t in range(8)}
     driver.listing = threading.BoundedSemaphore(2)
@@ -143,19 +145,21 @@ def test_xla_hosts_list_the_table_at_most_pace_at_once(monkeypatch: pytest.Monke
     assert all(step == "barrier done" for step in driver.steps.values()) and len(driver.steps) == 8
 
 
-def test_a_failed_xla_merge_is_run_again_paced_and_larger_sizes_stay_paced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_xla_merge_is_run_again_paced_and_larger_sizes_stay_paced(
+    bench: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--xla-retry-paced 64: XLA's run whose merge failed with every host at once is run again paced and
     reported with the first run's error; the next size starts paced; tpuctl's runs are never paced."""
-    scale = load_bench(monkeypatch)
+    scale, report = bench.scale, bench.report
     calls: list[tuple[str, int, int]] = []
 
     def phase(name: str, errors: int) -> Any:
-        return scale.PhaseResult(name, None if errors else 1.0, 0.0, 0.0, 0, 0, None, None, 0, 0.0, errors,
+        return report.PhaseResult(name, None if errors else 1.0, 0.0, 0.0, 0, 0, None, None, 0, 0.0, errors,
                                  ["merge: a driver died"] if errors else [])  # fmt: skip
 
     def run_one(impl: str, hosts: int, args: Any, tmp: Path) -> Any:
         calls.append((impl, hosts, args.xla_merge_pace))
-        result = scale.RunResult(impl, hosts, 3, False)
+        result = report.RunResult(impl, hosts, 3, False)
         failing = impl == "xla" and not args.xla_merge_pace and hosts >= 200
         result.phases = [phase("register", 0), phase("merge", int(failing))]
         return result

@@ -1,39 +1,17 @@
-"""Fixtures of the fault catalogue: loopback clusters that clean up after themselves, and a session-wide
-safety net that removes every network namespace and mount the catalogue's tests created."""
+"""Fixtures of the fault catalogue: an xfail mark's reason carried into the measurements, and a session-wide
+safety net that removes every network namespace and mount the catalogue's tests created. Its clusters are
+``make_cluster``'s (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from harness import Processes
-from harness.clusters import LocalCluster
 
 from . import netns
 from .recorder import CURRENT_XFAIL
-
-
-@pytest.fixture
-def make_cluster(tmp_path: Path, processes: Processes) -> Iterator[Callable[..., LocalCluster]]:
-    """``make_cluster("v4-32", heartbeat_timeout="3s")``: a loopback cluster's spec; afterwards every process
-    it started, every agent and every job (``*.pids`` under its root) is stopped, by pid."""
-    clusters: list[LocalCluster] = []
-
-    def make(accelerator: str, **options: str) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"c{len(clusters)}", accelerator, processes, **options)
-        clusters.append(cluster)
-        return cluster
-
-    try:
-        yield make
-    finally:
-        for cluster in clusters:
-            with contextlib.suppress(Exception):
-                processes.stop_recorded(cluster.root.glob("*.pids"))
-            cluster.close()
 
 
 @pytest.fixture(autouse=True)

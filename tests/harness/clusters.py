@@ -1,10 +1,13 @@
 """Real tpuctl clusters on loopback addresses (127.0.0.x), every process through one :class:`Processes`.
 
 * :class:`LocalCluster`: a spec written here, one ``tpuctl init`` per host, started by the test;
-* :class:`SimCluster`: ``tpuctl sim up`` (its own spec), then ``tpuctl run`` jobs on its hosts.
+* :class:`SimCluster`: ``tpuctl sim up`` (its own spec), then ``tpuctl run`` jobs on its hosts;
+* :class:`Clusters`: the clusters one test makes, each in a folder of its own, closed together (the
+  ``make_cluster`` and ``sim_cluster`` fixtures of ``tests/conftest.py``).
 
 ``close()`` ends what the cluster started, by pid: the ``tpuctl`` processes (SIGTERM, then SIGKILL), the
-jobs and agents by the pids they wrote to files. Agent logs are shown with the processes' logs on failure.
+jobs (the pids their scripts wrote to ``ROOT/*.pids``) and the agents (``ROOT/*/agent.pid``). Agent logs
+are shown with the processes' logs on failure.
 """
 
 from __future__ import annotations
@@ -105,6 +108,10 @@ class _Cluster:
     def logs(self) -> str:
         return self.processes.logs()
 
+    def stop_jobs(self) -> None:
+        """The jobs' processes, by the pids the job scripts wrote (``ROOT/*.pids``)."""
+        self.processes.stop_recorded(self.root.glob("*.pids"))
+
     def stop_agents(self) -> None:
         """Every agent under ``root`` (other state dirs too) still alive, by the pid it wrote."""
         self.processes.stop_recorded(self.root.glob("*/agent.pid"))
@@ -116,7 +123,9 @@ class _Cluster:
             self.processes.stop(*labels)
 
     def close(self) -> None:
+        """``tpuctl`` first (SIGTERM: ``tpuctl run`` stops its job), then the jobs left, then the agents."""
         self.stop_started()
+        self.stop_jobs()
         self.stop_agents()
 
 
@@ -161,6 +170,8 @@ class SimCluster(_Cluster):
     def __init__(self, root: Path, accelerator: str, processes: Processes) -> None:
         super().__init__(root, accelerator, processes)
         self.num_hosts = 0
+        self.brought_up: Finished | None = None
+        """``tpuctl sim up``'s run (its output: the hints it prints), once :meth:`up` ran."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -168,7 +179,9 @@ class SimCluster(_Cluster):
         return {"TPUCTL_STATE_DIR": str(self.root.parent / f"{self.root.name}-state")}
 
     def up(self, timeout: float = 120.0) -> None:
-        done = self.tpuctl("sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout, env=self.env)
+        done = self.brought_up = self.tpuctl(
+            "sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout, env=self.env
+        )
         assert done.code == 0, f"tpuctl sim up {self.accelerator} failed:\n{self.logs()}"
         self.num_hosts = len(list(self.root.glob("host-*")))
 
@@ -183,7 +196,45 @@ class SimCluster(_Cluster):
         # `tpuctl run` first (SIGTERM: it stops its job), then the jobs' processes by the pids the job scripts
         # wrote (ROOT/*.pids), then the agents: `tpuctl sim down`, and by their pids whatever it left
         self.stop_started()
-        self.processes.stop_recorded(self.root.glob("*.pids"))
+        self.stop_jobs()
         if self.num_hosts:
             self.tpuctl("sim", "down", "--root", str(self.root), timeout=30, env=self.env)
         self.stop_agents()
+
+
+class Clusters:
+    """The clusters a test (or a module's fixture) makes: each in its own folder under ``root`` (``c0``,
+    ``c1``, ...), their processes those of ``processes`` (logs shown on failure); :meth:`close` ends every
+    one, by pid."""
+
+    def __init__(self, root: Path, processes: Processes) -> None:
+        self.root = root
+        self.processes = processes
+        self.made: list[_Cluster] = []
+
+    def _folder(self) -> Path:
+        return self.root / f"c{len(self.made)}"
+
+    def local(self, accelerator: str, **spec_options: str) -> LocalCluster:
+        """``local("v4-32", heartbeat_timeout="2s")``: a loopback cluster's spec; the test starts its hosts."""
+        cluster = LocalCluster(self._folder(), accelerator, self.processes, **spec_options)
+        self.made.append(cluster)
+        return cluster
+
+    def sim(self, accelerator: str) -> SimCluster:
+        """``sim("v4-16")``: a simulated cluster that is up (closed with the others even if ``sim up`` failed)."""
+        cluster = SimCluster(self._folder(), accelerator, self.processes)
+        self.made.append(cluster)
+        cluster.up()
+        return cluster
+
+    def close(self) -> None:
+        """Every cluster made here, in order; one that fails to close does not keep the rest running."""
+        failed: list[BaseException] = []
+        for cluster in self.made:
+            try:
+                cluster.close()
+            except Exception as exc:
+                failed.append(exc)
+        if failed:
+            raise failed[0]

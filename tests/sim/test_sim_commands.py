@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from harness import TPUCTL, Finished, Processes
+from harness.clusters import Clusters
 
 pytestmark = pytest.mark.slow
 
@@ -38,17 +39,16 @@ class Sim:
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     base = tmp_path_factory.mktemp("simcmds")
     processes = Processes(base / "logs", name="sim-commands")
-    env = {"TPUCTL_STATE_DIR": str(base / "state")}
-    root = base / "sim"
-    processes.include_logs(root, "*/agent.log")
+    clusters = Clusters(base, processes)
     try:
-        up = processes.run("sim-up", [*TPUCTL, "sim", "up", "v4-16", "--root", str(root)], timeout=120, env=env)
-        assert up.code == 0, up.err
-        yield Sim(root, env, processes, up)
+        cluster = clusters.sim("v4-16")
+        assert cluster.brought_up is not None
+        yield Sim(cluster.root, cluster.env, processes, cluster.brought_up)
     finally:
-        processes.run("sim-down", [*TPUCTL, "sim", "down", "--root", str(root)], timeout=60, env=env)
-        processes.stop_recorded(root.glob("*/agent.pid"))
-        processes.close()
+        try:
+            clusters.close()
+        finally:
+            processes.close()
 
 
 def test_sim_status_shows_every_host_healthy(sim: Sim) -> None:
@@ -121,7 +121,7 @@ def _check_exists(sim: Sim, command: list[str]) -> None:
     helped = sim.tpuctl(*words, "--help", label="help")
     assert helped.code == 0, f"{' '.join(command)}: `tpuctl {' '.join(words)} --help` exit {helped.code}: {helped.err}"
     for word in command:
-        if word.startswith(str(sim.root)):
+        if Path(word).is_relative_to(sim.root):  # not its sibling, the state dir (c0-state)
             assert Path(word).exists(), f"{' '.join(command)} names {word}, which does not exist"
 
 
