@@ -51,6 +51,7 @@ CORE = (
     "tpuctl.coordination.rendezvous",
     "tpuctl.coordination.kv",
     "tpuctl.mapping.model",
+    "tpuctl.watchdog.*",
     "tpuctl.errors",
     "tpuctl.durations",
     "tpuctl.messages",
