@@ -139,7 +139,7 @@ def _raw_call(state: StateDir, op: str) -> dict[str, Any]:
     """A request naming an operation no agent knows (as a newer tpuctl might send)."""
     import socket
 
-    from tpuctl.agent.control import error_from_payload
+    from tpuctl.errors import error_from_payload
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from tpuctl.errors import StateError, TpuctlError
+    from tpuctl.errors import StateError
 
 
 class Op:
@@ -64,25 +64,6 @@ MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comforta
 
 if TYPE_CHECKING:
     Progress = Callable[[str], None]
-
-def error_payload(exc: "TpuctlError") -> "dict[str, Any]":
-    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
-
-
-def error_from_payload(payload: "dict[str, Any]") -> "TpuctlError":
-    from tpuctl import errors  # here: the light path loads the error types after its request, or for one
-    from tpuctl.errors import TpuctlError
-
-    types = {
-        cls.__name__: cls
-        for cls in vars(errors).values()
-        if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not errors.SpecError
-    }
-    cls = types.get(str(payload.get("type")), TpuctlError)
-    exc = cls(str(payload.get("message", "agent error")), hint=payload.get("hint"))
-    if cls is TpuctlError:
-        exc.exit_code = int(payload.get("exit_code", errors.EXIT_INTERNAL))
-    return exc
 
 
 def call(
@@ -193,6 +174,8 @@ class Request:
             if message.get("ok"):
                 result = message.get("result", {})
                 return result if isinstance(result, dict) else {}
+            from tpuctl.errors import error_from_payload  # here: the light path loads the error types for one
+
             raise error_from_payload(message.get("error", {}))
 
 

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tpuctl.agent.control import MAX_LINE, error_payload
-from tpuctl.errors import TpuctlError
+from tpuctl.agent.control import MAX_LINE
+from tpuctl.errors import TpuctlError, error_payload
 
 Progress = Callable[..., Awaitable[None]]
 """``await progress(text)``: a progress line for the caller; ``await progress(deadline=seconds)``: the

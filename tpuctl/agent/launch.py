@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tpuctl.agent.bringup import AgentOptions
-from tpuctl.agent.control import error_from_payload
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir, resolve_state_dir
-from tpuctl.errors import DeadlineError, StateError, TpuctlError
+from tpuctl.errors import DeadlineError, StateError, TpuctlError, error_from_payload
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
 STARTUP_SLACK_S = 30.0

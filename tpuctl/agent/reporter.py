@@ -13,7 +13,7 @@ import json
 import logging
 from typing import IO, Any
 
-from tpuctl.errors import TpuctlError
+from tpuctl.errors import TpuctlError, error_payload
 
 log = logging.getLogger("tpuctl.agent.bringup")
 
@@ -73,7 +73,5 @@ class PipeReporter(Reporter):
         self._close()
 
     def failed(self, exc: TpuctlError) -> None:
-        from tpuctl.agent.control import error_payload
-
         self._send({"event": "failed", "error": error_payload(exc)})
         self._close()
