@@ -392,7 +392,7 @@ class Agent:
             from tpuctl.backends.probe import probe_core_ids
 
             return await probe_core_ids(spec.backend, self.task, spec.slice)
-        from tpuctl.backends import get_backend
+        from tpuctl.backends.registry import get_backend
         from tpuctl.spec import hostenv
 
         delay = float(hostenv.environ().get("TPUCTL_SIM_INIT_DELAY", "0") or 0)

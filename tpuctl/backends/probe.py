@@ -62,7 +62,7 @@ async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: flo
 
 
 def main(argv: list[str]) -> int:
-    from tpuctl.backends import get_backend
+    from tpuctl.backends.registry import get_backend
 
     backend, task, generation, topology, chips_per_host, num_slices, megacore, kind = argv
     try:
