@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tpuctl.agent.bringup import Agent, AgentOptions
+from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir

@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordination"))
 from test_agent_inprocess import Recorder
 from tls_certs import make_pki
 
-from tpuctl.agent.bringup import Agent, AgentOptions
+from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import BarrierPassed, ErrorReport
 from tpuctl.agent.statedir import StateDir
 from tpuctl.sim.cluster import free_port, loopback_hosts, sim_spec_text

@@ -51,6 +51,7 @@ from typing import IO, Any
 from tpuctl.agent.commands import LocalCommands
 from tpuctl.agent.controlserver import serve
 from tpuctl.agent.merge import commit, merge, remove, write_pending
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
@@ -90,16 +91,6 @@ class GenerationEnd:
     """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
     failures: tuple[Failure, ...] = ()
     shutdown: bool = False
-
-
-@dataclass
-class AgentOptions:
-    spec: ClusterSpec
-    task: int
-    state: StateDir
-    output: Path
-    address: str
-    config_path: str | None = None
 
 
 class Agent:
@@ -770,4 +761,4 @@ def configure_logging(path: Path | None, level: int = logging.INFO) -> None:
     root.setLevel(level)
 
 
-__all__ = ["Agent", "AgentOptions", "configure_logging"]
+__all__ = ["Agent", "configure_logging"]

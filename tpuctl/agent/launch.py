@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tpuctl.agent.bringup import AgentOptions
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.reporter import Reporter
-from tpuctl.agent.statedir import StateDir, resolve_state_dir
+from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import DeadlineError, StateError, TpuctlError, error_from_payload
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
@@ -30,26 +30,6 @@ STARTUP_SLACK_S = 30.0
 # Beyond a phase's own timeout (the service's verdict comes back within the client's RPC slack of 10 s).
 PHASE_SLACK_S = 15.0
 LOG_TAIL_LINES = 20
-
-
-def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
-    """Resolve the spec, this host's task id, the output path and the state dir (no side effects)."""
-    from tpuctl.spec import hostenv
-    from tpuctl.spec.detect import resolve_task_id, spec_from_tpu_env
-    from tpuctl.spec.yamlfile import load_spec
-
-    environ = hostenv.environ()
-    spec = load_spec(config) if config else spec_from_tpu_env(environ)
-    task = resolve_task_id(spec, task_id=task_id, environ=environ, local_names=hostenv.local_names())
-    state = resolve_state_dir(state_dir)
-    return AgentOptions(
-        spec=spec,
-        task=task,
-        state=state,
-        output=Path(output or spec.output).absolute(),
-        address=spec.hosts[task],
-        config_path=str(Path(config).absolute()) if config else None,
-    )
 
 
 def refuse_if_running(state: StateDir) -> None:

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from tpuctl.agent.launch import build_options, launch, refuse_if_running, run_foreground
+from tpuctl.agent.launch import launch, refuse_if_running, run_foreground
+from tpuctl.agent.options import build_options
 from tpuctl.agent.reporter import Reporter
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.cli.output import dumps, format_options
