@@ -66,7 +66,7 @@ def test_a_mutual_tls_cluster_comes_up_meets_and_shuts_down_as_a_shutdown(tmp_pa
                 DEADLINE_S,
             )
             assert {BarrierPassed.from_json(p).instance for p in passed} == {1}
-            assert all(len(a.membership.task.credential) == 32 for a in agents)  # credentials passed through
+            assert all(a.current is not None and len(a.current.membership.task.credential) == 32 for a in agents)  # credentials passed through
             await asyncio.to_thread(call, states[1], Op.DOWN, {"all": True}, timeout=30)
             codes = await asyncio.wait_for(asyncio.gather(*runs), DEADLINE_S)
         finally:

@@ -32,7 +32,6 @@ from tpuctl.agent.statedir import StateDir, not_running
 TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
     from tpuctl.errors import StateError
 
@@ -69,11 +68,11 @@ if TYPE_CHECKING:
 def call(
     state: StateDir,
     op: str,
-    args: "dict[str, Any] | None" = None,
+    args: "dict[str, object] | None" = None,
     *,
     timeout: float,
     progress: "Progress | None" = None,
-) -> "dict[str, Any]":
+) -> "dict[str, object]":
     """Send one request to the agent and return its result; raise the agent's error as ours.
 
     ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
@@ -83,7 +82,7 @@ def call(
     return ask(state, op, args, timeout=timeout).answer(progress)
 
 
-def ask(state: StateDir, op: str, args: "dict[str, Any] | None" = None, *, timeout: float) -> "Request":
+def ask(state: StateDir, op: str, args: "dict[str, object] | None" = None, *, timeout: float) -> "Request":
     """Send one request to the agent and return at once: :meth:`Request.answer` reads the answer.
 
     :func:`call` in two halves, so a command can do its own work while the agent does the cluster's
@@ -117,7 +116,7 @@ class Request:
         self.state, self.op = state, op
         self._sock, self._deadline, self._timeout = sock, deadline, timeout
 
-    def answer(self, progress: "Progress | None" = None) -> "dict[str, Any]":
+    def answer(self, progress: "Progress | None" = None) -> "dict[str, object]":
         """The agent's result (progress lines go to ``progress``); the agent's error raised as ours.
         Closes the connection."""
         try:
@@ -135,7 +134,7 @@ class Request:
             hint=f"it may have exited; check {self.state.log_file}",
         )
 
-    def _read(self, progress: "Progress | None") -> "dict[str, Any]":
+    def _read(self, progress: "Progress | None") -> "dict[str, object]":
         state, op, sock = self.state, self.op, self._sock
         deadline, timeout = self._deadline, self._timeout
         reader = _LineReader(sock)

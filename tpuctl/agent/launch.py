@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.reporter import Reporter
@@ -68,10 +67,10 @@ def run_foreground(options: AgentOptions, reporter: Reporter) -> int:
     return asyncio.run(Agent(options, reporter).run())
 
 
-def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, Any]:
+def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, object]:
     """Fork the agent (it keeps the spec already loaded here: no second interpreter start), detach it
     into its own session with its output in the state dir's log, and relay its progress until it
-    reports ready or failed."""
+    reports ready or failed: the agent's summary (an ``InitSummary`` as the agent sent it)."""
     state = options.state
     state.ensure()
     read_fd, write_fd = os.pipe()
@@ -102,10 +101,12 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
         elif event == "phase":
             wait.enter(str(message.get("phase", "")), message.get("limit"))
         elif event == "ready":
-            return dict(message.get("summary", {}))
+            summary = message.get("summary")
+            return dict(summary) if isinstance(summary, dict) else {}
         elif event == "failed":
             _reap(pid, wait.deadline)
-            raise error_from_payload(message.get("error", {}))
+            error = message.get("error")
+            raise error_from_payload(error if isinstance(error, dict) else {})
     exit_code = _reap(pid, time.monotonic() + 0.1)  # the pipe closed as it exited, or it is silent
     if exit_code is None and wait.until() <= time.monotonic():  # still there, but silent or out of time
         os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly (a stopped agent: once continued)
@@ -195,7 +196,7 @@ def _init_limit(options: AgentOptions) -> float:
     return spec.coordinator.register_timeout + 3 * spec.barrier_timeout + probe + STARTUP_SLACK_S
 
 
-def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, Any]]:
+def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, object]]:
     """The agent's JSON-line events until it closes the pipe or ``until()`` (asked again after every
     event) passes."""
     buffer = b""
@@ -210,7 +211,9 @@ def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, Any]]:
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
-                yield json.loads(line)
+                event = json.loads(line)
+                if isinstance(event, dict):  # the agent sends objects only
+                    yield event
     finally:
         os.close(fd)
 
