@@ -17,6 +17,20 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing is not imported on the light path (``tpuctl barrier`` reads an error with these)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    class ErrorPayload(TypedDict):
+        """A ``TpuctlError`` as JSON: what an agent or a probe child sends in place of raising it."""
+
+        type: str
+        message: str
+        hint: str | None
+        exit_code: int
+
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_INPUT = 2
@@ -104,3 +118,25 @@ class MappingError(TpuctlError):
     """A device mapping file is missing, truncated, of an unknown schema, or inconsistent."""
 
     exit_code = EXIT_MAPPING
+
+
+def error_payload(exc: TpuctlError) -> ErrorPayload:
+    """``exc`` as JSON (the agent's control socket, its events to ``init``, the backend probe's answer)."""
+    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
+
+
+def error_from_payload(payload: Mapping[str, object]) -> TpuctlError:
+    """The error an :func:`error_payload` describes, of its own class (a class this tpuctl does not know,
+    or a ``SpecError``, whose problems do not travel: a ``TpuctlError`` with the payload's exit code)."""
+    types = {
+        cls.__name__: cls
+        for cls in globals().values()
+        if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not SpecError
+    }
+    cls = types.get(str(payload.get("type")), TpuctlError)
+    hint = payload.get("hint")
+    exc = cls(str(payload.get("message", "agent error")), hint=None if hint is None else str(hint))
+    if cls is TpuctlError:
+        code = payload.get("exit_code", EXIT_INTERNAL)
+        exc.exit_code = int(code) if isinstance(code, (int, float, str)) else EXIT_INTERNAL
+    return exc

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tpuctl.agent.bringup import Agent, AgentOptions
+from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
@@ -139,7 +140,7 @@ def _raw_call(state: StateDir, op: str) -> dict[str, Any]:
     """A request naming an operation no agent knows (as a newer tpuctl might send)."""
     import socket
 
-    from tpuctl.agent.control import error_from_payload
+    from tpuctl.errors import error_from_payload
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)

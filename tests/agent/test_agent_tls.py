@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordination"))
 from test_agent_inprocess import Recorder
 from tls_certs import make_pki
 
-from tpuctl.agent.bringup import Agent, AgentOptions
+from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import BarrierPassed, ErrorReport
 from tpuctl.agent.statedir import StateDir
 from tpuctl.sim.cluster import free_port, loopback_hosts, sim_spec_text
@@ -65,7 +66,7 @@ def test_a_mutual_tls_cluster_comes_up_meets_and_shuts_down_as_a_shutdown(tmp_pa
                 DEADLINE_S,
             )
             assert {BarrierPassed.from_json(p).instance for p in passed} == {1}
-            assert all(len(a.membership.task.credential) == 32 for a in agents)  # credentials passed through
+            assert all(a.current is not None and len(a.current.membership.task.credential) == 32 for a in agents)  # credentials passed through
             await asyncio.to_thread(call, states[1], Op.DOWN, {"all": True}, timeout=30)
             codes = await asyncio.wait_for(asyncio.gather(*runs), DEADLINE_S)
         finally:

@@ -73,7 +73,7 @@ barrier_timeout: 40s
 
 
 def _wait(tmp_path, pid: int) -> _Wait:
-    from tpuctl.agent.bringup import AgentOptions
+    from tpuctl.agent.options import AgentOptions
 
     spec = load_spec_text(SPEC)
     options = AgentOptions(spec=spec, task=1, state=StateDir(tmp_path), output=tmp_path / "m.json", address="127.0.0.2")

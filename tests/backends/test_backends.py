@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from tpuctl.backends import BACKEND_NAMES, Backend, get_backend
+from tpuctl.backends.base import Backend
 from tpuctl.backends.jax import JaxBackend, core_ids_of_devices
+from tpuctl.backends.names import BACKEND_NAMES
+from tpuctl.backends.registry import get_backend
 from tpuctl.backends.sim import SimBackend
 from tpuctl.backends.tensorflow import TensorFlowBackend
 from tpuctl.errors import InputError, NoTpuError, TopologyError
@@ -57,7 +59,7 @@ def test_get_backend_imports_no_framework() -> None:
     import sys
 
     code = (
-        "import sys; from tpuctl.backends import get_backend; from tpuctl.tpu.slice import resolve_slice; "
+        "import sys; from tpuctl.backends.registry import get_backend; from tpuctl.tpu.slice import resolve_slice; "
         "s = resolve_slice(accelerator='v4-8'); [get_backend(n, s) for n in ('sim', 'tensorflow', 'jax')]; "
         "assert 'jax' not in sys.modules and 'tensorflow' not in sys.modules, sorted(sys.modules)"
     )

@@ -44,15 +44,17 @@ import secrets
 import signal
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Literal
 
 from tpuctl.agent.commands import LocalCommands
 from tpuctl.agent.controlserver import serve
-from tpuctl.agent.merge import commit, merge, remove, write_pending
+from tpuctl.agent.coordinator import connect, load_token, start_service
+from tpuctl.agent.generation import Generation, GenerationEnd, HistoryRow, failure_end
+from tpuctl.agent.merge import commit, local_core_ids, merge, probe_limit, remove, write_pending
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
-from tpuctl.agent.reporter import Reporter
+from tpuctl.agent.reporter import InitSummary, Reporter
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import (
     ClusterError,
@@ -62,7 +64,13 @@ from tpuctl.errors import (
     StateError,
     TpuctlError,
 )
-from tpuctl.spec.model import ClusterSpec
+
+if TYPE_CHECKING:
+    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.server import CoordinationServer
+    from tpuctl.coordination.values import ClusterFailure, ClusterStatus, RendezvousProgress
+    from tpuctl.job.env import JobEnv
+    from tpuctl.mapping.model import DeviceMapping
 
 log = logging.getLogger("tpuctl.agent.bringup")
 
@@ -78,28 +86,6 @@ STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir i
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
 # shortest heartbeat timeout, 1 s, at most)
 ENDED_POLL_S = 2.0  # asking the service what ended this host's generation, when a heartbeat was refused
-
-
-@dataclass(frozen=True)
-class GenerationEnd:
-    """Why this host's generation ended: re-form (``rejoin``) or fail for good (``error``)."""
-
-    generation: int
-    rejoin: bool
-    error: TpuctlError
-    """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
-    failures: tuple[Failure, ...] = ()
-    shutdown: bool = False
-
-
-@dataclass
-class AgentOptions:
-    spec: ClusterSpec
-    task: int
-    state: StateDir
-    output: Path
-    address: str
-    config_path: str | None = None
 
 
 class Agent:
@@ -118,26 +104,20 @@ class Agent:
         self.failed_at: float | None = None
         self.changed = asyncio.Event()  # set (and replaced) on every change: ``notify``
         self.failed = asyncio.Event()  # set when the cluster errs (``cluster_error``)
-        self.job_ports: JobPorts | None = None
-        self.info: AgentInfo | None = None
-        self.job_env: dict[str, Any] = {}  # the answer to Op.ENV, computed once the mapping exists
-        self._server: Any = None
-        self.client: Any = None
-        self.membership: Any = None
-        self.session: Any = None  # this generation's session stream (heartbeats, barriers, error watch)
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._server_task: asyncio.Task[Any] | None = None
-        self._mapping: Any = None
-        self._main_task: asyncio.Task[Any] | None = None  # the bring-up, cancelled when init cannot finish
-        self._ready = False
-        self._pending: Path | None = None  # the mapping written but not yet committed (init not done)
+        self.info: AgentInfo | None = None  # this agent's description (``agent.json``), once a mapping exists
+        self.job_env: JobEnv | None = None  # the answer to Op.ENV, computed once the mapping exists
+        self.client: CoordinationClient | None = None
+        self.current: Generation | None = None  # the latest generation (while re-forming: the one that ended)
         self.rejoining: GenerationEnd | None = None  # the generation ended; the next one is forming
-        self.history: list[dict[str, Any]] = []  # every generation: when it formed, when and why it ended
-        self._ended: asyncio.Future[GenerationEnd] | None = None  # this generation's end, once known
-        self._generation_tasks: list[asyncio.Task[Any]] = []
+        self.formed = 0  # the latest generation whose mapping is committed on this host
+        self.history: list[HistoryRow] = []  # every generation: when it formed, when and why it ended
+        self._server: CoordinationServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._control: asyncio.Task[None] | None = None  # serving local commands, from the first mapping on
+        self._main_task: asyncio.Task[object] | None = None  # the bring-up, cancelled when init cannot finish
+        self._ready = False
         self._last_generation = 0
         self._previous_credential = b""
-        self.formed = 0  # the latest generation whose mapping is committed on this host
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -181,7 +161,7 @@ class Agent:
         finally:
             alive.cancel()
             with contextlib.suppress(StateError):
-                remove(self._pending)
+                remove(self.current.pending if self.current is not None else None)
         await self.stop.wait()
         await self._tear_down(leaving=True)
         return 0
@@ -198,34 +178,27 @@ class Agent:
 
     async def _bring_up(self) -> None:
         self._main_task = asyncio.current_task()
-        from tpuctl.coordination.client import CoordinationClient
-
         spec, task = self.spec, self.task
         self.reporter.phase("registering", spec.coordinator.register_timeout)
-        token = _load_token(spec)
-        tls = spec.auth.tls if spec.auth is not None else None
+        token = load_token(spec)
         previous = self.options.state.read_registration(spec.cluster, task)
         if previous is not None:  # a dead agent's registration: this process replaces it
             self._last_generation, self._previous_credential = previous
         if task == 0:
             first = self._last_generation + 1 if spec.restart.rejoin and self._last_generation else 1
-            self._server = await _start_service(spec, token, first_generation=first)
+            self._server = await start_service(spec, token, first_generation=first)
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
-        # Keepalive pings at the heartbeat interval (protocol v8): with the spec's defaults (5 s, 30 s)
-        # they vouch for the coordinator, and the session sends no heartbeat messages.
-        self.client = CoordinationClient(
-            spec.coordinator_target, token=token, tls=_client_tls(tls), keepalive=spec.coordinator.heartbeat_interval
-        )
+        self.client = connect(spec, token)
         await self._form(first=True)
         self._ready = True
         self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
         self._tasks.append(asyncio.create_task(self._generations(), name="generations"))
-        self.reporter.ready(self._summary(self._mapping))
+        self.reporter.ready(self._summary())
 
     @property
     def generation(self) -> int:
-        return int(self.membership.generation) if self.membership is not None else 0
+        return self.current.number if self.current is not None else 0
 
     async def _form(self, *, first: bool) -> None:
         """Register and bring up a generation; again while generations end before they form. Raises the
@@ -245,9 +218,10 @@ class Agent:
         """One generation's bring-up: None once it formed, else why it ended first."""
         spec, task = self.spec, self.task
         wait = spec.coordinator.register_timeout if first else spec.restart.timeout
-        # Registered on the session's stream (protocol v7): it heartbeats from then on, since waiting for
-        # late hosts can take longer than the heartbeat timeout.
-        self.session = await self.client.open_session(
+        # Registered on the session's stream: it heartbeats from then on, since waiting for late hosts can
+        # take longer than the heartbeat timeout.
+        assert self.client is not None  # made by the bring-up
+        session = await self.client.open_session(
             spec.cluster,
             task,
             incarnation=self.incarnation,
@@ -258,17 +232,14 @@ class Agent:
             interval=spec.coordinator.heartbeat_interval,
             give_up_after=spec.coordinator.heartbeat_timeout,
         )
-        self.membership = self.session.membership
-        generation = self.generation
-        self._last_generation, self._previous_credential = generation, self.membership.task.credential
-        self.options.state.write_registration(spec.cluster, task, generation, self._previous_credential)
+        gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
+        number = gen.number
+        self._last_generation, self._previous_credential = number, gen.membership.task.credential
+        self.options.state.write_registration(spec.cluster, task, number, self._previous_credential)
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
-        self._ended = asyncio.get_running_loop().create_future()
-        self._generation_tasks = [
-            asyncio.create_task(self._heartbeats(self.membership, self.session), name=f"heartbeats-{generation}")
-        ]
-        steps = asyncio.create_task(self._form_steps(wait), name=f"form-{generation}")
-        waiting: set[asyncio.Future[Any]] = {steps, self._ended}
+        gen.tasks.append(asyncio.create_task(self._heartbeats(gen), name=f"heartbeats-{number}"))
+        steps = asyncio.create_task(self._form_steps(gen, wait), name=f"form-{number}")
+        waiting: set[asyncio.Future[None] | asyncio.Future[GenerationEnd]] = {steps, gen.ended}
         try:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -278,59 +249,54 @@ class Agent:
             steps.cancel()
             with contextlib.suppress(BaseException):
                 await steps
-            return self._ended.result()
-        if steps.exception() is not None and self._ended.done():
-            return self._ended.result()  # the step failed because the generation ended: say why
+            return gen.ended.result()
+        if steps.exception() is not None and gen.ended.done():
+            return gen.ended.result()  # the step failed because the generation ended: say why
         failed = steps.exception()
         if isinstance(failed, ClusterError) and self.spec.restart.rejoin:
-            end = await self._why_ended(self.membership, failed)  # the generation ended under the step?
+            end = await self._why_ended(gen, failed)  # the generation ended under the step?
             if end.rejoin or end.failures:
                 return end  # re-form, or the cluster's final error with its failures
         steps.result()  # this host's own failure (or the cluster's final one) raises here
         return None
 
-    async def _form_steps(self, wait: float) -> None:
+    async def _form_steps(self, gen: Generation, wait: float) -> None:
         spec, task = self.spec, self.task
-        generation = self.generation
-        gen = f" (generation {generation})" if generation > 1 else ""
+        generation = gen.number
+        g = f" (generation {generation})" if generation > 1 else ""
         self.reporter.phase("waiting for every host", wait)
-        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{gen}; waiting for every host")
-        await self.session.wait_for_all(
+        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{g}; waiting for every host")
+        await gen.session.wait_for_all(
             timeout=wait,
-            progress=lambda progress: self.reporter.progress(f"task {task}{gen}: {progress.describe()}"),
+            progress=lambda progress: self.reporter.progress(f"task {task}{g}: {progress.describe()}"),
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
-        self._generation_tasks.append(
-            asyncio.create_task(
-                self._watch_errors(self.membership, self.session), name=f"watch-errors-{generation}"
-            )
-        )
-        self.reporter.phase("merging core IDs", _probe_limit(spec) + spec.barrier_timeout)
-        mapping, self.job_ports = await merge(
-            self.session,
+        gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{generation}"))
+        self.reporter.phase("merging core IDs", probe_limit(spec) + spec.barrier_timeout)
+        mapping, job_ports = await merge(
+            gen.session,
             spec,
             task,
-            await self._local_core_ids(),
+            await local_core_ids(spec, task, self.reporter.progress),
             incarnation=self.service_incarnation,
             generation=generation,
             progress=self.reporter.progress,
         )
-        self._pending = write_pending(self.options.output, mapping)
+        gen.pending = write_pending(self.options.output, mapping)
         self.reporter.progress(f"task {task}: wrote {self.options.output} (pending until every host has)")
-        self.info = self._info()
+        self.info = self._info(job_ports)
         self.options.state.write_info(self.info)
         self.job_env = self._job_env(self.info, mapping)
-        if self._server_task is None:
-            control = await serve(Path(self.options.state.socket), LocalCommands(self).handle)
-            self._server_task = asyncio.create_task(_serve_forever(control), name="control")
-            self._tasks.append(self._server_task)
+        if self._control is None:
+            control = await serve(Path(self.options.state.socket), LocalCommands(self, self.options.state.path).handle)
+            self._control = asyncio.create_task(_serve_forever(control), name="control")
+            self._tasks.append(self._control)
         self.reporter.phase("the final barrier", spec.barrier_timeout)
-        await self._barrier(INIT_DONE_BARRIER, spec.barrier_timeout)
+        await gen.session.barrier(INIT_DONE_BARRIER, timeout=spec.barrier_timeout)
         # Every host has its mapping: only now does it take the place jobs read it from, so a cluster
         # that never came up leaves no mapping that loads as valid.
-        commit(self._pending, self.options.output)
-        self._pending = None
-        self._mapping = mapping
+        commit(gen.pending, self.options.output)
+        gen.pending = None
         self.rejoining = None
         self.formed = generation
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
@@ -343,27 +309,26 @@ class Agent:
         """Generation ``end.generation`` is over: stop its work, remove its mapping, say so."""
         self.rejoining = end
         self.failures = end.failures
-        self.job_env = {}
+        self.job_env = None
         if self.history and self.history[-1]["generation"] == end.generation:
-            self.history[-1].update(ended=time.time(), cause=end.error.message)
+            row = self.history[-1]
+            row["ended"], row["cause"] = time.time(), end.error.message
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
-        for task in self._generation_tasks:
-            task.cancel()
-        for task in self._generation_tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._generation_tasks = []
+        gen = self.current
+        if gen is not None:
+            await gen.stop()
         with contextlib.suppress(StateError):
-            remove(self._pending)
+            remove(gen.pending if gen is not None else None)
             remove(self.options.output)
-        self._pending = None
+        if gen is not None:
+            gen.pending = None
 
     async def _generations(self) -> None:
         """After init: re-form whenever a generation ends and the cluster re-forms; fail when it is final."""
         while not self.stop.is_set():
-            assert self._ended is not None
-            end = await self._ended
+            assert self.current is not None
+            end = await self.current.ended
             if end.shutdown:
                 return
             if not end.rejoin or self.stop.is_set():
@@ -377,45 +342,27 @@ class Agent:
                 self._fail(exc)
                 return
 
-    def _end(self, membership: Any, end: GenerationEnd) -> None:
-        """Generation ``membership.generation`` ended (the first word on it counts)."""
-        if self._ended is not None and not self._ended.done() and membership is self.membership:
-            self._ended.set_result(end)
-
-    async def _local_core_ids(self) -> list[int]:
-        """This host's core IDs from the backend. Real backends run in a short-lived child so this
-        long-lived agent never holds the TPU the job needs; the sim backend runs in-process, after the
-        simulated runtime start-up time ``TPUCTL_SIM_INIT_DELAY`` (seconds; 0 by default; tests use it
-        to kill a host in the middle of init)."""
-        spec = self.spec
-        if spec.backend != "sim":
-            from tpuctl.backends.probe import probe_core_ids
-
-            return await probe_core_ids(spec.backend, self.task, spec.slice)
-        from tpuctl.backends import get_backend
-        from tpuctl.spec import hostenv
-
-        delay = float(hostenv.environ().get("TPUCTL_SIM_INIT_DELAY", "0") or 0)
-        if delay > 0:
-            self.reporter.progress(f"task {self.task}: simulated TPU runtime starting ({delay:g} s)")
-            await asyncio.sleep(delay)
-        return get_backend("sim", spec.slice).local_core_ids(self.task)
+    def _end(self, gen: Generation, end: GenerationEnd) -> None:
+        """Generation ``gen`` ended (the first word on it counts; a generation already left is not told)."""
+        if gen is self.current:
+            gen.end(end)
 
     @property
     def service_incarnation(self) -> int:
-        return int(self.membership.service_incarnation) if self.membership is not None else 0
+        return self.current.membership.service_incarnation if self.current is not None else 0
 
     async def _tear_down(self, *, leaving: bool) -> None:
-        tasks = self._tasks + self._generation_tasks
+        gen = self.current
+        tasks = self._tasks + (gen.tasks if gen is not None else [])
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
         if self.client is not None:
-            if leaving and self.membership is not None and not self.shutdown_all:
+            if leaving and gen is not None and not self.shutdown_all:
                 with contextlib.suppress(TpuctlError, OSError):
-                    await self.client.disconnect(self.membership.task)
+                    await self.client.disconnect(gen.membership.task)
             with contextlib.suppress(BaseException):
                 await self.client.close()
         if self._server is not None:
@@ -426,13 +373,13 @@ class Agent:
     async def _tell_the_cluster(self, exc: TpuctlError) -> None:
         """Init failed here for a reason of this host's own (the mapping write, the backend, ...): report
         it, so every peer fails at once naming this host and the real cause, not a heartbeat timeout."""
-        if self.client is None or self.membership is None or self.cluster_error is not None:
+        if self.client is None or self.current is None or self.cluster_error is not None:
             return  # not registered, or the failure came from the cluster: nothing new to tell it
         if isinstance(exc, (ClusterError, DeadlineError)):
             return  # the cluster's own failure or a cluster-wide wait: every host already knows
         with contextlib.suppress(TpuctlError, OSError, asyncio.TimeoutError):
             await asyncio.wait_for(
-                self.client.report_error(self.membership.task, f"init failed on this host: {exc.message}"),
+                self.client.report_error(self.current.membership.task, f"init failed on this host: {exc.message}"),
                 REPORT_TIMEOUT_S,
             )
 
@@ -498,49 +445,45 @@ class Agent:
                 self.notify()
                 return
 
-    async def _heartbeats(self, membership: Any, session: Any) -> None:
+    async def _heartbeats(self, gen: Generation) -> None:
         try:
-            await session.run()
+            await gen.session.run()
         except TpuctlError as exc:
-            self._end(membership, await self._why_ended(membership, exc))
+            self._end(gen, await self._why_ended(gen, exc))
 
-    async def _watch_errors(self, membership: Any, session: Any) -> None:
+    async def _watch_errors(self, gen: Generation) -> None:
         """The cluster's error, pushed on the session (the session's own end is the heartbeats' to tell)."""
         try:
-            failure = await session.watch_errors()
+            failure = await gen.session.watch_errors()
         except TpuctlError as exc:
-            if exc is session.ended:
+            if exc is gen.session.ended:
                 return  # the session itself ended: the heartbeats say why
-            self._end(membership, await self._why_ended(membership, exc))
+            self._end(gen, await self._why_ended(gen, exc))
             return
         if failure is None:
             return
-        self._end(membership, self._failure_end(failure))
+        self._end(gen, self._failure_end(failure))
 
-    def _failure_end(self, failure: Any) -> GenerationEnd:
-        text = str(failure)
-        failures = tuple(Failure(task=f.task.task_id, address=f.task.address, cause=f.cause) for f in failure.failures)
-        if failure.shutdown:  # `tpuctl down --all` somewhere: the flag, never the cause's text
-            log.info("cluster shut down: %s", text)
+    def _failure_end(self, failure: ClusterFailure) -> GenerationEnd:
+        end = failure_end(failure, self.spec.cluster)
+        if end.shutdown:
+            log.info("cluster shut down: %s", end.error.message)
             self.shutdown_all = True
             self.stop.set()
             self.notify()
-            return GenerationEnd(failure.generation, False, ClusterError(text), failures, shutdown=True)
-        if failure.rejoin:
-            return GenerationEnd(failure.generation, True, ClusterError(text), failures)
-        return GenerationEnd(
-            failure.generation, False, ClusterError(f"cluster {self.spec.cluster!r} is in error: {text}"), failures
-        )
+        return end
 
-    async def _why_ended(self, membership: Any, exc: TpuctlError) -> GenerationEnd:
+    async def _why_ended(self, gen: Generation, exc: TpuctlError) -> GenerationEnd:
         """A heartbeat, the error watch or a bring-up step failed with ``exc``. Under policy rejoin, a call
         of an ended generation, a restarted coordinator and an unreachable one end this generation (the
-        next one forms when the coordinator answers again; the service says what ended it). Anything
-        else, and everything under policy fail, is final."""
+        next one forms when the coordinator answers again; the service says what ended it). Every other
+        error, and every error under policy fail, is final."""
+        membership = gen.membership
         generation = membership.generation
         coordinator = self.spec.hosts[0]
         if self.spec.restart.rejoin and isinstance(exc, ClusterError):
             if not isinstance(exc, CoordinatorUnreachable):
+                assert self.client is not None  # made before the first generation
                 try:
                     failure = await asyncio.wait_for(
                         self.client.watch_errors(membership.task, timeout=0.1, give_up_after=0.0), ENDED_POLL_S
@@ -572,9 +515,6 @@ class Agent:
             if not self._ready and self._main_task is not None:
                 self._main_task.cancel()  # init cannot finish: report the cluster's error now
 
-    async def _barrier(self, name: str, timeout: float) -> int:
-        return int(await self.session.barrier(name, timeout=timeout))
-
     async def barrier(self, name: str, timeout: float, generation: int = 0) -> int:
         """A job's barrier (``tpuctl barrier``); ``generation``: the job's (``TPUCTL_GENERATION``; 0: any).
         This agent's own failure verdict, or its generation's end, ends the wait too (a frozen or cut-off
@@ -595,11 +535,15 @@ class Agent:
                 "cluster's? (`tpuctl env` prints this host's)" if ahead
                 else "the job's generation is over: restart it (`tpuctl run --max-restarts N` does)",
             )
-        waiting = asyncio.ensure_future(self._barrier(name, timeout))
+        gen = self.current
+        assert gen is not None  # local commands are served once a generation formed
+        waiting = asyncio.ensure_future(gen.session.barrier(name, timeout=timeout))
         failed = asyncio.ensure_future(self.failed.wait())
-        either: set[asyncio.Future[Any]] = {waiting, failed}
-        if self._ended is not None:
-            either.add(self._ended)
+        either: set[asyncio.Future[int] | asyncio.Future[Literal[True]] | asyncio.Future[GenerationEnd]] = {
+            waiting,
+            failed,
+            gen.ended,
+        }
         try:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -610,8 +554,34 @@ class Agent:
             return int(waiting.result())
         if self.cluster_error is not None:
             raise self.cluster_error
-        assert self._ended is not None and self._ended.done()
-        raise GenerationOver(f"generation {self._ended.result().generation} is over: {self._ended.result().error.message}")
+        assert gen.ended.done()
+        raise GenerationOver(f"generation {gen.ended.result().generation} is over: {gen.ended.result().error.message}")
+
+    async def barrier_progress(self, name: str) -> RendezvousProgress | None:
+        """Where this host's latest call to barrier ``name`` stands (the service's answer)."""
+        assert self.client is not None and self.current is not None
+        return await self.client.rendezvous_progress(self.current.membership.task, name)
+
+    async def coordinator_status(self) -> ClusterStatus:
+        """The cluster as the coordinator sees it (every host listed)."""
+        assert self.client is not None
+        return await self.client.status()
+
+    async def leave(self, *, everyone: bool) -> None:
+        """``tpuctl down``: leave the cluster; ``everyone`` (``--all``): shut every host down first."""
+        self.shutdown_all = everyone
+        if everyone:
+            assert self.client is not None and self.current is not None
+            cause = f"the cluster was shut down from task {self.task} (tpuctl down --all)"
+            await self.client.report_error(self.current.membership.task, cause, shutdown=True)
+        self.stop.set()
+        self.notify()
+
+    @property
+    def description(self) -> AgentInfo:
+        """This agent's description (``agent.json``): local commands are served once it is written."""
+        assert self.info is not None
+        return self.info
 
     # --- local commands --------------------------------------------------------------------------
 
@@ -633,9 +603,8 @@ class Agent:
 
     # --- descriptions ----------------------------------------------------------------------------
 
-    def _info(self) -> AgentInfo:
+    def _info(self, job_ports: JobPorts) -> AgentInfo:
         spec = self.spec
-        assert self.job_ports is not None  # reserved during the merge
         return AgentInfo(
             pid=os.getpid(),
             cluster=spec.cluster,
@@ -652,7 +621,7 @@ class Agent:
             service_incarnation=str(self.service_incarnation),
             barrier_timeout=spec.barrier_timeout,
             heartbeat_timeout=spec.coordinator.heartbeat_timeout,
-            job_ports=self.job_ports,
+            job_ports=job_ports,
             started=time.time(),
             generation=self.generation,
             restart_policy=spec.restart.policy,
@@ -660,13 +629,13 @@ class Agent:
             max_restarts=spec.restart.max_restarts,
         )
 
-    def _job_env(self, info: AgentInfo, mapping: Any) -> dict[str, Any]:
+    def _job_env(self, info: AgentInfo, mapping: DeviceMapping) -> JobEnv:
         """The job environment every local ``tpuctl env`` / ``tpuctl run`` asks for, computed once here."""
         from tpuctl.job.env import job_environment
 
-        return job_environment(info, mapping, state_dir=str(Path(self.options.state.path).absolute())).to_message()
+        return job_environment(info, mapping, state_dir=str(Path(self.options.state.path).absolute()))
 
-    def _summary(self, mapping: Any) -> dict[str, Any]:
+    def _summary(self) -> InitSummary:
         """``tpuctl init``'s document (schema ``tpuctl.init/v1``; key names as in status and topology)."""
         spec = self.spec
         return {
@@ -686,59 +655,6 @@ class Agent:
             "state_dir": str(self.options.state.path),
             "pid": os.getpid(),
         }
-
-
-def _probe_limit(spec: ClusterSpec) -> float:
-    """The longest a real backend's core-ID probe may take (the sim backend answers in-process)."""
-    if spec.backend == "sim":
-        return 0.0
-    from tpuctl.backends.probe import PROBE_TIMEOUT_S
-
-    return PROBE_TIMEOUT_S
-
-
-def _load_token(spec: ClusterSpec) -> str | None:
-    if spec.auth is None or spec.auth.token_file is None:
-        return None
-    from tpuctl.coordination.auth import load_token
-
-    return load_token(spec.auth.token_file)
-
-
-async def _start_service(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> Any:
-    from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import RestartPolicy, ServiceConfig, TaskSpec
-
-    config = ServiceConfig(
-        cluster=spec.cluster,
-        tasks=tuple(TaskSpec(address=h) for h in spec.hosts),
-        heartbeat_timeout=spec.coordinator.heartbeat_timeout,
-        register_timeout=spec.coordinator.register_timeout,
-        barrier_timeout=spec.barrier_timeout,
-        token=token,
-        restart=RestartPolicy(spec.restart.rejoin, spec.restart.timeout, spec.restart.max_restarts),
-        first_generation=first_generation,
-    )
-    tls = spec.auth.tls if spec.auth is not None else None
-    server_tls = None
-    if tls is not None:
-        from tpuctl.coordination.tls import load_server_tls
-
-        server_tls = load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
-    # Task 0's agent is a process of its own that serves and keeps one session: its heap may be frozen
-    # for the garbage collector while the cluster stands (``start_server``'s ``freeze_heap``).
-    return await start_server(
-        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True
-    )
-
-
-def _client_tls(tls: Any) -> Any:
-    """The client side of the spec's ``auth.tls`` (None: plaintext)."""
-    if tls is None:
-        return None
-    from tpuctl.coordination.tls import load_client_tls
-
-    return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
 
 
 async def _serve_forever(server: asyncio.AbstractServer) -> None:
@@ -770,4 +686,4 @@ def configure_logging(path: Path | None, level: int = logging.INFO) -> None:
     root.setLevel(level)
 
 
-__all__ = ["Agent", "AgentOptions", "configure_logging"]
+__all__ = ["Agent", "configure_logging"]

@@ -4,6 +4,10 @@ Requests arrive on the state dir's control socket (:mod:`tpuctl.agent.controlser
 (:class:`~tpuctl.agent.control.Op`) and its arguments; every answer is a plain JSON document of
 :mod:`tpuctl.agent.protocol`. An operation this agent does not know is a version mismatch between the
 command and the agent, reported as such.
+
+What the answers need of the agent is :class:`ServedAgent` (the bring-up's ``Agent`` is one): its
+description, its generation, its health report, the job's environment, a barrier, the coordinator's
+answers, and leaving.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from tpuctl.agent.control import Op
 from tpuctl.agent.controlserver import Progress
@@ -20,20 +24,57 @@ from tpuctl.coordination.values import MAX_NAME_CHARS
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
 
 if TYPE_CHECKING:
-    from tpuctl.agent.bringup import Agent
+    from tpuctl.agent.protocol import AgentInfo, ErrorReport
+    from tpuctl.coordination.values import ClusterStatus, RendezvousProgress
+    from tpuctl.job.env import JobEnv
 
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
 PROGRESS_RPC_S = 3.0  # where a barrier stands, for its progress line
 
 
+class ServedAgent(Protocol):
+    """What local commands need of the agent they answer for."""
+
+    @property
+    def description(self) -> AgentInfo:
+        """The agent's ``agent.json`` (written before local commands are served)."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """The agent's generation (while re-forming: the one that ended)."""
+        ...
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set (and replaced) whenever the agent's health report may have changed."""
+        ...
+
+    @property
+    def job_env(self) -> JobEnv | None:
+        """The job's environment on this host, once the generation's mapping exists."""
+        ...
+
+    def error_report(self) -> ErrorReport: ...
+
+    async def barrier(self, name: str, timeout: float, generation: int = 0) -> int: ...
+
+    async def barrier_progress(self, name: str) -> RendezvousProgress | None: ...
+
+    async def coordinator_status(self) -> ClusterStatus: ...
+
+    async def leave(self, *, everyone: bool) -> None: ...
+
+
 class LocalCommands:
-    """Dispatches one control request to the agent it serves."""
+    """Dispatches one control request to the agent it serves (whose state dir is ``state_dir``)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: ServedAgent, state_dir: str) -> None:
         self.agent = agent
+        self.state_dir = state_dir
 
-    async def handle(self, op_name: str, args: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    async def handle(self, op_name: str, args: dict[str, object], progress: Progress) -> dict[str, object]:
         if op_name not in Op.ALL:
             raise ProtocolError(
                 f"this tpuctl agent does not know the operation {op_name!r}",
@@ -46,29 +87,24 @@ class LocalCommands:
         if op == Op.STATUS:
             return await self._status()
         if op == Op.DOWN:
-            agent.shutdown_all = bool(args.get("all"))
-            if agent.shutdown_all:
-                cause = f"the cluster was shut down from task {agent.task} (tpuctl down --all)"
-                await agent.client.report_error(agent.membership.task, cause, shutdown=True)
-            agent.stop.set()
-            agent.notify()
+            await agent.leave(everyone=bool(args.get("all")))
             return {"stopping": True}
         if op == Op.INFO:
-            assert agent.info is not None  # the control socket opens after the info is written
-            return agent.info.to_json()
+            return agent.description.to_json()
         if op == Op.ENV:
             report = agent.error_report()
             if report.error:
                 raise ClusterError(report.error, hint="`tpuctl status` shows every host; restart the cluster")
             if report.shutdown or report.stopping:
-                raise StateError(f"the tpuctl agent for state dir {agent.options.state.path} is shutting down")
+                raise StateError(f"the tpuctl agent for state dir {self.state_dir} is shutting down")
             if report.rejoining:
                 raise GenerationOver(
-                    f"generation {report.generation} of cluster {agent.spec.cluster!r} is over ({report.ended}); "
+                    f"generation {report.generation} of cluster {agent.description.cluster!r} is over ({report.ended}); "
                     "the cluster is re-forming",
                     hint="`tpuctl run --max-restarts N` waits for the next generation and restarts the job",
                 )
-            return agent.job_env
+            env = agent.job_env
+            return {} if env is None else env.to_message()
         # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster is down (errs, shuts down, this
         # agent stops or its generation ended) or `timeout` passes; with `since` (``ErrorReport.seen`` as
         # last seen: generation, rejoining, formed), when that changes or the cluster is down for good.
@@ -88,7 +124,7 @@ class LocalCommands:
                 await asyncio.wait_for(agent.changed.wait(), timeout=left)
         return report.to_json()
 
-    async def _barrier(self, args: dict[str, Any], progress: Progress) -> BarrierPassed:
+    async def _barrier(self, args: dict[str, object], progress: Progress) -> BarrierPassed:
         agent = self.agent
         name = str(args.get("name", ""))
         if not name or name.startswith("tpuctl/"):
@@ -98,7 +134,7 @@ class LocalCommands:
                 f"barrier name {name[:40]!r}... is {len(name):,} characters long; at most {MAX_NAME_CHARS:,} are allowed",
                 hint="use a shorter barrier name",
             )
-        timeout = _seconds(args.get("timeout") or None, agent.spec.barrier_timeout)
+        timeout = _seconds(args.get("timeout") or None, agent.description.barrier_timeout)
         generation = args.get("generation")
         generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
         await progress(deadline=timeout)  # the caller waits for the answer that long (and a margin)
@@ -111,61 +147,61 @@ class LocalCommands:
                     # Ask where the barrier stands, but never let the question hold up its answer (a
                     # coordinator that stopped answering would, for the RPC timeout).
                     asking = asyncio.create_task(self._barrier_progress(name, time.monotonic() - started))
-                    either: set[asyncio.Task[Any]] = {waiter, asking}
-                    done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-                    if waiter not in done:
+                    either: set[asyncio.Future[int] | asyncio.Future[str]] = {waiter, asking}
+                    first, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                    if waiter not in first:
                         await progress(asking.result())
                         continue
                     asking.cancel()
-                return BarrierPassed(name=name, instance=waiter.result(), hosts=len(agent.spec.hosts))
+                return BarrierPassed(name=name, instance=waiter.result(), hosts=agent.description.num_tasks)
         finally:
             waiter.cancel()
 
     async def _barrier_progress(self, name: str, waited: float) -> str:
-        agent = self.agent
         """ "waiting at barrier 'step' #3 for 10 s: 3 of 4 hosts arrived; missing: task 2 (10.0.0.4) ..."
         (the service's progress: counts and the first ten missing hosts, O(10) whatever the cluster size)."""
         text = f"waiting at barrier {name!r} for {waited:.0f} s"
         try:
-            progress = await asyncio.wait_for(
-                agent.client.rendezvous_progress(agent.membership.task, name), PROGRESS_RPC_S
-            )
+            progress = await asyncio.wait_for(self.agent.barrier_progress(name), PROGRESS_RPC_S)
         except (TpuctlError, asyncio.TimeoutError):
             return text
         if progress is None or progress.done:
             return text
         return f"waiting at barrier {name!r} #{progress.instance} for {waited:.0f} s: {progress.describe()}"
 
-    async def _status(self) -> dict[str, Any]:
+    async def _status(self) -> dict[str, object]:
         agent = self.agent
-        base = {
-            "cluster": agent.spec.cluster,
-            "task": agent.task,
-            "coordinator": agent.spec.coordinator_target,
-            "mapping": str(agent.options.output),
-            "restart_policy": agent.spec.restart.policy,
+        info = agent.description
+        report = agent.error_report()
+        base: dict[str, object] = {
+            "cluster": info.cluster,
+            "task": info.task,
+            "coordinator": info.coordinator,
+            "mapping": info.mapping,
+            "restart_policy": info.restart_policy,
             "generation": agent.generation,  # this agent's (while re-forming: the one that ended)
-            "heartbeat_timeout": agent.spec.coordinator.heartbeat_timeout,  # for the health verdict
+            "heartbeat_timeout": info.heartbeat_timeout,  # for the health verdict
         }
-        if agent.rejoining is not None:
-            base["rejoining"] = f"generation {agent.rejoining.generation} ended: {agent.rejoining.error.message}"
-        if isinstance(agent.cluster_error, CoordinatorUnreachable):
+        if report.rejoining:
+            base["rejoining"] = f"generation {report.generation} ended: {report.ended}"
+        if report.error_type == CoordinatorUnreachable.__name__:
             # This agent already gave up on the coordinator (gone, frozen or cut off): asking it again
             # would only make `tpuctl status` (and `tpuctl run`'s report) wait for nothing.
-            return {**base, "tasks": [], "error": agent.cluster_error.message}
+            return {**base, "tasks": [], "error": report.error}
         try:
-            info = (await asyncio.wait_for(agent.client.status(), STATUS_RPC_S)).as_dict()
+            status = (await asyncio.wait_for(agent.coordinator_status(), STATUS_RPC_S)).as_dict()
         except (TpuctlError, asyncio.TimeoutError) as exc:
             # The coordinator is gone or cut off: say what this host knows, and why the rest is missing
             # (answering well within the local command's own timeout, so it never blames this agent).
             why = exc.message if isinstance(exc, TpuctlError) else (
-                f"the coordinator at {agent.spec.coordinator_target} did not answer within {STATUS_RPC_S:g} s"
+                f"the coordinator at {info.coordinator} did not answer within {STATUS_RPC_S:g} s"
             )
-            if agent.cluster_error is None and agent.rejoining is not None:  # not final: it re-forms
+            report = agent.error_report()  # as it is now, after the wait
+            if report.error is None and report.rejoining:  # not final: it re-forms
                 return {**base, "tasks": [], "coordinator_unreachable": why}
-            return {**base, "tasks": [], "error": agent.cluster_error.message if agent.cluster_error else why}
-        local = agent.cluster_error.message if agent.cluster_error else None
-        return {**base, **info, "error": info.get("error") or local}
+            return {**base, "tasks": [], "error": report.error or why}
+        local = agent.error_report().error
+        return {**base, **status, "error": status.get("error") or local}
 
 
 def _seconds(value: object, default: float) -> float:

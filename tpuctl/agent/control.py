@@ -32,9 +32,8 @@ from tpuctl.agent.statedir import StateDir, not_running
 TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
-    from tpuctl.errors import StateError, TpuctlError
+    from tpuctl.errors import StateError
 
 
 class Op:
@@ -65,34 +64,15 @@ MAX_LINE = 1 << 20  # one JSON line; status of a 1000-host cluster fits comforta
 if TYPE_CHECKING:
     Progress = Callable[[str], None]
 
-def error_payload(exc: "TpuctlError") -> "dict[str, Any]":
-    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
-
-
-def error_from_payload(payload: "dict[str, Any]") -> "TpuctlError":
-    from tpuctl import errors  # here: the light path loads the error types after its request, or for one
-    from tpuctl.errors import TpuctlError
-
-    types = {
-        cls.__name__: cls
-        for cls in vars(errors).values()
-        if isinstance(cls, type) and issubclass(cls, TpuctlError) and cls is not errors.SpecError
-    }
-    cls = types.get(str(payload.get("type")), TpuctlError)
-    exc = cls(str(payload.get("message", "agent error")), hint=payload.get("hint"))
-    if cls is TpuctlError:
-        exc.exit_code = int(payload.get("exit_code", errors.EXIT_INTERNAL))
-    return exc
-
 
 def call(
     state: StateDir,
     op: str,
-    args: "dict[str, Any] | None" = None,
+    args: "dict[str, object] | None" = None,
     *,
     timeout: float,
     progress: "Progress | None" = None,
-) -> "dict[str, Any]":
+) -> "dict[str, object]":
     """Send one request to the agent and return its result; raise the agent's error as ours.
 
     ``timeout`` bounds the whole exchange (the agent enforces its own, shorter, deadline on the
@@ -102,7 +82,7 @@ def call(
     return ask(state, op, args, timeout=timeout).answer(progress)
 
 
-def ask(state: StateDir, op: str, args: "dict[str, Any] | None" = None, *, timeout: float) -> "Request":
+def ask(state: StateDir, op: str, args: "dict[str, object] | None" = None, *, timeout: float) -> "Request":
     """Send one request to the agent and return at once: :meth:`Request.answer` reads the answer.
 
     :func:`call` in two halves, so a command can do its own work while the agent does the cluster's
@@ -136,7 +116,7 @@ class Request:
         self.state, self.op = state, op
         self._sock, self._deadline, self._timeout = sock, deadline, timeout
 
-    def answer(self, progress: "Progress | None" = None) -> "dict[str, Any]":
+    def answer(self, progress: "Progress | None" = None) -> "dict[str, object]":
         """The agent's result (progress lines go to ``progress``); the agent's error raised as ours.
         Closes the connection."""
         try:
@@ -154,7 +134,7 @@ class Request:
             hint=f"it may have exited; check {self.state.log_file}",
         )
 
-    def _read(self, progress: "Progress | None") -> "dict[str, Any]":
+    def _read(self, progress: "Progress | None") -> "dict[str, object]":
         state, op, sock = self.state, self.op, self._sock
         deadline, timeout = self._deadline, self._timeout
         reader = _LineReader(sock)
@@ -193,6 +173,8 @@ class Request:
             if message.get("ok"):
                 result = message.get("result", {})
                 return result if isinstance(result, dict) else {}
+            from tpuctl.errors import error_from_payload  # here: the light path loads the error types for one
+
             raise error_from_payload(message.get("error", {}))
 
 

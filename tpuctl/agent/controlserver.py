@@ -11,15 +11,14 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-from tpuctl.agent.control import MAX_LINE, error_payload
-from tpuctl.errors import TpuctlError
+from tpuctl.agent.control import MAX_LINE
+from tpuctl.errors import TpuctlError, error_payload
 
 Progress = Callable[..., Awaitable[None]]
 """``await progress(text)``: a progress line for the caller; ``await progress(deadline=seconds)``: the
 operation's own deadline, announced (:mod:`tpuctl.agent.control`)."""
-Handler = Callable[[str, dict[str, Any], Progress], Awaitable[dict[str, Any]]]
+Handler = Callable[[str, dict[str, object], Progress], Awaitable[dict[str, object]]]
 
 
 async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
@@ -28,7 +27,7 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
         path.unlink()
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: dict[str, object]) -> None:
             writer.write(json.dumps(message).encode() + b"\n")
             await writer.drain()
 

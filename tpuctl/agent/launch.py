@@ -18,39 +18,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-from tpuctl.agent.bringup import AgentOptions
-from tpuctl.agent.control import error_from_payload
+from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.reporter import Reporter
-from tpuctl.agent.statedir import StateDir, resolve_state_dir
-from tpuctl.errors import DeadlineError, StateError, TpuctlError
+from tpuctl.agent.statedir import StateDir
+from tpuctl.errors import DeadlineError, StateError, TpuctlError, error_from_payload
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
 STARTUP_SLACK_S = 30.0
 # Beyond a phase's own timeout (the service's verdict comes back within the client's RPC slack of 10 s).
 PHASE_SLACK_S = 15.0
 LOG_TAIL_LINES = 20
-
-
-def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
-    """Resolve the spec, this host's task id, the output path and the state dir (no side effects)."""
-    from tpuctl.spec import hostenv
-    from tpuctl.spec.detect import resolve_task_id, spec_from_tpu_env
-    from tpuctl.spec.yamlfile import load_spec
-
-    environ = hostenv.environ()
-    spec = load_spec(config) if config else spec_from_tpu_env(environ)
-    task = resolve_task_id(spec, task_id=task_id, environ=environ, local_names=hostenv.local_names())
-    state = resolve_state_dir(state_dir)
-    return AgentOptions(
-        spec=spec,
-        task=task,
-        state=state,
-        output=Path(output or spec.output).absolute(),
-        address=spec.hosts[task],
-        config_path=str(Path(config).absolute()) if config else None,
-    )
 
 
 def refuse_if_running(state: StateDir) -> None:
@@ -89,10 +67,10 @@ def run_foreground(options: AgentOptions, reporter: Reporter) -> int:
     return asyncio.run(Agent(options, reporter).run())
 
 
-def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, Any]:
+def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, object]:
     """Fork the agent (it keeps the spec already loaded here: no second interpreter start), detach it
     into its own session with its output in the state dir's log, and relay its progress until it
-    reports ready or failed."""
+    reports ready or failed: the agent's summary (an ``InitSummary`` as the agent sent it)."""
     state = options.state
     state.ensure()
     read_fd, write_fd = os.pipe()
@@ -123,10 +101,12 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
         elif event == "phase":
             wait.enter(str(message.get("phase", "")), message.get("limit"))
         elif event == "ready":
-            return dict(message.get("summary", {}))
+            summary = message.get("summary")
+            return dict(summary) if isinstance(summary, dict) else {}
         elif event == "failed":
             _reap(pid, wait.deadline)
-            raise error_from_payload(message.get("error", {}))
+            error = message.get("error")
+            raise error_from_payload(error if isinstance(error, dict) else {})
     exit_code = _reap(pid, time.monotonic() + 0.1)  # the pipe closed as it exited, or it is silent
     if exit_code is None and wait.until() <= time.monotonic():  # still there, but silent or out of time
         os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly (a stopped agent: once continued)
@@ -216,7 +196,7 @@ def _init_limit(options: AgentOptions) -> float:
     return spec.coordinator.register_timeout + 3 * spec.barrier_timeout + probe + STARTUP_SLACK_S
 
 
-def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, Any]]:
+def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, object]]:
     """The agent's JSON-line events until it closes the pipe or ``until()`` (asked again after every
     event) passes."""
     buffer = b""
@@ -231,7 +211,9 @@ def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, Any]]:
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
-                yield json.loads(line)
+                event = json.loads(line)
+                if isinstance(event, dict):  # the agent sends objects only
+                    yield event
     finally:
         os.close(fd)
 

@@ -1,4 +1,5 @@
-"""The core-ID merge of ``tpuctl init``: one record per host, one gather, the mapping built from it.
+"""The core-ID merge of ``tpuctl init``: this host's core IDs from the backend, one record per host, one
+gather, the mapping built from it.
 
 Every generation of the cluster merges again, from scratch: a host's VM may have been replaced and report
 other core IDs; the mapping follows (checked like the first), and it carries its generation.
@@ -14,24 +15,41 @@ init's final barrier (:func:`commit`), so a cluster that never came up leaves no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tpuctl.agent.protocol import JobPorts
 from tpuctl.errors import ClusterError, StateError
 from tpuctl.spec.model import ClusterSpec
 
+if TYPE_CHECKING:
+    from tpuctl.coordination.session import Session
+    from tpuctl.mapping.model import DeviceMapping
+
 INIT_GATHER = "tpuctl/init/cores"  # the core-ID merge: core IDs, job ports, creation time
 PROGRESS_EVERY_S = 2.0
 
 
+class _Record(TypedDict):
+    cores: list[int]
+    dtensor_port: int
+
+
+class InitRecord(_Record, total=False):
+    """One host's part of the init gather (``created`` and ``jax_port``: task 0's only)."""
+
+    created: float
+    jax_port: int
+
+
 async def merge(
-    session: Any,
+    session: Session,
     spec: ClusterSpec,
     task: int,
     core_ids: list[int],
@@ -39,7 +57,7 @@ async def merge(
     incarnation: int,
     progress: Callable[[str], None],
     generation: int = 1,
-) -> tuple[Any, JobPorts]:
+) -> tuple[DeviceMapping, JobPorts]:
     """Publish this host's record, gather everyone's, build the mapping: (mapping, the job ports)."""
     from tpuctl.mapping.model import build_mapping, merged_devices
     from tpuctl.mesh.build import build_declared_meshes
@@ -51,12 +69,12 @@ async def merge(
     held = [hold_port(spec.coordinator.job_ports)]
     if task == 0:
         held.append(hold_port(spec.coordinator.job_ports))
-    mine: dict[str, Any] = {"cores": list(core_ids), "dtensor_port": held[0].getsockname()[1]}
+    mine: InitRecord = {"cores": list(core_ids), "dtensor_port": held[0].getsockname()[1]}
     if task == 0:  # the mapping's creation time and JAX's port come from task 0, so every host agrees
         mine["created"] = time.time()
         mine["jax_port"] = held[1].getsockname()[1]
     try:
-        values = await session.gather(  # on the session's stream (protocol v9)
+        values = await session.gather(  # on the session's stream
             INIT_GATHER,
             json.dumps(mine, separators=(",", ":")).encode(),
             timeout=spec.barrier_timeout,
@@ -84,7 +102,35 @@ async def merge(
     return mapping, ports
 
 
-def write_pending(output: Path, mapping: Any) -> Path:
+def probe_limit(spec: ClusterSpec) -> float:
+    """The longest a real backend's core-ID probe may take (the sim backend answers in-process)."""
+    if spec.backend == "sim":
+        return 0.0
+    from tpuctl.backends.probe import PROBE_TIMEOUT_S
+
+    return PROBE_TIMEOUT_S
+
+
+async def local_core_ids(spec: ClusterSpec, task: int, progress: Callable[[str], None]) -> list[int]:
+    """This host's core IDs from the backend. Real backends run in a short-lived child so this
+    long-lived agent never holds the TPU the job needs; the sim backend runs in-process, after the
+    simulated runtime start-up time ``TPUCTL_SIM_INIT_DELAY`` (seconds; 0 by default; tests use it
+    to kill a host in the middle of init)."""
+    if spec.backend != "sim":
+        from tpuctl.backends.probe import probe_core_ids
+
+        return await probe_core_ids(spec.backend, task, spec.slice)
+    from tpuctl.backends.registry import get_backend
+    from tpuctl.spec import hostenv
+
+    delay = float(hostenv.environ().get("TPUCTL_SIM_INIT_DELAY", "0") or 0)
+    if delay > 0:
+        progress(f"task {task}: simulated TPU runtime starting ({delay:g} s)")
+        await asyncio.sleep(delay)
+    return get_backend("sim", spec.slice).local_core_ids(task)
+
+
+def write_pending(output: Path, mapping: DeviceMapping) -> Path:
     """Write the mapping where it waits for init's final barrier; returns that path."""
     from tpuctl.mapping.file import write_mapping
 
@@ -125,13 +171,16 @@ def remove(path: Path | None) -> None:
         ) from exc
 
 
-def parse_record(raw: bytes, task: int) -> dict[str, Any]:
+def parse_record(raw: bytes, task: int) -> InitRecord:
     """One host's part of the init gather; ClusterError naming the host when it is not one."""
     try:
         value = json.loads(raw)
         common = isinstance(value, dict) and isinstance(value.get("cores"), list) and isinstance(value.get("dtensor_port"), int)
         if common and (task != 0 or (isinstance(value.get("created"), float) and isinstance(value.get("jax_port"), int))):
-            return dict(value)
+            record: InitRecord = {"cores": value["cores"], "dtensor_port": value["dtensor_port"]}
+            if isinstance(value.get("created"), float) and isinstance(value.get("jax_port"), int):
+                record["created"], record["jax_port"] = value["created"], value["jax_port"]
+            return record
     except ValueError:
         pass
     raise ClusterError(

@@ -23,8 +23,10 @@ from tpuctl.errors import StateError
 TYPE_CHECKING = False  # typing is not imported on the light path (a Record is tpuctl.records' at run time)
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
     from typing import NamedTuple as Record
+    from typing import TypeVar
+
+    T = TypeVar("T")
 else:
     from tpuctl.records import Record
 
@@ -38,14 +40,16 @@ class ProtocolError(StateError):
     """The other side spoke a version or shape of the protocol this tpuctl does not."""
 
 
-def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], source: str) -> Any:
+def _field(data: Mapping[str, object], name: str, kind: type[T] | tuple[type[T], ...], source: str) -> T:
     value = data.get(name)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
         raise ProtocolError(f"{source}: field {name!r} is {value!r}; expected {_kind_name(kind)}", hint=_RESTART_HINT)
     return value
 
 
-def _optional(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], source: str) -> Any:
+def _optional(
+    data: Mapping[str, object], name: str, kind: type[T] | tuple[type[T], ...], source: str
+) -> T | None:
     return None if data.get(name) is None else _field(data, name, kind, source)
 
 
@@ -55,7 +59,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
                         "dict": "an object", "bool": "true or false"}.get(k.__name__, k.__name__) for k in kinds)
 
 
-def _check_version(data: Mapping[str, Any], source: str) -> None:
+def _check_version(data: Mapping[str, object], source: str) -> None:
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise ProtocolError(
@@ -102,7 +106,7 @@ class AgentInfo(Record):
     restart_timeout: float = 600.0
     max_restarts: int = 3
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema_version": SCHEMA_VERSION,
             "pid": self.pid,
@@ -156,19 +160,22 @@ class AgentInfo(Record):
             heartbeat_timeout=float(_optional(data, "heartbeat_timeout", (int, float), source) or 30.0),
             started=float(_optional(data, "started", (int, float), source) or 0.0),
             generation=int(_optional(data, "generation", int, source) or 1),
-            **_restart(data.get("restart"), source),
+            restart_policy=(restart := _restart(data.get("restart"), source))[0],  # read last, as it is written
+            restart_timeout=restart[1],
+            max_restarts=restart[2],
         )
 
 
-def _restart(restart: object, source: str) -> dict[str, Any]:
+def _restart(restart: object, source: str) -> tuple[str, float, int]:
+    """The ``restart`` object: (policy, timeout, max restarts), each its default where missing."""
     if restart is None:
-        return {}
+        return "fail", 600.0, 3
     if not isinstance(restart, dict):
         raise ProtocolError(f"{source}: field 'restart' is {_short(restart)}; expected an object", hint=_RESTART_HINT)
     policy = _optional(restart, "policy", str, source) or "fail"
     timeout = _optional(restart, "timeout", (int, float), source) or 600.0
     most = _optional(restart, "max", int, source)
-    return {"restart_policy": policy, "restart_timeout": float(timeout), "max_restarts": 3 if most is None else most}
+    return policy, float(timeout), 3 if most is None else most
 
 
 def _job_ports(ports: object, num_tasks: int, source: str) -> JobPorts:
@@ -224,7 +231,7 @@ class ErrorReport(Record):
     """The generation formed: its mapping is committed and a job may start (or restart) under it."""
     ended: str | None = None
     """What ended the generation, while re-forming."""
-    history: tuple[dict[str, Any], ...] = ()
+    history: tuple[Mapping[str, object], ...] = ()
     """Every generation this agent took part in: ``generation``, ``formed``/``ended`` (epoch s), ``cause``."""
 
     @property
@@ -234,7 +241,7 @@ class ErrorReport(Record):
         return bool(self.error) or self.shutdown or self.stopping or self.rejoining
 
     @property
-    def seen(self) -> list[Any]:
+    def seen(self) -> list[object]:
         """What ``Op.WAIT_ERROR``'s ``since`` compares: a long-poll answers once it changes."""
         return [self.generation, self.rejoining, self.formed]
 
@@ -243,7 +250,7 @@ class ErrorReport(Record):
         """Down for good: no next generation will form on this agent."""
         return bool(self.error) or self.shutdown or self.stopping
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "generation": self.generation,
             "rejoining": self.rejoining,
@@ -293,7 +300,7 @@ class BarrierPassed(Record):
     instance: int
     hosts: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "instance": self.instance, "hosts": self.hosts}
 
     @classmethod

@@ -11,11 +11,37 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from typing import IO, Any
+from typing import IO, TypedDict
 
-from tpuctl.errors import TpuctlError
+from tpuctl.errors import TpuctlError, error_payload
 
 log = logging.getLogger("tpuctl.agent.bringup")
+
+
+class TaskAddress(TypedDict):
+    task: int
+    address: str
+
+
+class InitSummary(TypedDict):
+    """``tpuctl init``'s document (schema ``tpuctl.init/v1``; key names as in status and topology), sent
+    by the agent when it is ready."""
+
+    schema: str
+    cluster: str
+    task: int
+    address: str
+    num_hosts: int
+    tasks: list[TaskAddress]
+    accelerator: str
+    topology: list[int]
+    topology_name: str
+    num_devices: int
+    num_local_devices: int
+    coordinator: str
+    mapping: str
+    state_dir: str
+    pid: int
 
 
 class Reporter:
@@ -24,7 +50,7 @@ class Reporter:
     def progress(self, text: str) -> None:
         raise NotImplementedError
 
-    def ready(self, summary: dict[str, Any]) -> None:
+    def ready(self, summary: InitSummary) -> None:
         raise NotImplementedError
 
     def failed(self, exc: TpuctlError) -> None:
@@ -43,7 +69,7 @@ class PipeReporter(Reporter):
     def __init__(self, stream: IO[str]) -> None:
         self._stream: IO[str] | None = stream
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: dict[str, object]) -> None:
         if self._stream is None:
             return
         try:
@@ -68,12 +94,10 @@ class PipeReporter(Reporter):
     def alive(self) -> None:
         self._send({"event": "alive"})
 
-    def ready(self, summary: dict[str, Any]) -> None:
+    def ready(self, summary: InitSummary) -> None:
         self._send({"event": "ready", "summary": summary})
         self._close()
 
     def failed(self, exc: TpuctlError) -> None:
-        from tpuctl.agent.control import error_payload
-
         self._send({"event": "failed", "error": error_payload(exc)})
         self._close()

@@ -1,8 +1,7 @@
-"""The device backends' names: the one table the spec checks against and :func:`get_backend` dispatches on.
+"""The device backends' names: the one table the spec checks against and :func:`tpuctl.backends.registry.get_backend` dispatches on.
 
 Why a module of its own: the spec (pure, no frameworks) must check ``backend:`` without importing the
-backends, and the two used to keep separate tables that disagreed (``get_backend`` took ``tf`` and any
-case, the spec refused both). Names are exact and lowercase; the familiar aliases (``tf``,
+backends, and both must take the same names. Names are exact and lowercase; the familiar aliases (``tf``,
 ``simulated``, ...) are not accepted but answered with the real name, so a spec, ``TPUCTL_BACKEND`` and
 the job's environment always spell a backend one way. Standard library only.
 """

@@ -14,7 +14,7 @@ import asyncio
 import json
 import sys
 
-from tpuctl.errors import TpuctlError
+from tpuctl.errors import TpuctlError, error_payload
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
 PROBE_TIMEOUT_S = 300.0  # TPU runtime initialisation can take minutes on a large host
@@ -35,8 +35,7 @@ def probe_args(backend: str, task: int, tpu: TpuSlice) -> list[str]:
 
 async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: float = PROBE_TIMEOUT_S) -> list[int]:
     """Run the probe child and return its core IDs, or raise the error it reported."""
-    from tpuctl.agent.control import error_from_payload
-    from tpuctl.errors import DeadlineError, StateError
+    from tpuctl.errors import DeadlineError, StateError, error_from_payload
 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tpuctl.backends.probe", *probe_args(backend, task, tpu),
@@ -63,8 +62,7 @@ async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: flo
 
 
 def main(argv: list[str]) -> int:
-    from tpuctl.agent.control import error_payload
-    from tpuctl.backends import get_backend
+    from tpuctl.backends.registry import get_backend
 
     backend, task, generation, topology, chips_per_host, num_slices, megacore, kind = argv
     try:

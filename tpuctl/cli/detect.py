@@ -11,7 +11,7 @@ from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import TpuctlError
 
 if TYPE_CHECKING:
-    from tpuctl.agent.bringup import AgentOptions
+    from tpuctl.agent.options import AgentOptions
     from tpuctl.spec.detect import Detection, TaskIdentity
 
 SCHEMA = "tpuctl.detect/v1"
@@ -19,8 +19,8 @@ SCHEMA = "tpuctl.detect/v1"
 
 def detected_options(task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
     """``tpuctl init`` without ``--config``: the detected spec (metadata server included), this host's task,
-    the output path and the state dir, as :func:`tpuctl.agent.launch.build_options` resolves them for a file."""
-    from tpuctl.agent.bringup import AgentOptions
+    the output path and the state dir, as :func:`tpuctl.agent.options.build_options` resolves them for a file."""
+    from tpuctl.agent.options import AgentOptions
     from tpuctl.agent.statedir import resolve_state_dir
     from tpuctl.spec import hostenv
     from tpuctl.spec.detect import resolve_task_id

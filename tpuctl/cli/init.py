@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import click
 
-from tpuctl.agent.launch import build_options, launch, refuse_if_running, run_foreground
+from tpuctl.agent.launch import launch, refuse_if_running, run_foreground
+from tpuctl.agent.options import build_options
 from tpuctl.agent.reporter import Reporter
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.cli.output import dumps, format_options
@@ -65,14 +66,14 @@ class _StderrReporter(Reporter):
     def progress(self, text: str) -> None:
         say(text)
 
-    def ready(self, summary: dict[str, Any]) -> None:
+    def ready(self, summary: Mapping[str, object]) -> None:
         _print_summary(summary, self.fmt)
 
     def failed(self, exc: TpuctlError) -> None:
         pass  # raised to main(), which prints it
 
 
-def _summary_line(summary: dict[str, Any]) -> str:
+def _summary_line(summary: Mapping[str, object]) -> str:
     return (
         f"tpuctl: cluster {summary.get('cluster')!r} up: task {summary.get('task')} of {summary.get('num_hosts')}, "
         f"{summary.get('accelerator')} ({summary.get('topology_name')}), {summary.get('num_local_devices')} local "
@@ -80,5 +81,5 @@ def _summary_line(summary: dict[str, Any]) -> str:
     )
 
 
-def _print_summary(summary: dict[str, Any], fmt: str) -> None:
+def _print_summary(summary: Mapping[str, object], fmt: str) -> None:
     click.echo(dumps(summary) if fmt == "json" else _summary_line(summary), nl=fmt != "json")

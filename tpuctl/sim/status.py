@@ -62,7 +62,8 @@ def sim_status(root: Path) -> dict[str, Any]:
             infos.append(state.read_info() if pid is not None else None)
         except TpuctlError:
             infos.append(None)
-    asked, cluster, problem = None, None, None
+    asked, problem = None, None
+    cluster: dict[str, Any] | None = None  # the status document, read as loosely as it is rendered
     for (task, _), state, pid in zip(dirs, states, pids, strict=True):
         if pid is None:
             continue

@@ -1,0 +1,74 @@
+"""The spec's coordinator, as one host's agent meets it: task 0 starts the coordination service, and every
+host makes its client of it, both with the spec's token and TLS (``auth``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tpuctl.spec.model import ClusterSpec, TlsSpec
+
+if TYPE_CHECKING:
+    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.server import CoordinationServer
+    from tpuctl.coordination.tls import ClientTls
+
+
+def load_token(spec: ClusterSpec) -> str | None:
+    """The spec's shared token (``auth.token_file``), if it has one."""
+    if spec.auth is None or spec.auth.token_file is None:
+        return None
+    from tpuctl.coordination.auth import load_token as read_token
+
+    return read_token(spec.auth.token_file)
+
+
+async def start_service(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> CoordinationServer:
+    """Task 0's coordination service for the spec's cluster, listening at the spec's address."""
+    from tpuctl.coordination.server import start_server
+    from tpuctl.coordination.state import RestartPolicy, ServiceConfig, TaskSpec
+
+    config = ServiceConfig(
+        cluster=spec.cluster,
+        tasks=tuple(TaskSpec(address=h) for h in spec.hosts),
+        heartbeat_timeout=spec.coordinator.heartbeat_timeout,
+        register_timeout=spec.coordinator.register_timeout,
+        barrier_timeout=spec.barrier_timeout,
+        token=token,
+        restart=RestartPolicy(spec.restart.rejoin, spec.restart.timeout, spec.restart.max_restarts),
+        first_generation=first_generation,
+    )
+    tls = spec.auth.tls if spec.auth is not None else None
+    server_tls = None
+    if tls is not None:
+        from tpuctl.coordination.tls import load_server_tls
+
+        server_tls = load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
+    # Task 0's agent is a process of its own that serves and keeps one session: its heap may be frozen
+    # for the garbage collector while the cluster stands (``start_server``'s ``freeze_heap``).
+    return await start_server(
+        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True
+    )
+
+
+def connect(spec: ClusterSpec, token: str | None) -> CoordinationClient:
+    """This host's client of the spec's coordinator."""
+    from tpuctl.coordination.client import CoordinationClient  # grpc: imported when the agent runs
+
+    tls = spec.auth.tls if spec.auth is not None else None
+    # Keepalive pings at the heartbeat interval: with the spec's defaults (5 s, 30 s) they vouch for the
+    # coordinator, and the session sends no heartbeat messages.
+    return CoordinationClient(
+        spec.coordinator_target, token=token, tls=client_tls(tls), keepalive=spec.coordinator.heartbeat_interval
+    )
+
+
+def client_tls(tls: TlsSpec | None) -> ClientTls | None:
+    """The client side of the spec's ``auth.tls`` (None: plaintext)."""
+    if tls is None:
+        return None
+    from tpuctl.coordination.tls import load_client_tls
+
+    return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
+
+
+__all__ = ["client_tls", "connect", "load_token", "start_service"]

@@ -1,0 +1,46 @@
+"""What one host's agent is asked to be: :class:`AgentOptions`, and :func:`build_options`, which resolves
+them from ``tpuctl init``'s arguments (``tpuctl detect`` builds them from what it detected)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpuctl.agent.statedir import StateDir, resolve_state_dir
+from tpuctl.spec.model import ClusterSpec
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """One host's agent: the cluster's spec, this host's task and address, where its mapping goes and
+    the state dir it keeps its socket, lock, log and description in."""
+
+    spec: ClusterSpec
+    task: int
+    state: StateDir
+    output: Path
+    address: str
+    config_path: str | None = None
+
+
+def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
+    """Resolve the spec, this host's task id, the output path and the state dir (no side effects)."""
+    from tpuctl.spec import hostenv
+    from tpuctl.spec.detect import resolve_task_id, spec_from_tpu_env
+    from tpuctl.spec.yamlfile import load_spec
+
+    environ = hostenv.environ()
+    spec = load_spec(config) if config else spec_from_tpu_env(environ)
+    task = resolve_task_id(spec, task_id=task_id, environ=environ, local_names=hostenv.local_names())
+    state = resolve_state_dir(state_dir)
+    return AgentOptions(
+        spec=spec,
+        task=task,
+        state=state,
+        output=Path(output or spec.output).absolute(),
+        address=spec.hosts[task],
+        config_path=str(Path(config).absolute()) if config else None,
+    )
+
+
+__all__ = ["AgentOptions", "build_options"]
