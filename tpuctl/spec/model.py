@@ -21,6 +21,7 @@ A spec, in full::
     output: /run/tpuctl/mapping.json
     auth: {token_file: /etc/tpuctl/token}
     restart: {policy: rejoin, timeout: 10m, max: 3}   # default policy fail: a failed host ends the cluster
+    watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py; armed by the job's first progress
     # or with TLS (client_cert + client_key: mutual TLS):
     # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from tpuctl.backends.names import BACKEND_NAMES, BackendName
@@ -53,8 +54,10 @@ from tpuctl.spec.checker import Problem as Problem
 from tpuctl.spec.checker import host_problem as host_problem
 from tpuctl.spec.checker import node_from as node_from
 from tpuctl.spec.meshes import check_meshes
+from tpuctl.spec.watchdog import check_watchdog
 from tpuctl.tpu.hardware import find_generation
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
+from tpuctl.watchdog.settings import WatchdogSettings
 
 # --- problems --------------------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class ClusterSpec:
     output: str = DEFAULT_OUTPUT
     auth: AuthSpec | None = None
     restart: RestartSpec = RestartSpec()
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     source: str = "<spec>"
 
     @property
@@ -274,6 +278,7 @@ def topology_problem(exc: TopologyError) -> str:
 TOP_KEYS = (
     "cluster", "accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind",
     "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth", "restart",
+    "watchdog",
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
@@ -292,6 +297,8 @@ _UNKNOWN_HINTS = {
     "token_file": "it belongs under auth: (auth: {token_file: ...})",
     "max_restarts": "it belongs under restart: (restart: {policy: rejoin, max: 3})",
     "restart_timeout": "it belongs under restart: (restart: {policy: rejoin, timeout: 10m})",
+    "hang_timeout": "it belongs under watchdog: (watchdog: {hang_timeout: 10m})",
+    "on_hang": "it belongs under watchdog: (watchdog: {on_hang: warn})",
     **{k: f"it belongs under coordinator: (coordinator: {{{k}: ...}})" for k in COORDINATOR_KEYS},
 }
 
@@ -575,6 +582,8 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     output = _file_path(ck, keys["output"], "output", DEFAULT_OUTPUT) if "output" in keys else DEFAULT_OUTPUT
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
     restart = _restart(ck, keys["restart"]) if "restart" in keys else RestartSpec()
+    rejoin = restart.rejoin if restart is not None else None
+    watchdog = check_watchdog(ck, keys["watchdog"], rejoin) if "watchdog" in keys else WatchdogSettings()
     if (
         ck.problems
         or cluster is None
@@ -586,6 +595,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or meshes is None
         or output is None
         or restart is None
+        or watchdog is None
     ):
         return None
     return ClusterSpec(
@@ -599,6 +609,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         output=output,
         auth=auth,
         restart=restart,
+        watchdog=watchdog,
         source=source,
     )
 
