@@ -43,7 +43,6 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     TaskRef,
-    shown,
 )
 from tpuctl.errors import (
     ClusterError,
@@ -53,6 +52,7 @@ from tpuctl.errors import (
     InputError,
     TpuctlError,
 )
+from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 

@@ -27,7 +27,6 @@ from tpuctl.coordination.values import (
     TaskRef,
     TaskState,
     TaskStatus,
-    count,
 )
 from tpuctl.errors import (
     ClusterError,
@@ -37,6 +36,7 @@ from tpuctl.errors import (
     InputError,
     TpuctlError,
 )
+from tpuctl.messages import count
 from tpuctl.proto import coordination_pb2 as pb
 
 HINT_KEY = "x-tpuctl-hint-bin"

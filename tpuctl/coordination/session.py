@@ -32,9 +32,9 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     keepalive_window,
-    shown,
 )
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
+from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 
 if TYPE_CHECKING:

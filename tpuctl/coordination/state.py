@@ -96,14 +96,13 @@ from tpuctl.coordination.values import (
     check_name,
     check_timeout,
     clip,
-    count,
     fingerprint,
     keepalive_interval,
     keepalive_window,
     kv_key,
     sample_text,
-    shown,
 )
+from tpuctl.messages import count, shown
 
 __all__ = [
     "ERRORS",

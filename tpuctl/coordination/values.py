@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuctl.errors import InputError
+from tpuctl.messages import count, shown
 
 PROTOCOL_VERSION = 9
 """Bumped when a change to ``coordination.proto`` would be misread by an older peer.
@@ -55,8 +56,6 @@ MAX_NAME_CHARS = 1024
 """Longest barrier or gather name, and the longest key-value key; longer ones are refused."""
 MAX_TEXT_CHARS = 1024
 """Longest free text the service keeps from a client (a reported cause, a hostname); longer is clipped."""
-SHOWN_CHARS = 120
-"""How much of a name or key a message quotes before eliding the rest."""
 MAX_GATHER_VALUE = 64 * 1024
 """Longest value one host may publish to a gather ..."""
 MAX_GATHER_TABLE = 32 * 1024 * 1024
@@ -89,19 +88,6 @@ class KvLimits:
 
 
 # --- text ----------------------------------------------------------------------------------------------
-
-
-def count(n: int) -> str:
-    """2304 -> "2,304"."""
-    return f"{n:,}"
-
-
-def shown(name: str, limit: int = SHOWN_CHARS) -> str:
-    """``repr(name)``, elided in the middle past ``limit`` characters, saying how long it was."""
-    if len(name) <= limit:
-        return repr(name)
-    half = limit // 2
-    return f"{name[:half]!r}...{name[-half:]!r} ({count(len(name))} characters)"
 
 
 def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
