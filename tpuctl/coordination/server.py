@@ -132,7 +132,7 @@ async def start_server(
     plaintext.
 
     ``freeze_heap``: freeze the process's heap for Python's garbage collector once every host has
-    registered, until the generation ends (``service._Heap``); for a process that serves and little else.
+    registered, until the generation ends (``heap.Heap``); for a process that serves and little else.
     """
     limit_malloc_arenas()
     incarnation = service_incarnation or secrets.randbits(64) or 1
