@@ -32,13 +32,13 @@ from tpuctl.coordination import convert, wire
 from tpuctl.coordination.fanout import Answers, Fanned, FanOuts, SessionStream, fanout_width
 from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.logs import RateLimitedLog
+from tpuctl.coordination.parking import Parking
 from tpuctl.coordination.state import (
     ERRORS,
     REGISTRATION,
     BarrierId,
     ClusterFailure,
     CoordinationState,
-    Counters,
     Gathered,
     Pending,
     Reason,
@@ -46,7 +46,6 @@ from tpuctl.coordination.state import (
     TaskFailure,
     TaskRef,
     WaitKey,
-    Wakeup,
     barrier_key,
     kv_key,
 )
@@ -83,56 +82,6 @@ _Response = TypeVar("_Response")
 _Method = Callable[["CoordinationServicer", _Request, Any], Awaitable[_Response]]
 Answer = Message | bytes
 """What a handler returns: a message, or an answer already serialized (shared by many callers)."""
-
-
-class _Parking:
-    """Where waiting calls sleep: a bare future per parked call, grouped by wait key; a key's futures
-    are resolved (and the group dropped) when the key is woken.
-
-    No task and no ``asyncio.wait_for`` per parked call: the call's own handler task awaits its future,
-    and one timer handle resolves it at its deadline. Waking N parked calls costs N ``set_result``."""
-
-    def __init__(self, counters: Counters) -> None:
-        self._slots: dict[WaitKey, set[asyncio.Future[None]]] = {}
-        self._counters = counters
-
-    async def park(self, key: WaitKey, timeout: float) -> None:
-        """Sleep until ``key`` is woken or ``timeout`` seconds pass."""
-        if timeout <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = set()
-        slot.add(future)
-        timer = loop.call_later(timeout, _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            slot.discard(future)  # O(1); a woken slot was already dropped
-            if not slot and self._slots.get(key) is slot:
-                del self._slots[key]
-
-    def wake(self, wakeup: Wakeup) -> None:
-        if not wakeup.everyone and not wakeup.keys:
-            return
-        keys = list(self._slots) if wakeup.everyone else wakeup.keys
-        for key in keys:
-            slot = self._slots.pop(key, None)
-            if slot is None:
-                continue
-            self._counters.touched += 1
-            for future in slot:
-                if not future.done():
-                    future.set_result(None)
-                    self._counters.woken += 1
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class WaitForAll:
@@ -189,7 +138,7 @@ class CoordinationServicer:
         self._clock = clock
         self._check_interval = check_interval
         self.counters = state.counters
-        self._parking = _Parking(self.counters)
+        self._parking = Parking(self.counters)
         self._watchdog: asyncio.Task[None] | None = None
         self._shared: dict[str, bytes] = {}
         self._error: tuple[ClusterFailure, bytes, bytes] | None = None
