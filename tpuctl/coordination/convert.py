@@ -282,7 +282,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         TaskStatus(
             task=_task_info(t.task),
             state=_STATES_BACK[t.state],
-            incarnation=t.incarnation,
+            incarnation=0,  # never sent: a task's incarnation stays its own
             hostname=t.hostname,
             peer=t.peer,
             seconds_since_heartbeat=t.seconds_since_heartbeat if t.HasField("seconds_since_heartbeat") else None,
@@ -341,7 +341,7 @@ def gather_values(response: pb.GatherResponse, *, limit: int = MAX_GATHER_WIRE) 
     Raises ``ClusterError`` for a table that says or turns out to be larger than ``limit`` (a
     decompression bomb is stopped at the limit, not after) or that does not inflate."""
     if not response.table:
-        return list(response.values)  # an empty table, or a v2-style answer
+        return []  # no table: nothing was gathered
     if response.table_bytes > limit:
         raise ClusterError(
             f"the coordinator sent a gather table of {count(response.table_bytes)} bytes; at most "

@@ -794,7 +794,6 @@ class GatherResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INSTANCE_FIELD_NUMBER: _builtins.int
-    VALUES_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     TABLE_BYTES_FIELD_NUMBER: _builtins.int
     instance: _builtins.int
@@ -805,21 +804,16 @@ class GatherResponse(_message.Message):
     """
     table_bytes: _builtins.int
     """Length of the serialized `GatherTable` before compression."""
-    @_builtins.property
-    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Every task's value, by task id (protocol v2; v3 services send `table` instead)."""
-
     def __init__(
         self,
         *,
         instance: _builtins.int = ...,
-        values: _abc.Iterable[_builtins.bytes] | None = ...,
         table: _builtins.bytes = ...,
         table_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "table", b"table", "table_bytes", b"table_bytes", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "table", b"table", "table_bytes", b"table_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1083,15 +1077,12 @@ class TaskStatus(_message.Message):
 
     TASK_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
-    INCARNATION_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
     PEER_FIELD_NUMBER: _builtins.int
     SECONDS_SINCE_HEARTBEAT_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
-    incarnation: _builtins.int
-    """Not sent since protocol v3 (always 0): the incarnation makes a registration's retry idempotent."""
     hostname: _builtins.str
     peer: _builtins.str
     """The gRPC peer the task registered from, e.g. "ipv4:10.0.0.3:51234"."""
@@ -1110,7 +1101,6 @@ class TaskStatus(_message.Message):
         *,
         task: Global___TaskInfo | None = ...,
         state: Global___TaskState.ValueType = ...,
-        incarnation: _builtins.int = ...,
         hostname: _builtins.str = ...,
         peer: _builtins.str = ...,
         seconds_since_heartbeat: _builtins.float | None = ...,
@@ -1119,7 +1109,7 @@ class TaskStatus(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "incarnation", b"incarnation", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["seconds_since_heartbeat"]  # noqa: Y015
     _WhichOneofArgType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat"]  # noqa: Y015
