@@ -312,13 +312,13 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
 
 
 _XZ_PRESET = 6 | lzma.PRESET_EXTREME
-"""A table is compressed once per gather: 0.3 s of the service's CPU at 10,000 hosts buys a table of 46 kB
-instead of zlib's 135 kB, sent to every host (1.3 GB less from task 0 in all)."""
+"""A table is compressed once per gather and sent to every host: the strongest preset spends a little of
+the service's CPU once to save bytes that task 0 sends once per host (docs/PERFORMANCE.md measures it)."""
 _XZ_DICT_BYTES = 256 * 1024
 """The largest dictionary a table is compressed with. Its records repeat what neighbouring hosts
-published, so matches are near: at 10,000 hosts (a 569 kB table of `tpuctl init` records) 256 KiB
-compresses to 50.6 kB against 55.0 kB with the whole table as dictionary, and the encoder's match finder,
-sized by it, raises the service's peak by 2.6 MB instead of 6.5 MB (preset 6's own 8 MiB: ~14 MB)."""
+published, so matches are near: a dictionary this large compresses a pod's table about as well as one
+the size of the whole table, and the encoder's match finder, sized by it, takes a fraction of the memory
+of the preset's own 8 MiB."""
 _XZ_MIN_DICT_BYTES = 4096  # liblzma's minimum
 _XZ_MEMLIMIT = 32 * 1024 * 1024
 """Decoder memory a client allows a table (preset 6 needs about 9 MiB)."""

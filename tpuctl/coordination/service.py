@@ -247,7 +247,7 @@ class CoordinationServicer:
     @_refusals_as_status
     async def HeartbeatStream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Any) -> None:
         """One task's session for its lifetime; O(1) per message. A heartbeat is answered only when asked;
-        a barrier arrival (v6) once the barrier is decided; the error watch (v6) once there is an error.
+        a barrier or gather arrival once it is decided; the error watch once there is an error.
         The first message names the stream's task, checked as every task-scoped call is; later messages
         are of that task (one naming another is refused, ending the stream)."""
         state, clock, counters = self._state, self._clock, self.counters
@@ -262,7 +262,7 @@ class CoordinationServicer:
                 counters.stream_in += 1
                 caller = session.task
                 if caller is None:
-                    if request.HasField("register"):  # v7: register on the stream, the session's first answer
+                    if request.HasField("register"):  # the session's first answer
                         membership, answer = self._register(request.register, context.peer())
                         session.task = membership.task
                         session.wire = convert.task_ref_pb(membership.task)
@@ -373,8 +373,8 @@ class CoordinationServicer:
 
     def _answer_waits_for_all(self) -> None:
         """Answer every wait that is over, the completion most of all (the same bytes for every host but
-        its request id): written by a few writer tasks in turn, not a task per host (10,000 at once when
-        a pod's last host registers)."""
+        its request id): written by a few writer tasks in turn, not a task per host (every host of a pod
+        at once when its last host registers)."""
         now = self._clock()
         answers: Answers = deque()
         for session in list(self._waiting_for_all):
@@ -407,7 +407,7 @@ class CoordinationServicer:
         self._stream_rendezvous(session, arrival.request_id, barrier)
 
     def _stream_gather(self, session: SessionStream, caller: TaskRef, arrival: pb.StreamGather) -> None:
-        """A gather arrival on a session (v9): as a barrier's, answered with the table every host gets."""
+        """A gather arrival on a session: as a barrier's, answered with the table every host gets."""
         try:
             gather = self._state.gather_arrive(
                 caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock()
@@ -574,9 +574,9 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def Gather(self, request: pb.GatherRequest, context: Any) -> None:
-        """One answer on a server stream (protocol v5), so the service knows when it has gone: at most
-        ``_FANOUT_BYTES`` of table answers are in flight at once, and a pod's worth of tables is never
-        buffered in the service at the same time (10,000 hosts x 46 kB)."""
+        """One answer on a server stream, so the service knows when it has gone: at most
+        ``fanout.FANOUT_BYTES`` of table answers are in flight at once, and a pod's worth of tables is
+        never buffered in the service at the same time."""
         caller = convert.task_ref(request.task)
         gather = self._state.gather_arrive(
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
@@ -600,7 +600,7 @@ class CoordinationServicer:
         if not request.HasField("task"):
             raise Refused(
                 Reason.NOT_PERMITTED,
-                "a key-value write must name its task and carry its credential (protocol v3)",
+                "a key-value write must name its task and carry its credential",
                 hint="register first and pass the TaskRef register() returned",
             )
         self._state.kv_set(
@@ -677,7 +677,7 @@ class CoordinationServicer:
         self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
         if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
             # The error reaches every host at once: written by a few writer tasks in turn, as a passed
-            # barrier is, not a task per host (10,000 at a pod's size, when it matters most).
+            # barrier is, not a task per host (a pod's worth, when it matters most).
             pushed: Answers = deque()
             for session in list(self._watchers):
                 self.counters.touched += 1

@@ -14,7 +14,7 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
 * Heartbeats: a connected task silent for longer than ``heartbeat_timeout`` is declared failed
   (``expire``, which the executor calls a few times a second; it visits only the tasks that are late,
   as tasks are kept in the order of their last heartbeat). A task with an open session stream
-  (``session_opened``, protocol v8) is not silent: the transport's keepalive pings vouch for it, at no
+  (``session_opened``) is not silent: the transport's keepalive pings vouch for it, at no
   cost here. When its last session ends (``session_closed``) its silence counts from the keepalive
   window before (``keepalive_window``: when the pings last vouched for it at the latest), so a host that
   froze or was cut off is declared failed within the heartbeat timeout of its last sign of life, as a
