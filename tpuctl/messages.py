@@ -12,7 +12,10 @@ TYPE_CHECKING = False  # typing and collections.abc are not imported on the ligh
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-__all__ = ["closest", "did_you_mean", "listed", "plural", "sample", "suggestion", "table"]
+__all__ = ["closest", "count", "did_you_mean", "listed", "plural", "sample", "shown", "suggestion", "table"]
+
+SHOWN_CHARS = 120
+"""How much of a name or key ``shown`` quotes before eliding the rest."""
 
 
 def closest(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
@@ -48,6 +51,19 @@ def plural(count: int, noun: str) -> str:
     if count == 1:
         return f"1 {noun}"
     return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
+def count(n: int) -> str:
+    """2304 -> "2,304"."""
+    return f"{n:,}"
+
+
+def shown(name: str, limit: int = SHOWN_CHARS) -> str:
+    """``repr(name)``, elided in the middle past ``limit`` characters, saying how long it was."""
+    if len(name) <= limit:
+        return repr(name)
+    half = limit // 2
+    return f"{name[:half]!r}...{name[-half:]!r} ({count(len(name))} characters)"
 
 
 def listed(problems: Sequence[str], *, limit: int = 10) -> str:

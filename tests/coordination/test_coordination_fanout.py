@@ -1,4 +1,4 @@
-"""A session's writes and a fan-out's writers (``service._Session``, ``_FanOut``), with a fake call
+"""A session's writes and a fan-out's writers (``fanout.SessionStream``, ``FanOut``), with a fake call
 context whose writes take time: one write at a time per session and in order, a gather's copies within
 its byte budget however many sessions are busy, and a host that takes no bytes holding up no one."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tpuctl.coordination import service as service_module
-from tpuctl.coordination.service import _Fanned, _FanOut, _Session
+from tpuctl.coordination import fanout as fanout_module
+from tpuctl.coordination.fanout import Fanned, FanOut, SessionStream
 from tpuctl.coordination.values import Counters
 
 pytestmark = pytest.mark.timeout(30)
@@ -31,7 +31,7 @@ class Context:
     async def write(self, data: Any) -> None:
         self.writing += 1
         assert self.writing == 1, "two writes at once on one call"
-        fanned = isinstance(data, _Fanned)
+        fanned = isinstance(data, Fanned)
         if fanned:
             Context.in_flight += 1
             Context.peak_fanned = max(Context.peak_fanned, Context.in_flight)
@@ -44,11 +44,11 @@ class Context:
                 Context.in_flight -= 1
 
 
-def sessions(contexts: list[Context]) -> list[_Session]:
-    return [_Session(c, Counters(), i) for i, c in enumerate(contexts)]
+def sessions(contexts: list[Context]) -> list[SessionStream]:
+    return [SessionStream(c, Counters(), i) for i, c in enumerate(contexts)]
 
 
-async def settle(opened: list[_Session]) -> None:
+async def settle(opened: list[SessionStream]) -> None:
     for _ in range(1000):
         if not any(s._writer or s._busy or s._queue for s in opened):
             return
@@ -65,7 +65,7 @@ def test_a_gathers_copies_stay_within_its_budget_when_sessions_are_busy() -> Non
         await asyncio.sleep(0)
         gate = asyncio.Semaphore(4)
         writers: set[asyncio.Task[None]] = set()
-        fan = _FanOut(deque((s, _Fanned(b"\x10\x01", b"table", gate)) for s in opened), writers)
+        fan = FanOut(deque((s, Fanned(b"\x10\x01", b"table", gate)) for s in opened), writers)
         for _ in range(4):
             fan.add_writer()
         await asyncio.gather(*busy)
@@ -83,7 +83,7 @@ def test_writes_on_one_session_are_one_at_a_time_and_in_order() -> None:
         handler = asyncio.create_task(session.write(b"1"))  # the handler's own write
         await asyncio.sleep(0)
         session.send(b"2")  # another handler's, while it is being written
-        fan = _FanOut(deque([(session, b"3")]), set())
+        fan = FanOut(deque([(session, b"3")]), set())
         fan.add_writer()
         await asyncio.sleep(0)
         session.send(b"4")
@@ -96,13 +96,13 @@ def test_writes_on_one_session_are_one_at_a_time_and_in_order() -> None:
 
 
 def test_a_host_that_takes_no_bytes_holds_up_no_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "_STUCK_S", 0.05)
+    monkeypatch.setattr(fanout_module, "STUCK_S", 0.05)
 
     async def body() -> None:
         contexts = [Context(stuck=True), *(Context() for _ in range(9))]
         opened = sessions(contexts)
         writers: set[asyncio.Task[None]] = set()
-        fan = _FanOut(deque((s, b"passed") for s in opened), writers)
+        fan = FanOut(deque((s, b"passed") for s in opened), writers)
         fan.add_writer()  # one writer, and the first host is frozen
         for _ in range(200):
             if all(c.written == [b"passed"] for c in contexts[1:]):

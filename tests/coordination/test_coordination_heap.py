@@ -10,7 +10,7 @@ import gc
 import pytest
 from coordination_harness import make_config, run, serving
 
-from tpuctl.coordination.service import _Heap
+from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.state import RestartPolicy
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,7 +22,7 @@ def test_the_heap_is_frozen_while_the_cluster_stands_and_thawed_when_it_fails() 
 
     async def body() -> None:
         async with serving(make_config(3, heartbeat_timeout=1.0), freeze_heap=True) as cluster:
-            assert gc.get_threshold()[0] == _Heap.YOUNG
+            assert gc.get_threshold()[0] == Heap.YOUNG
             first = await cluster.join(0, heartbeat_interval=None)
             await cluster.join(1, heartbeat_interval=None)
             assert gc.get_freeze_count() == 0  # not formed yet: registration still allocates
@@ -85,7 +85,7 @@ def test_a_re_forming_cluster_is_thawed_and_frozen_again_when_every_host_is_back
 
 
 def test_a_stopped_heap_policy_never_freezes_again_and_a_new_generation_refreezes() -> None:
-    heap = _Heap(True)
+    heap = Heap(True)
     heap.start()
     try:
         heap.formed(1)

@@ -257,7 +257,7 @@ def test_an_error_whose_cause_names_the_old_shutdown_key_is_not_a_shutdown() -> 
 def test_a_gather_table_is_compressed_and_inflated_with_a_bound() -> None:
     values = [f"[{4 * i}, {4 * i + 1}, {4 * i + 2}, {4 * i + 3}]".encode() for i in range(1000)]
     response = gather_response(1, values)
-    raw = len(pb.GatherResponse(instance=1, values=values).SerializeToString())
+    raw = len(pb.GatherTable(values=values).SerializeToString())
     assert len(response.SerializeToString()) * 2 < raw
     assert gather_values(pb.GatherResponse.FromString(response.SerializeToString())) == values
 

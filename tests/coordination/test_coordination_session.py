@@ -16,6 +16,7 @@ from coordination_harness import check_bounded_registration_timeout, make_config
 
 from tpuctl.coordination import calls, convert
 from tpuctl.coordination import client as client_module
+from tpuctl.coordination import fanout as fanout_module
 from tpuctl.coordination import service as service_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.session import Session
@@ -380,7 +381,7 @@ def test_a_gather_answer_is_one_shared_table_joined_per_host_as_written() -> Non
         async with serving(make_config(4)) as cluster:
             opened, runs = await sessions(cluster)
             queued: list[Any] = []
-            send, write = service_module._Session.send, service_module._Session.write
+            send, write = fanout_module.SessionStream.send, fanout_module.SessionStream.write
 
             def spy_send(self: Any, data: Any) -> None:
                 queued.append(data)
@@ -393,11 +394,11 @@ def test_a_gather_answer_is_one_shared_table_joined_per_host_as_written() -> Non
             try:
                 await asyncio.sleep(0.3)
                 with pytest.MonkeyPatch.context() as patch:
-                    patch.setattr(service_module._Session, "send", spy_send)
-                    patch.setattr(service_module._Session, "write", spy_write)
+                    patch.setattr(fanout_module.SessionStream, "send", spy_send)
+                    patch.setattr(fanout_module.SessionStream, "write", spy_write)
                     tables = await asyncio.gather(*(s.gather("big", bytes([i]) * 900, timeout=5.0) for i, s in enumerate(opened)))
                 assert tables == [[bytes([i]) * 900 for i in range(4)]] * 4
-                fanned = list({id(q): q for q in queued if isinstance(q, service_module._Fanned)}.values())
+                fanned = list({id(q): q for q in queued if isinstance(q, fanout_module.Fanned)}.values())
                 assert len(fanned) == 4
                 assert len({id(f.tail) for f in fanned}) == 1 and len({id(f.gate) for f in fanned}) == 1
                 response = pb.HeartbeatResponse.FromString(fanned[0].join())
@@ -440,14 +441,14 @@ def test_a_gather_timeout_and_a_refused_value_on_a_session_say_what_the_unary_ca
 def count_writers(monkeypatch: pytest.MonkeyPatch, width: int) -> list[int]:
     """Fan-outs of at most ``width`` writers; each writer started adds how many answers it found left."""
     writers: list[int] = []
-    write_answers = service_module._write_answers
+    write_answers = fanout_module.write_answers
 
     async def counted(fan: Any) -> None:
         writers.append(len(fan.answers))
         await write_answers(fan)
 
     monkeypatch.setattr(service_module, "_RELEASE_WIDTH", width)
-    monkeypatch.setattr(service_module, "_write_answers", counted)
+    monkeypatch.setattr(fanout_module, "write_answers", counted)
     return writers
 
 
@@ -455,7 +456,7 @@ def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkey
     # A pod's release: at most _RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
     # about 1 kB each, 10 MB at 10,000 hosts for every barrier), and every host is still answered.
     writers = count_writers(monkeypatch, width=3)
-    monkeypatch.setattr(service_module, "_FANOUT_BYTES", 1)  # a gather's width: at least _FANOUT_MIN (16)
+    monkeypatch.setattr(fanout_module, "FANOUT_BYTES", 1)  # a gather's width: at least FANOUT_MIN (16)
 
     async def body() -> None:
         async with serving(make_config(20)) as cluster:

@@ -17,49 +17,57 @@ Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``t
 ``convert`` (protobuf and gRPC status <-> core values and errors), ``service`` (the gRPC servicer that
 parks waiting calls), ``server`` (start/stop), ``client``, ``auth`` (token file and server check).
 
-Importing this package imports no grpc: ``CoordinationClient``, ``start_server`` and
-``CoordinationServer`` load it on first use.
+Importing this package imports nothing: each public name is imported on first use (``__getattr__``),
+so ``CoordinationClient``, ``start_server`` and ``CoordinationServer`` load grpc only then.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from tpuctl.coordination.values import (
-    PROTOCOL_VERSION,
-    SAMPLE,
-    ClusterFailure,
-    ClusterStatus,
-    Membership,
-    OpenBarrier,
-    RegistrationProgress,
-    RendezvousProgress,
-    ServiceConfig,
-    TaskFailure,
-    TaskInfo,
-    TaskRef,
-    TaskSpec,
-    TaskState,
-    TaskStatus,
-)
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
-
+TYPE_CHECKING = False  # not typing's: importing this package imports nothing
 if TYPE_CHECKING:
     from tpuctl.coordination.auth import load_token
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.server import CoordinationServer, start_server
     from tpuctl.coordination.session import Session
+    from tpuctl.coordination.values import (
+        PROTOCOL_VERSION,
+        SAMPLE,
+        ClusterFailure,
+        ClusterStatus,
+        Membership,
+        OpenBarrier,
+        RegistrationProgress,
+        RendezvousProgress,
+        ServiceConfig,
+        TaskFailure,
+        TaskInfo,
+        TaskRef,
+        TaskSpec,
+        TaskState,
+        TaskStatus,
+    )
+    from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
 
+_VALUES = "tpuctl.coordination.values"
+_ERRORS = "tpuctl.errors"
 _LAZY = {
     "CoordinationClient": "tpuctl.coordination.client",
     "Session": "tpuctl.coordination.session",
     "CoordinationServer": "tpuctl.coordination.server",
     "start_server": "tpuctl.coordination.server",
     "load_token": "tpuctl.coordination.auth",
+    **dict.fromkeys(
+        (
+            "PROTOCOL_VERSION", "SAMPLE", "ClusterFailure", "ClusterStatus", "Membership", "OpenBarrier",
+            "RegistrationProgress", "RendezvousProgress", "ServiceConfig", "TaskFailure", "TaskInfo", "TaskRef",
+            "TaskSpec", "TaskState", "TaskStatus",
+        ),
+        _VALUES,
+    ),
+    **dict.fromkeys(("ClusterError", "CoordinatorUnreachable", "DeadlineError", "InputError", "TpuctlError"), _ERRORS),
 }
+"""Each public name and the module it comes from, imported on first use."""
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tpuctl.coordination' has no attribute {name!r}")

@@ -16,15 +16,15 @@ _T = TypeVar("_T")
 CONFIRM_GRACE_S = 0.5
 """How long past the heartbeat timeout a heartbeat confirmation may still arrive before the coordinator
 counts as unreachable or frozen. After a short cut TCP retransmits with backoff (0.2, 0.4, 0.8, 1.6 s), so
-a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (measured between network namespaces);
+a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (the sum of those retransmissions);
 confirmations asked at least every third of the timeout leave a host with a 5 s timeout room for that
 (1 s heartbeats, each confirmed: 1 + 3.4 < 5 + 0.5)."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
 PROGRESS_POLLS_PER_S = 100.0
 """Progress polls per second the whole cluster may send the service (each host polls less often in a
-bigger cluster: every 2 s up to 200 hosts, every 23 s at 2,304, every 100 s at 10,000). A poll costs the
-service about half a millisecond: 100 a second stay under 5 % of its core."""
+bigger cluster: every 2 s up to 200 hosts, and hosts / 100 s beyond). A poll is cheap for the service but
+not free: the cluster's rate, not each host's, is what must stay a small share of its core."""
 STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 """gRPC status codes by their number, as a refusal on the session stream carries them."""
 

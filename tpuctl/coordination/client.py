@@ -43,7 +43,6 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     TaskRef,
-    shown,
 )
 from tpuctl.errors import (
     ClusterError,
@@ -53,6 +52,7 @@ from tpuctl.errors import (
     InputError,
     TpuctlError,
 )
+from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
@@ -64,7 +64,7 @@ MAX_WAIT_S = 3600.0
 """Client-side bound on a wait the caller left to the service's default (a barrier without a timeout)."""
 WATCH_POLL_S = 55.0
 """How long one error poll is held by the service (it caps polls at 60 s). Each host's watch costs the
-service one answer per poll: 10,000 hosts, about 180 a second. A dropped connection fails the poll at
+service one answer per poll, so a long poll keeps a pod's polls few a second. A dropped connection fails the poll at
 once; a silent one after the poll plus ``rpc_timeout`` (the heartbeat loop notices sooner)."""
 RESTART_PROBE_S = 2.0
 """How long a refused call waits for the coordinator's status, to tell a restarted coordinator's refusal."""
@@ -74,7 +74,7 @@ MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 KEEPALIVE_S = 5.0
 """Default seconds between this client's HTTP/2 keepalive pings (and how long it waits for each answer):
 the spec's default heartbeat interval. A session whose pings vouch for the coordinator within half its
-``give_up_after`` sends no heartbeat messages (protocol v8); see ``Session``."""
+``give_up_after`` sends no heartbeat messages; see ``Session``."""
 MIN_KEEPALIVE_S = 0.2
 """Pings closer than the service's abuse limit (``server.MIN_CLIENT_PING_MS``) would get the connection closed."""
 
@@ -92,10 +92,10 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 250),
     # gRPC reads ``grpc.min_reconnect_backoff_ms`` as the *connect timeout* (a connection attempt's
-    # deadline is at least this): at 50 ms (floored at 100) every host abandoned and redialled any
-    # connection whose handshake a busy coordinator had not finished in 100-250 ms, the abandoned ones
-    # filled its accept queue, and a pod's registration burst stalled on the kernel's SYN retries of
-    # 1, 3 and 7 s. A refused connection still fails at once and is retried after the backoff above.
+    # deadline is at least this): a short one makes every host abandon and redial a connection whose
+    # handshake a busy coordinator has not finished yet, the abandoned ones fill its accept queue, and a
+    # pod's registration burst stalls on the kernel's SYN retries. A refused connection still fails at
+    # once and is retried after the backoff above.
     ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
 )
@@ -227,7 +227,7 @@ class CoordinationClient:
         interval: float | None = None,
         give_up_after: float | None = None,
     ) -> Session:
-        """``register`` and ``session`` in one (protocol v7): the registration is the first message of
+        """``register`` and ``session`` in one: the registration is the first message of
         the session's stream, so a host costs the service one call instead of two, and the answer is the
         session's first confirmed heartbeat. The same arguments, retries, answers and errors as
         ``register``; ``session.membership`` is the registration. ``await session.run()`` next (in a task
@@ -393,7 +393,7 @@ class CoordinationClient:
     def session(
         self, membership: Membership, *, interval: float | None = None, give_up_after: float | None = None
     ) -> Session:
-        """This host's session (protocol v6): heartbeats, barriers and the error watch on one stream, so
+        """This host's session: heartbeats, barriers and the error watch on one stream, so
         the host holds one standing call in the service instead of three. ``await session.run()`` in a
         task of its own (it heartbeats like ``heartbeat_loop`` and raises as it does); meanwhile
         ``session.barrier(...)`` and ``session.watch_errors()`` use the stream."""

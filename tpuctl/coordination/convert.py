@@ -27,7 +27,6 @@ from tpuctl.coordination.values import (
     TaskRef,
     TaskState,
     TaskStatus,
-    count,
 )
 from tpuctl.errors import (
     ClusterError,
@@ -37,6 +36,7 @@ from tpuctl.errors import (
     InputError,
     TpuctlError,
 )
+from tpuctl.messages import count
 from tpuctl.proto import coordination_pb2 as pb
 
 HINT_KEY = "x-tpuctl-hint-bin"
@@ -282,7 +282,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         TaskStatus(
             task=_task_info(t.task),
             state=_STATES_BACK[t.state],
-            incarnation=t.incarnation,
+            incarnation=0,  # never sent: a task's incarnation stays its own
             hostname=t.hostname,
             peer=t.peer,
             seconds_since_heartbeat=t.seconds_since_heartbeat if t.HasField("seconds_since_heartbeat") else None,
@@ -312,13 +312,13 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
 
 
 _XZ_PRESET = 6 | lzma.PRESET_EXTREME
-"""A table is compressed once per gather: 0.3 s of the service's CPU at 10,000 hosts buys a table of 46 kB
-instead of zlib's 135 kB, sent to every host (1.3 GB less from task 0 in all)."""
+"""A table is compressed once per gather and sent to every host: the strongest preset spends a little of
+the service's CPU once to save bytes that task 0 sends once per host (docs/PERFORMANCE.md measures it)."""
 _XZ_DICT_BYTES = 256 * 1024
 """The largest dictionary a table is compressed with. Its records repeat what neighbouring hosts
-published, so matches are near: at 10,000 hosts (a 569 kB table of `tpuctl init` records) 256 KiB
-compresses to 50.6 kB against 55.0 kB with the whole table as dictionary, and the encoder's match finder,
-sized by it, raises the service's peak by 2.6 MB instead of 6.5 MB (preset 6's own 8 MiB: ~14 MB)."""
+published, so matches are near: a dictionary this large compresses a pod's table about as well as one
+the size of the whole table, and the encoder's match finder, sized by it, takes a fraction of the memory
+of the preset's own 8 MiB."""
 _XZ_MIN_DICT_BYTES = 4096  # liblzma's minimum
 _XZ_MEMLIMIT = 32 * 1024 * 1024
 """Decoder memory a client allows a table (preset 6 needs about 9 MiB)."""
@@ -341,7 +341,7 @@ def gather_values(response: pb.GatherResponse, *, limit: int = MAX_GATHER_WIRE) 
     Raises ``ClusterError`` for a table that says or turns out to be larger than ``limit`` (a
     decompression bomb is stopped at the limit, not after) or that does not inflate."""
     if not response.table:
-        return list(response.values)  # an empty table, or a v2-style answer
+        return []  # no table: nothing was gathered
     if response.table_bytes > limit:
         raise ClusterError(
             f"the coordinator sent a gather table of {count(response.table_bytes)} bytes; at most "

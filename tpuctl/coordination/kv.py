@@ -15,7 +15,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from tpuctl.coordination.values import Counters, KvLimits, Reason, Refused, check_name, count, shown
+from tpuctl.coordination.values import Counters, KvLimits, Reason, Refused, check_name
+from tpuctl.messages import count, shown
 
 _SERVICE = -1
 """The owner of an entry the service wrote itself (counted in the total only)."""

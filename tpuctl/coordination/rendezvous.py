@@ -37,11 +37,10 @@ from tpuctl.coordination.values import (
     barrier_key,
     check_name,
     check_timeout,
-    count,
     sample_text,
-    shown,
 )
 from tpuctl.health import LEFT, LEFT_CAUSE, LEFT_CAUSE_MANY
+from tpuctl.messages import count, shown
 
 _ARRIVED = {"barrier": "arrived", "gather": "published"}
 

@@ -43,7 +43,7 @@ MIN_CLIENT_PING_MS = 100
 
 
 def keepalive_options(config: ServiceConfig) -> tuple[tuple[str, int], ...]:
-    """HTTP/2 keepalive for the cluster's heartbeat timeout (protocol v8): the service pings every host's
+    """HTTP/2 keepalive for the cluster's heartbeat timeout: the service pings every host's
     connection every ``keepalive_interval`` s and closes one whose answer has not come as long after, in
     gRPC's transport (no Python per ping), which ends that host's session; it accepts the hosts' own
     pings (how they tell that the service is alive) on idle streams."""
@@ -65,9 +65,9 @@ def keepalive_options(config: ServiceConfig) -> tuple[tuple[str, int], ...]:
 MALLOC_ARENAS = 1
 """glibc malloc arenas the serving process may have in all (``M_ARENA_MAX``). By default a process gets
 one per thread up to 8 x cores; gRPC core grows its thread pool during a pod's registration burst and
-each new thread's arena keeps what it freed, so the service ended registration at 60-127 kB a host
-instead of its 44 kB floor in a third of the runs at 2,000 hosts (docs/PERFORMANCE.md, "Memory per
-host"). The service is one Python thread and gRPC's few, mostly waiting on each other: one arena costs
+each new thread's arena keeps what it freed, so the service's memory per host after registration would
+depend on how many threads the burst happened to start (docs/PERFORMANCE.md, "Memory per host"). The
+service is one Python thread and gRPC's few, mostly waiting on each other: one arena costs
 no measurable contention."""
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
@@ -132,7 +132,7 @@ async def start_server(
     plaintext.
 
     ``freeze_heap``: freeze the process's heap for Python's garbage collector once every host has
-    registered, until the generation ends (``service._Heap``); for a process that serves and little else.
+    registered, until the generation ends (``heap.Heap``); for a process that serves and little else.
     """
     limit_malloc_arenas()
     incarnation = service_incarnation or secrets.randbits(64) or 1

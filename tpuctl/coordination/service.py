@@ -8,6 +8,9 @@ declared failed at most that long after its heartbeat timeout.
 Answers that are the same for every caller (registration, "all registered", the cluster's error, a
 passed gather, a key listing until the next write) are serialized once and sent as the same bytes:
 ``encode`` is the response serializer of every method (``server.py``) and passes bytes through.
+
+Beside it: the session streams' outboxes and the fan-out writers (``fanout.py``), the session answers
+written as wire bytes (``wire.py``), the garbage collector's policy while serving (``heap.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import itertools
 import logging
 import math
@@ -26,15 +28,17 @@ from typing import Any, NoReturn, TypeVar
 
 from google.protobuf.message import Message
 
-from tpuctl.coordination import convert
+from tpuctl.coordination import convert, wire
+from tpuctl.coordination.fanout import Answers, Fanned, FanOuts, SessionStream, fanout_width
+from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.logs import RateLimitedLog
+from tpuctl.coordination.parking import Parking
 from tpuctl.coordination.state import (
     ERRORS,
     REGISTRATION,
     BarrierId,
     ClusterFailure,
     CoordinationState,
-    Counters,
     Gathered,
     Pending,
     Reason,
@@ -42,12 +46,12 @@ from tpuctl.coordination.state import (
     TaskFailure,
     TaskRef,
     WaitKey,
-    Wakeup,
     barrier_key,
     kv_key,
 )
 from tpuctl.coordination.values import CREDENTIAL_BYTES, SAMPLE, Membership
 from tpuctl.proto import coordination_pb2 as pb
+from tpuctl.protowire import length_delimited
 
 log = logging.getLogger("tpuctl.coordination")
 
@@ -57,24 +61,10 @@ CHECK_INTERVAL_S = 0.25
 """How often the watchdog looks for silent tasks: failure detection lags the timeout by at most this."""
 STALL_S = 0.1
 """A watchdog wake-up later than this counts as the service stalled (its own backlog) for that long."""
-_FANOUT_BYTES = 4 * 1024 * 1024
-"""At most this many bytes of gather answers are being sent at once (the rest wait their turn: 4 MiB is
-3 ms at 10 Gb/s, and every copy in flight is service memory: 32 MiB raised the peak at 10,000 hosts by
-as much) ..."""
-_FANOUT_MIN = 16
-"""... but at least this many answers."""
 _RELEASE_WIDTH = 256
 """How many answers of a passed barrier are being written at once (a few bytes each)."""
-_STUCK_S = 0.5
-"""A fan-out's write that has not completed after this long (its host takes no bytes) gets a writer
-started beside it, so the other hosts are not held up."""
 _KV_DIR_CACHE = 64
 """Key listings kept encoded (by prefix) until the next key-value write."""
-_FLUSH_S = 1.0
-"""How long a session's end waits for its queued writes."""
-_STOP_WRITES_S = 0.25
-"""How long ``stop`` lets the fan-out writers' writes in progress finish (one message each; a host that
-takes no bytes would hold its writer until cancelled)."""
 
 # Refusals that mean a host is misconfigured or a process is duplicated: worth a warning in the log.
 _MEMBERSHIP_REFUSALS = {
@@ -94,278 +84,13 @@ Answer = Message | bytes
 """What a handler returns: a message, or an answer already serialized (shared by many callers)."""
 
 
-class _Fanned:
-    """One host's copy of an answer shared by every host (a passed gather's table on the session stream):
-    its own request-id prefix and the shared tail, joined only by the serializer as it is written, so
-    the service never holds a copy per host (10,000 x 50 kB), and at most ``gate``'s worth of them are
-    being written at once."""
-
-    __slots__ = ("gate", "prefix", "tail")
-
-    def __init__(self, prefix: bytes, tail: bytes, gate: asyncio.Semaphore) -> None:
-        self.prefix = prefix
-        self.tail = tail
-        self.gate = gate
-
-    def __len__(self) -> int:
-        return len(self.prefix) + len(self.tail)
-
-    def join(self) -> bytes:
-        return self.prefix + self.tail
-
-
-class _Parking:
-    """Where waiting calls sleep: a bare future per parked call, grouped by wait key; a key's futures
-    are resolved (and the group dropped) when the key is woken.
-
-    No task and no ``asyncio.wait_for`` per parked call: the call's own handler task awaits its future,
-    and one timer handle resolves it at its deadline. Waking N parked calls costs N ``set_result``."""
-
-    def __init__(self, counters: Counters) -> None:
-        self._slots: dict[WaitKey, set[asyncio.Future[None]]] = {}
-        self._counters = counters
-
-    async def park(self, key: WaitKey, timeout: float) -> None:
-        """Sleep until ``key`` is woken or ``timeout`` seconds pass."""
-        if timeout <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = set()
-        slot.add(future)
-        timer = loop.call_later(timeout, _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            slot.discard(future)  # O(1); a woken slot was already dropped
-            if not slot and self._slots.get(key) is slot:
-                del self._slots[key]
-
-    def wake(self, wakeup: Wakeup) -> None:
-        if not wakeup.everyone and not wakeup.keys:
-            return
-        keys = list(self._slots) if wakeup.everyone else wakeup.keys
-        for key in keys:
-            slot = self._slots.pop(key, None)
-            if slot is None:
-                continue
-            self._counters.touched += 1
-            for future in slot:
-                if not future.done():
-                    future.set_result(None)
-                    self._counters.woken += 1
-
-
-class _Heap:
-    """The serving process's heap and Python's cyclic garbage collector (``freeze_heap``).
-
-    Once every host has registered, the service holds tens of long-lived objects per host (its session,
-    gRPC's call objects, their coroutines) and every later collection of the older generations walks them
-    all again, though none of them becomes garbage while the cluster stands. So they are frozen
-    (``gc.freeze``: moved out of the collected generations, O(1)) when registration completes, and thawed
-    when the generation ends or the service stops, so that what the ended sessions leave in cycles is
-    collected again; and the youngest generation is collected every ``YOUNG`` allocations instead of 700,
-    so the arrivals waiting at a barrier are not walked again at every collection. At 2,000 hosts the
-    service spent 173 us of CPU per host and barrier with the collector as it is, 158 frozen, 134-142
-    frozen with ``YOUNG``, 140 with the collector off (docs/PERFORMANCE.md, "The collector").
-
-    It is the process's collector: only a process that serves and little else should ask for it
-    (``tpuctl init``'s task 0, the scale bench), not a test process with many servers."""
-
-    YOUNG = 10_000
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.frozen = False
-        self.generation = 0
-        self._thresholds: tuple[int, int, int] | None = None
-
-    def start(self) -> None:
-        if self.enabled and self._thresholds is None:
-            self._thresholds = gc.get_threshold()
-            gc.set_threshold(max(self.YOUNG, self._thresholds[0]), *self._thresholds[1:])
-
-    def formed(self, generation: int) -> None:
-        if self.frozen and self.generation != generation:
-            self.thaw()  # an earlier generation's freeze whose thaw has not come yet
-        if self.enabled and not self.frozen:
-            gc.collect(1)  # the young garbage of registration is not frozen with the cluster (cheap: no full pass)
-            gc.freeze()
-            self.frozen = True
-            self.generation = generation
-
-    def check(self, state: CoordinationState) -> None:
-        """Thaw once the frozen generation is over (failed for good, or re-forming as the next one)."""
-        if self.frozen and (state.failure is not None or state.generation != self.generation):
-            self.thaw()
-
-    def thaw(self) -> None:
-        if self.frozen:
-            gc.unfreeze()
-            self.frozen = False
-
-    def stop(self) -> None:
-        self.enabled = False  # a registration during the server's grace must not freeze it again
-        self.thaw()
-        if self._thresholds is not None:
-            gc.set_threshold(*self._thresholds)
-            self._thresholds = None
-
-
-class _FanOut:
-    """One answer for many sessions, written by a few writer tasks taking the answers in turn."""
-
-    __slots__ = ("answers", "fans", "writers")
-
-    def __init__(
-        self,
-        answers: deque[tuple[_Session, bytes | _Fanned]],
-        writers: set[asyncio.Task[None]],
-        fans: set[_FanOut] | None = None,
-    ) -> None:
-        self.answers = answers
-        self.writers = writers
-        self.fans = fans
-        """The service's fan-outs with answers left (``CoordinationServicer.stop`` hands those over)."""
-        if fans is not None:
-            fans.add(self)
-
-    def add_writer(self) -> None:
-        if self.answers:
-            writer = asyncio.get_running_loop().create_task(_write_answers(self))
-            self.writers.add(writer)
-            writer.add_done_callback(self.writers.discard)
-
-
-async def _write_answers(fan: _FanOut) -> None:
-    """Write answers until none is left. A write to a host that takes no bytes (frozen, cut off: until
-    its keepalive closes the call) must not hold up the others: one that takes longer than ``_STUCK_S``
-    starts another writer for the rest (a gather's copies still count against its byte budget)."""
-    loop = asyncio.get_running_loop()
-    answers = fan.answers
-    while answers:
-        session, data = answers.popleft()
-        stuck = loop.call_later(_STUCK_S, fan.add_writer)
-        try:
-            await session.write(data)
-        finally:
-            stuck.cancel()
-    if fan.fans is not None:
-        fan.fans.discard(fan)
-
-
-def _fanout_width(answer_bytes: int) -> int:
-    """How many copies of an answer this large may be being written at once."""
-    return max(_FANOUT_MIN, _FANOUT_BYTES // max(1, answer_bytes))
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Session:
-    """The service's side of one host's session stream (``HeartbeatStream``, protocol v6): whose it is,
-    and its outbox. gRPC allows one write at a time on a call, and barrier outcomes and the pushed error
-    come from other calls' handlers: every write goes through ``send``, which queues it and keeps one
-    writer task running while the queue is not empty (none while idle)."""
-
-    __slots__ = (
-        "_busy", "_counters", "_queue", "_writer", "closed", "context", "id", "task", "vouched", "wait_for_all",
-        "watching", "wire",
-    )  # fmt: skip
-
-    def __init__(self, context: Any, counters: Counters, session_id: int) -> None:
-        self.context = context
-        self.id = session_id
-        self.task: TaskRef | None = None
-        self.vouched: TaskRef | None = None
-        """The task this open stream keeps alive (v8), once its first message proved whose it is."""
-        self.wire: pb.TaskRef | None = None
-        self.closed = False
-        self.watching = False
-        self.wait_for_all: _WaitForAll | None = None
-        self._queue: deque[bytes | _Fanned] | None = None
-        """Made when a write has to wait and dropped once drained: an idle session holds none (a deque
-        is 0.6 kB, 6 MB at 10,000 hosts)."""
-        self._writer: asyncio.Task[None] | None = None
-        self._busy = False  # the stream's own handler is writing (``write``)
-        self._counters = counters
-
-    def send(self, data: bytes | _Fanned) -> None:
-        """Queue ``data`` (from any handler); written in order, one write at a time."""
-        if self.closed:
-            return
-        if self._queue is None:
-            self._queue = deque()
-        self._queue.append(data)
-        if self._writer is None and not self._busy:
-            self._writer = asyncio.get_running_loop().create_task(self._drain())
-
-    async def write(self, data: bytes | _Fanned) -> None:
-        """From the stream's own handler or a fan-out's writer: written at once when nothing else is being
-        written (no task per write), else queued behind it."""
-        if self._writer is not None or self._busy or self._queue or self.closed:
-            self.send(data)
-            return
-        self._busy = True  # first: whatever comes meanwhile queues behind this write, in order
-        try:
-            await self._put(data)
-        except Exception as exc:
-            log.debug("session stream write failed: %s", exc)
-            self.closed = True
-        finally:
-            self._busy = False
-            if self._queue and self._writer is None and not self.closed:
-                self._writer = asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        try:
-            while self._queue and not self.closed:
-                data = self._queue.popleft()
-                if not self._queue:
-                    self._queue = None
-                await self._put(data)
-        except Exception as exc:  # the call ended under the write (the host went away): nothing to tell
-            log.debug("session stream write failed: %s", exc)
-            self.closed = True
-        finally:
-            self._writer = None
-
-    async def _put(self, data: bytes | _Fanned) -> None:
-        """One write on the call, counted; a gather's copy within its byte budget (the gate the unary
-        ``Gather`` shares), whichever path wrote it."""
-        self._counters.stream_out += 1
-        self._counters.stream_bytes += len(data)
-        if isinstance(data, _Fanned):
-            async with data.gate:
-                await self.context.write(data)
-        else:
-            await self.context.write(data)
-
-    async def flush(self) -> None:
-        """Wait (a bounded time: the host may be frozen) for the queued writes, so that the stream's end
-        does not overtake them."""
-        writer = self._writer
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(writer), _FLUSH_S)
-        # A fan-out writer's write in progress (the handler's own have finished: it awaited them).
-        deadline = asyncio.get_running_loop().time() + _FLUSH_S
-        while self._busy and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
-
-
-class _WaitForAll:
+class WaitForAll:
     """A session's ``StreamWaitForAll``: whose, its request id, when it answers with progress at the
     latest, and its timer."""
 
     __slots__ = ("answer_by", "caller", "request_id", "session", "timer")
 
-    def __init__(self, session: _Session, caller: TaskRef, request_id: int, answer_by: float) -> None:
+    def __init__(self, session: SessionStream, caller: TaskRef, request_id: int, answer_by: float) -> None:
         self.session = session
         self.caller = caller
         self.request_id = request_id
@@ -409,11 +134,11 @@ class CoordinationServicer:
         freeze_heap: bool = False,
     ) -> None:
         self._state = state
-        self.heap = _Heap(freeze_heap)
+        self.heap = Heap(freeze_heap)
         self._clock = clock
         self._check_interval = check_interval
         self.counters = state.counters
-        self._parking = _Parking(self.counters)
+        self._parking = Parking(self.counters)
         self._watchdog: asyncio.Task[None] | None = None
         self._shared: dict[str, bytes] = {}
         self._error: tuple[ClusterFailure, bytes, bytes] | None = None
@@ -423,13 +148,12 @@ class CoordinationServicer:
         self.refusal_log = RateLimitedLog(log)
         # Barrier arrivals on session streams, by wait key: (session, request id, barrier), answered once
         # each when the key is woken and decided; one timer per key for its deadline, not one per host.
-        self._stream_barriers: dict[WaitKey, list[tuple[_Session, int, BarrierId]]] = {}
+        self._stream_barriers: dict[WaitKey, list[tuple[SessionStream, int, BarrierId]]] = {}
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
-        self._watchers: set[_Session] = set()
-        self._writers: set[asyncio.Task[None]] = set()  # ``_fan_out``'s (the loop keeps only weak references)
-        self._fans: set[_FanOut] = set()
+        self._watchers: set[SessionStream] = set()
+        self._fan_outs = FanOuts()
         self._session_ids = itertools.count(1)
-        self._waiting_for_all: set[_Session] = set()
+        self._waiting_for_all: set[SessionStream] = set()
         """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
         """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
 
@@ -447,27 +171,18 @@ class CoordinationServicer:
         their sessions' own outboxes, which the streams' handlers flush during the server's grace; the
         writers' writes in progress get as long to finish."""
         self.heap.stop()
-        for fan in list(self._fans):
-            while fan.answers:
-                session, data = fan.answers.popleft()
-                session.send(data)
-        self._fans.clear()
-        writers = list(self._writers)
-        if writers:
-            await asyncio.wait(writers, timeout=_STOP_WRITES_S)
-        for writer in writers:
-            writer.cancel()
+        await self._fan_outs.stop()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
             self._watchdog = None
 
-    def encode(self, answer: Answer | _Fanned) -> bytes:
+    def encode(self, answer: Answer | Fanned) -> bytes:
         """The response serializer of every method: counts what is sent, passes shared bytes through."""
         if isinstance(answer, bytes):
             data = answer
-        elif isinstance(answer, _Fanned):
+        elif isinstance(answer, Fanned):
             data = answer.join()
         else:
             data = answer.SerializeToString()
@@ -532,11 +247,11 @@ class CoordinationServicer:
     @_refusals_as_status
     async def HeartbeatStream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Any) -> None:
         """One task's session for its lifetime; O(1) per message. A heartbeat is answered only when asked;
-        a barrier arrival (v6) once the barrier is decided; the error watch (v6) once there is an error.
+        a barrier or gather arrival once it is decided; the error watch once there is an error.
         The first message names the stream's task, checked as every task-scoped call is; later messages
         are of that task (one naming another is refused, ending the stream)."""
         state, clock, counters = self._state, self._clock, self.counters
-        session = _Session(context, counters, next(self._session_ids))
+        session = SessionStream(context, counters, next(self._session_ids))
         read = context.read  # not ``async for`` over ``requests``: its async generator stays with every idle session
         try:
             while True:
@@ -547,13 +262,13 @@ class CoordinationServicer:
                 counters.stream_in += 1
                 caller = session.task
                 if caller is None:
-                    if request.HasField("register"):  # v7: register on the stream, the session's first answer
+                    if request.HasField("register"):  # the session's first answer
                         membership, answer = self._register(request.register, context.peer())
                         session.task = membership.task
                         session.wire = convert.task_ref_pb(membership.task)
                         state.session_opened(membership.task, session.id, now=clock())
                         session.vouched = membership.task
-                        await session.write(_length_delimited(_REGISTERED_FIELD, answer))
+                        await session.write(length_delimited(wire.REGISTERED_FIELD, answer))
                         self._wake()  # the last host's registration completes everyone's wait
                         continue
                     session.wire = request.task
@@ -602,13 +317,13 @@ class CoordinationServicer:
                 state.session_closed(session.vouched, session.id, now=clock())
         await session.flush()
 
-    def _stream_wait_for_all(self, session: _Session, caller: TaskRef, request: pb.StreamWaitForAll) -> None:
+    def _stream_wait_for_all(self, session: SessionStream, caller: TaskRef, request: pb.StreamWaitForAll) -> None:
         """``WaitForAllTasks`` on a session: answered at once when registration is complete (or refused),
         else when it completes (one answer encoded for every waiter), fails, or this wait's own
         ``max_wait_seconds`` passes (the progress so far, bounded). One wait per session."""
         self._drop_wait_for_all(session)
         now = self._clock()
-        waiter = _WaitForAll(session, caller, request.request_id, now + _poll_seconds(request.max_wait_seconds))
+        waiter = WaitForAll(session, caller, request.request_id, now + _poll_seconds(request.max_wait_seconds))
         answer = self._answer_wait_for_all(waiter, now)
         if answer is not None:
             session.send(answer)
@@ -616,7 +331,7 @@ class CoordinationServicer:
         session.wait_for_all = waiter
         self._waiting_for_all.add(session)
 
-    def _answer_wait_for_all(self, waiter: _WaitForAll, now: float) -> bytes | None:
+    def _answer_wait_for_all(self, waiter: WaitForAll, now: float) -> bytes | None:
         """``waiter``'s answer if its wait is over (the caller sends it); else None, its timer (re)armed."""
         request_id = waiter.request_id
         try:
@@ -629,14 +344,14 @@ class CoordinationServicer:
                         registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
                     ),
                 )
-                return _request_id_prefix(request_id) + complete
+                return wire.request_id_prefix(request_id) + complete
             if now >= waiter.answer_by:
                 self.counters.built += 1
                 progress = convert.progress_response(self._state.registration_progress(waiter.caller, now=now))
                 response = pb.HeartbeatResponse(request_id=request_id, registration=progress)
                 return response.SerializeToString()
         except Refused as refused:
-            return _outcome_refused(request_id, refused)
+            return wire.outcome_refused(request_id, refused)
         finally:
             self.counters.touched += 1
         if waiter.timer is not None:
@@ -645,7 +360,7 @@ class CoordinationServicer:
         waiter.timer = asyncio.get_running_loop().call_later(delay, self._wait_for_all_due, waiter)
         return None
 
-    def _wait_for_all_due(self, waiter: _WaitForAll) -> None:
+    def _wait_for_all_due(self, waiter: WaitForAll) -> None:
         waiter.timer = None
         session = waiter.session
         if session.wait_for_all is not waiter:
@@ -658,10 +373,10 @@ class CoordinationServicer:
 
     def _answer_waits_for_all(self) -> None:
         """Answer every wait that is over, the completion most of all (the same bytes for every host but
-        its request id): written by a few writer tasks in turn, not a task per host (10,000 at once when
-        a pod's last host registers)."""
+        its request id): written by a few writer tasks in turn, not a task per host (every host of a pod
+        at once when its last host registers)."""
         now = self._clock()
-        answers: deque[tuple[_Session, bytes | _Fanned]] = deque()
+        answers: Answers = deque()
         for session in list(self._waiting_for_all):
             waiter = session.wait_for_all
             answer = None if waiter is None else self._answer_wait_for_all(waiter, now)
@@ -669,9 +384,9 @@ class CoordinationServicer:
                 answers.append((session, answer))
                 self._drop_wait_for_all(session)
         if answers:
-            self._fan_out(answers, _RELEASE_WIDTH)
+            self._fan_outs.send(answers, _RELEASE_WIDTH)
 
-    def _drop_wait_for_all(self, session: _Session) -> None:
+    def _drop_wait_for_all(self, session: SessionStream) -> None:
         waiter = session.wait_for_all
         if waiter is None:
             return
@@ -681,28 +396,28 @@ class CoordinationServicer:
             waiter.timer.cancel()
             waiter.timer = None
 
-    def _stream_barrier(self, session: _Session, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
+    def _stream_barrier(self, session: SessionStream, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
         """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
         pass, a failure) or at its deadline. Refusals answer the arrival; the stream goes on."""
         try:
             barrier = self._state.barrier_arrive(caller, arrival.name, arrival.timeout_seconds, now=self._clock())
         except Refused as refused:
-            session.send(_outcome_refused(arrival.request_id, refused))
+            session.send(wire.outcome_refused(arrival.request_id, refused))
             return
         self._stream_rendezvous(session, arrival.request_id, barrier)
 
-    def _stream_gather(self, session: _Session, caller: TaskRef, arrival: pb.StreamGather) -> None:
-        """A gather arrival on a session (v9): as a barrier's, answered with the table every host gets."""
+    def _stream_gather(self, session: SessionStream, caller: TaskRef, arrival: pb.StreamGather) -> None:
+        """A gather arrival on a session: as a barrier's, answered with the table every host gets."""
         try:
             gather = self._state.gather_arrive(
                 caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock()
             )
         except Refused as refused:
-            session.send(_outcome_refused(arrival.request_id, refused))
+            session.send(wire.outcome_refused(arrival.request_id, refused))
             return
         self._stream_rendezvous(session, arrival.request_id, gather)
 
-    def _stream_rendezvous(self, session: _Session, request_id: int, barrier: BarrierId) -> None:
+    def _stream_rendezvous(self, session: SessionStream, request_id: int, barrier: BarrierId) -> None:
         """Answer an arrival that is decided; else keep it with its key's other waiting sessions, under
         one deadline timer per key (not one per host)."""
         key = barrier_key(barrier)
@@ -736,7 +451,7 @@ class CoordinationServicer:
                 else:
                     outcome = self._state.barrier_outcome(barrier, now=now)
             except Refused as refused:
-                tail = _outcome_refused(0, refused)
+                tail = wire.outcome_refused(0, refused)
             else:
                 if isinstance(outcome, Pending):
                     timer = self._barrier_timers.pop(key, None)
@@ -748,9 +463,9 @@ class CoordinationServicer:
                     continue
                 if isinstance(outcome, Gathered):
                     _, data, gate = self._gathered_answer(barrier.name, outcome)
-                    tail = _length_delimited(_GATHERED_FIELD, data)
+                    tail = length_delimited(wire.GATHERED_FIELD, data)
                 else:
-                    tail = _outcome_passed(0, outcome)
+                    tail = wire.outcome_passed(0, outcome)
             del self._stream_barriers[key]
             timer = self._barrier_timers.pop(key, None)
             if timer is not None:
@@ -758,28 +473,16 @@ class CoordinationServicer:
             self.counters.touched += len(waiting)
             self.counters.woken += len(waiting)
             if gate is None:
-                answers: deque[tuple[_Session, bytes | _Fanned]] = deque(
-                    (session, _request_id_prefix(request_id) + tail) for session, request_id, _ in waiting
+                answers: Answers = deque(
+                    (session, wire.request_id_prefix(request_id) + tail) for session, request_id, _ in waiting
                 )
                 width = _RELEASE_WIDTH
             else:
                 answers = deque(
-                    (session, _Fanned(_request_id_prefix(request_id), tail, gate)) for session, request_id, _ in waiting
+                    (session, Fanned(wire.request_id_prefix(request_id), tail, gate)) for session, request_id, _ in waiting
                 )
-                width = _fanout_width(len(tail))
-            self._fan_out(answers, width)
-
-    def _fan_out(self, answers: deque[tuple[_Session, bytes | _Fanned]], width: int) -> None:
-        """Write each answer to its session with at most ``width`` writes in flight: that many writer
-        tasks take the answers in turn, instead of a task (and its frames, about 1 kB) per host, 10 MB
-        at 10,000 hosts for every barrier passed. A session busy with another write queues it behind."""
-        if len(answers) == 1:
-            session, data = answers[0]
-            session.send(data)
-            return
-        fan = _FanOut(answers, self._writers, self._fans)
-        for _ in range(min(width, len(answers))):
-            fan.add_writer()
+                width = fanout_width(len(tail))
+            self._fan_outs.send(answers, width)
 
     def _gathered_answer(self, name: str, gathered: Gathered) -> tuple[Gathered, bytes, asyncio.Semaphore]:
         """A passed gather's ``GatherResponse``, encoded once for every caller (unary and stream alike),
@@ -790,11 +493,11 @@ class CoordinationServicer:
             self.counters.encoded += 1
             self.counters.touched += len(gathered.values)
             data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
-            gate = asyncio.Semaphore(_fanout_width(len(data)))
+            gate = asyncio.Semaphore(fanout_width(len(data)))
             cached = self._gathered[name] = (gathered, data, gate)
         return cached
 
-    def _watch(self, session: _Session, caller: TaskRef) -> None:
+    def _watch(self, session: SessionStream, caller: TaskRef) -> None:
         """Push the cluster's error on ``session`` once there is one (at once if there is)."""
         if session.watching:
             return
@@ -803,7 +506,7 @@ class CoordinationServicer:
         self._push_error(session, caller)
 
     def _push_error(
-        self, session: _Session, caller: TaskRef, out: deque[tuple[_Session, bytes | _Fanned]] | None = None
+        self, session: SessionStream, caller: TaskRef, out: Answers | None = None
     ) -> None:
         """Send ``session`` the cluster's error if there is one (with ``out``: add it there, for one
         fan-out to every watcher)."""
@@ -811,7 +514,7 @@ class CoordinationServicer:
             failure = self._state.poll_error(caller, now=self._clock())
         except Refused as refused:
             self._watchers.discard(session)
-            data = _outcome_refused(0, refused)
+            data = wire.outcome_refused(0, refused)
         else:
             if failure is None:
                 return
@@ -867,13 +570,13 @@ class CoordinationServicer:
         caller = convert.task_ref(request.task)
         barrier = self._state.barrier_arrive(caller, request.name, request.timeout_seconds, now=self._clock())
         instance = await self._wait(barrier_key(barrier), lambda now: self._state.barrier_outcome(barrier, now=now))
-        return _barrier_answer(instance)
+        return wire.barrier_answer(instance)
 
     @_refusals_as_status
     async def Gather(self, request: pb.GatherRequest, context: Any) -> None:
-        """One answer on a server stream (protocol v5), so the service knows when it has gone: at most
-        ``_FANOUT_BYTES`` of table answers are in flight at once, and a pod's worth of tables is never
-        buffered in the service at the same time (10,000 hosts x 46 kB)."""
+        """One answer on a server stream, so the service knows when it has gone: at most
+        ``fanout.FANOUT_BYTES`` of table answers are in flight at once, and a pod's worth of tables is
+        never buffered in the service at the same time."""
         caller = convert.task_ref(request.task)
         gather = self._state.gather_arrive(
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
@@ -897,7 +600,7 @@ class CoordinationServicer:
         if not request.HasField("task"):
             raise Refused(
                 Reason.NOT_PERMITTED,
-                "a key-value write must name its task and carry its credential (protocol v3)",
+                "a key-value write must name its task and carry its credential",
                 hint="register first and pass the TaskRef register() returned",
             )
         self._state.kv_set(
@@ -974,14 +677,14 @@ class CoordinationServicer:
         self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
         if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
             # The error reaches every host at once: written by a few writer tasks in turn, as a passed
-            # barrier is, not a task per host (10,000 at a pod's size, when it matters most).
-            pushed: deque[tuple[_Session, bytes | _Fanned]] = deque()
+            # barrier is, not a task per host (a pod's worth, when it matters most).
+            pushed: Answers = deque()
             for session in list(self._watchers):
                 self.counters.touched += 1
                 if session.task is not None:
                     self._push_error(session, session.task, pushed)
             if pushed:
-                self._fan_out(pushed, _RELEASE_WIDTH)
+                self._fan_outs.send(pushed, _RELEASE_WIDTH)
 
     def _share(self, key: str, build: Callable[[], Message]) -> bytes:
         """An answer that is the same for every caller, serialized once."""
@@ -1023,57 +726,6 @@ class CoordinationServicer:
             log.warning("%s failed: %s", failure.task, failure.cause)
         if len(failures) > SAMPLE:
             log.warning("... and %d more tasks failed (`tpuctl status --json` lists all)", len(failures) - SAMPLE)
-
-
-_REGISTERED_FIELD = pb.HeartbeatResponse.DESCRIPTOR.fields_by_name["registered"].number
-_GATHERED_FIELD = pb.HeartbeatResponse.DESCRIPTOR.fields_by_name["gathered"].number
-
-
-def _length_delimited(field: int, data: bytes) -> bytes:
-    """``data`` (an encoded message) as field ``field`` of an enclosing message, on the wire."""
-    return _varint((field << 3) | 2) + _varint(len(data)) + data
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-def _request_id_prefix(request_id: int) -> bytes:
-    """``HeartbeatResponse.request_id`` (field 2, a varint) on the wire: prepended to an outcome encoded
-    once for every waiter (protobuf messages concatenate; the outcome itself leaves the field unset)."""
-    return b"\x10" + _varint(request_id) if request_id else b""
-
-
-def _outcome_passed(request_id: int, instance: int) -> bytes:
-    return _request_id_prefix(request_id) + _passed_tail(instance)
-
-
-@functools.lru_cache(maxsize=256)
-def _passed_tail(instance: int) -> bytes:
-    return pb.HeartbeatResponse(instance=instance).SerializeToString()
-
-
-def _outcome_refused(request_id: int, refused: Refused) -> bytes:
-    """A refusal as a session answer: what the unary call's status and hint would have carried, bounded."""
-    return pb.HeartbeatResponse(
-        request_id=request_id,
-        code=convert.STATUS_CODES[refused.reason].value[0],
-        details=convert.status_details(refused.message),
-        hint=convert.fit_text(refused.hint, convert.MAX_HINT_BYTES, percent=False) if refused.hint else "",
-    ).SerializeToString()
-
-
-@functools.lru_cache(maxsize=256)
-def _barrier_answer(instance: int) -> bytes:
-    return pb.BarrierResponse(instance=instance).SerializeToString()
 
 
 def _poll_seconds(requested: float) -> float:

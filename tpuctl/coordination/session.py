@@ -32,9 +32,9 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     keepalive_window,
-    shown,
 )
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
+from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ log = logging.getLogger("tpuctl.coordination")
 
 
 class Session:
-    """One host's session with the coordinator (protocol v6): one stream (``HeartbeatStream``) carries
+    """One host's session with the coordinator: one stream (``HeartbeatStream``) carries
     its heartbeats, its barrier arrivals and its error watch, so the service holds one call per host
     instead of a stream, a parked error poll and a parked barrier, and answers a passed barrier with one
     write per host. Made by ``CoordinationClient.session``.
@@ -55,7 +55,7 @@ class Session:
     stream) and raises as it does. One reader task per stream sorts what comes back: confirmations,
     barrier outcomes (by request id) and the cluster's error.
 
-    While it runs: ``barrier`` and ``gather`` (v9) (as ``CoordinationClient.barrier`` and ``gather``; an
+    While it runs: ``barrier`` and ``gather`` (as ``CoordinationClient.barrier`` and ``gather``; an
     arrival in flight when the stream breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
     error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
     with its error."""
@@ -74,9 +74,9 @@ class Session:
         self.give_up_after = give_up_after or membership.heartbeat_timeout
         keepalive = client.keepalive
         self.keepalive_window = keepalive_window(keepalive) if keepalive else None
-        """v8: once a stream's first heartbeat is confirmed, the channel's pings vouch for the coordinator
+        """Once a stream's first heartbeat is confirmed, the channel's pings vouch for the coordinator
         (no more heartbeat messages) when they notice a dead one within half of ``give_up_after``; None:
-        heartbeat messages every ``interval`` s, every few confirmed, as before."""
+        heartbeat messages every ``interval`` s, every few confirmed."""
         if self.keepalive_window is not None and self.keepalive_window > self.give_up_after / 2:
             self.keepalive_window = None
         self._call: Any = None
@@ -148,7 +148,7 @@ class Session:
         progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
         progress_every: float = 5.0,
     ) -> list[bytes]:
-        """``CoordinationClient.gather`` for this session's task, on the stream (protocol v9): the same
+        """``CoordinationClient.gather`` for this session's task, on the stream: the same
         values, checks, progress and errors, without a call of its own in the service while it waits."""
         arrival = _gather_arrival(name, value, timeout or 0.0)
         response = await self._rendezvous("gather", name, arrival, timeout, progress, progress_every)
@@ -203,7 +203,7 @@ class Session:
         progress: Callable[[RegistrationProgress], Awaitable[None] | None] | None = None,
         progress_every: float = 1.0,
     ) -> None:
-        """``CoordinationClient.wait_for_all`` for this session's task, on the stream (protocol v7): the
+        """``CoordinationClient.wait_for_all`` for this session's task, on the stream: the
         same progress, pacing, answers and errors, without a call per host in the service."""
         started = time.monotonic()
         every = progress_interval(progress_every, self.membership.num_tasks)
@@ -398,7 +398,7 @@ class Session:
             call.cancel()
 
     async def _kept_alive(self, reader: asyncio.Future[Any], confirmed: list[float]) -> NoReturn:
-        """v8: the stream is confirmed and the channel's keepalive pings vouch for the coordinator: no
+        """The stream is confirmed and the channel's keepalive pings vouch for the coordinator: no
         heartbeat messages, only the reader, until the stream ends (gRPC closes the connection when a
         ping goes unanswered). The coordinator was last vouched for a keepalive window before that at
         the latest: ``confirmed[0]``, from which ``give_up_after`` counts."""

@@ -14,7 +14,7 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
 * Heartbeats: a connected task silent for longer than ``heartbeat_timeout`` is declared failed
   (``expire``, which the executor calls a few times a second; it visits only the tasks that are late,
   as tasks are kept in the order of their last heartbeat). A task with an open session stream
-  (``session_opened``, protocol v8) is not silent: the transport's keepalive pings vouch for it, at no
+  (``session_opened``) is not silent: the transport's keepalive pings vouch for it, at no
   cost here. When its last session ends (``session_closed``) its silence counts from the keepalive
   window before (``keepalive_window``: when the pings last vouched for it at the latest), so a host that
   froze or was cut off is declared failed within the heartbeat timeout of its last sign of life, as a
@@ -51,13 +51,11 @@ visits every task once. ``counters`` counts the work.
 from __future__ import annotations
 
 import dataclasses
-import hmac
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.rendezvous import Rendezvous
+from tpuctl.coordination.tasks import TaskRecord, TaskTable
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
@@ -96,14 +94,11 @@ from tpuctl.coordination.values import (
     check_name,
     check_timeout,
     clip,
-    count,
     fingerprint,
-    keepalive_interval,
-    keepalive_window,
     kv_key,
     sample_text,
-    shown,
 )
+from tpuctl.messages import count, shown
 
 __all__ = [
     "ERRORS",
@@ -147,65 +142,6 @@ def _random_credential() -> bytes:
     return secrets.token_bytes(CREDENTIAL_BYTES)
 
 
-@dataclass
-class _Task:
-    info: TaskInfo
-    state: TaskState = TaskState.WAITING
-    incarnation: int = 0
-    hostname: str = ""
-    peer: str = ""
-    last_heartbeat: float = 0.0
-    cause: str = ""
-    credential: bytes = b""
-    fingerprint: str = ""
-    retry_secret: bytes = b""
-    reserved: bool = False
-    """A survivor of the last generation: only its own process (incarnation and retry secret, or its
-    credential) may register it into this one, keeping its credential, until it has been silent for the
-    heartbeat timeout (then it is presumed dead too and anyone may take the task)."""
-    stalled_at_heartbeat: float = 0.0
-    """The service's stalled seconds (``CoordinationState.stalled``) when this task was last heard from."""
-    sessions: set[int] = dataclasses.field(default_factory=set)
-    """The open session streams of this task's current process, by the executor's ids (v8: while one is
-    open, the task is alive)."""
-    session_ended_at: float | None = None
-    """When its last session ended, while no heartbeat came since (for the failure's cause)."""
-
-
-class _Silences:
-    """Task ids by their last sign of life, oldest first, so ``expire`` visits only the late ones: those
-    heard from at the moment they were added (registrations, unary heartbeats), and those whose session
-    ended, which were last vouched for one keepalive window before, the same window for all. Each part is
-    in order; a task is in at most one. O(1) per change."""
-
-    __slots__ = ("ended", "heard")
-
-    def __init__(self, ids: Iterable[int] = ()) -> None:
-        self.heard: OrderedDict[int, None] = OrderedDict((i, None) for i in ids)
-        self.ended: OrderedDict[int, None] = OrderedDict()
-
-    def heard_now(self, task_id: int) -> None:
-        self.ended.pop(task_id, None)
-        self.heard[task_id] = None
-        self.heard.move_to_end(task_id)
-
-    def session_ended(self, task_id: int) -> None:
-        self.heard.pop(task_id, None)
-        self.ended[task_id] = None
-        self.ended.move_to_end(task_id)
-
-    def pop(self, task_id: int) -> None:
-        self.heard.pop(task_id, None)
-        self.ended.pop(task_id, None)
-
-    def parts(self) -> tuple[OrderedDict[int, None], OrderedDict[int, None]]:
-        return self.heard, self.ended
-
-    def __iter__(self) -> Iterator[int]:
-        yield from self.heard
-        yield from self.ended
-
-
 class CoordinationState:
     """Everything the coordination service knows. Not thread-safe: one executor drives it."""
 
@@ -224,7 +160,7 @@ class CoordinationState:
         self.counters = Counters()
         self.tasks = tuple(TaskInfo(i, spec.address) for i, spec in enumerate(config.tasks))
         """Every task of the cluster, by id (one shared tuple)."""
-        self._tasks = [_Task(info) for info in self.tasks]
+        self._table = TaskTable(self.tasks, self.counters, heartbeat_timeout=config.heartbeat_timeout)
         self.generation = config.first_generation
         """The current generation: 1, then one more after every restart."""
         self._first_generation = config.first_generation
@@ -235,17 +171,10 @@ class CoordinationState:
         self._restart_deadline: float | None = None
         """When the current generation must have formed (restarts only; generation 1 has the register timeout)."""
         self._register_deadline: float | None = None
-        self._unregistered = Missing(len(self._tasks))
+        self._unregistered = Missing(len(self._table))
         self._registration_verdict: Verdict | None = None
-        self._by_heartbeat = _Silences()
-        """Connected tasks without an open session, least recently heard from first."""
-        self._reserved = _Silences()
-        """Reserved survivors not re-registered yet and without an open session, least recently heard from
-        first (``expire`` releases them)."""
-        self.keepalive_window = keepalive_window(keepalive_interval(config.heartbeat_timeout))
-        """How long before a session's end its task was last vouched for at the latest (v8)."""
-        self.stalled = 0.0
-        """Seconds the service itself could not run (``service_stalled``): not counted as a task's silence."""
+        self.keepalive_window = self._table.keepalive_window
+        """How long before a session's end its task was last vouched for at the latest."""
         self._disconnected: set[int] = set()
         self._failure: ClusterFailure | None = None
         self._told: set[int] = set()
@@ -321,10 +250,10 @@ class CoordinationState:
             # first failure final).
             self._restart_at(registration.generation + 1)
         if task.state is TaskState.CONNECTED:
-            if self._same_process(task, registration):
-                self._heard_from(task, now)  # an RPC retry of our own registration: proof of life too
+            if self._table.same_process(task, registration):
+                self._table.heard_from(task, now)  # an RPC retry of our own registration: proof of life too
                 return self._membership(task)
-            if not self._proves(task, registration.previous_credential):
+            if not self._table.proves(task, registration.previous_credential):
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is already registered by another live process (registered "
@@ -343,9 +272,9 @@ class CoordinationState:
         self._check_restart_deadline(now)
         keep = False
         if task.reserved:
-            keep = self._same_process(task, registration) or self._proves(task, registration.previous_credential)
+            keep = self._table.same_process(task, registration) or self._table.proves(task, registration.previous_credential)
             if not keep and not self._release([task], now):
-                left = self.config.heartbeat_timeout - self._silence(task, now)
+                left = self.config.heartbeat_timeout - self._table.silence(task, now)
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is held for the process that registered it in generation "
@@ -356,7 +285,7 @@ class CoordinationState:
                     f"retry `tpuctl init` for task {task.info.task_id} after {left:.1f} s",
                 )
         task.reserved = False
-        self._reserved.pop(task.info.task_id)
+        self._table.reserved.pop(task.info.task_id)
         task.state = TaskState.CONNECTED
         if task.incarnation != registration.incarnation:
             task.sessions.clear()  # another process's sessions do not vouch for this one
@@ -368,7 +297,7 @@ class CoordinationState:
         if not keep:
             task.credential = registration.credential or self._new_credential()
             task.fingerprint = fingerprint(task.credential)
-        self._heard_from(task, now)
+        self._table.heard_from(task, now)
         self._disconnected.discard(task.info.task_id)
         self._told.discard(task.info.task_id)
         if self._unregistered.discard(task.info.task_id) and not self._unregistered:
@@ -403,7 +332,7 @@ class CoordinationState:
         """How far registration is (the first ``SAMPLE`` missing hosts); raises like
         ``registration_waiting``. O(sample)."""
         left = self.registration_waiting(caller, now=now)
-        total = len(self._tasks)
+        total = len(self._table)
         missing = len(self._unregistered)
         sample = tuple(self.tasks[i] for i in self._unregistered.first(SAMPLE))
         self.counters.touched += len(sample) + 1
@@ -420,44 +349,25 @@ class CoordinationState:
                 hint="restart `tpuctl init` on every host",
             )
         task = self._live(caller)
-        silence = self._silence(task, now)
+        silence = self._table.silence(task, now)
         if silence > self.config.heartbeat_timeout:
             # Late by its own account: decide now rather than depend on when ``expire`` last ran.
-            cause = self._silence_cause(task, now)
+            cause = self._table.silence_cause(task, now)
             self._fail([(task, cause)], now=now)
             raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {cause}")
-        self._heard_from(task, now)
+        self._table.heard_from(task, now)
         return self.service_incarnation
 
     def session_opened(self, caller: TaskRef, session: int, *, now: float) -> None:
         """``caller``'s session stream ``session`` (the executor's id for it) is open and has proved it is
         the caller's (a registration or a heartbeat on it): until it ends, the task is alive. O(1)."""
-        task = self._live(caller)
-        task.sessions.add(session)
-        task.session_ended_at = None
-        task.last_heartbeat = now
-        task.stalled_at_heartbeat = self.stalled
-        self._by_heartbeat.pop(task.info.task_id)
-        self.counters.touched += 1
+        self._table.session_opened(self._live(caller), session, now=now)
 
     def session_closed(self, caller: TaskRef, session: int, *, now: float) -> None:
         """Session ``session`` of ``caller`` ended (the host closed it, its connection broke, or its
         keepalive pings went unanswered). When it was the task's last, the task's silence counts from one
         keepalive window ago: the last moment its pings vouched for it at the latest. O(1)."""
-        task = self._tasks[caller.task_id] if 0 <= caller.task_id < len(self._tasks) else None
-        if task is None or session not in task.sessions or task.incarnation != caller.incarnation:
-            return  # not a session that vouched (refused, or of a process that no longer holds the task)
-        task.sessions.discard(session)
-        if task.sessions:
-            return
-        self.counters.touched += 1
-        task.last_heartbeat = now - self.keepalive_window
-        task.stalled_at_heartbeat = self.stalled
-        task.session_ended_at = now
-        if task.state is TaskState.CONNECTED:
-            self._by_heartbeat.session_ended(task.info.task_id)
-        elif task.state is TaskState.WAITING and task.reserved:
-            self._reserved.session_ended(task.info.task_id)
+        self._table.session_closed(caller, session, now=now)
 
     def expire(self, *, now: float) -> tuple[TaskFailure, ...]:
         """Declare failed every connected task silent for longer than the heartbeat timeout, not counting
@@ -465,31 +375,15 @@ class CoordinationState:
         O(1 + late tasks): tasks are ordered by their last heartbeat (and so by their silence: stalls
         only accumulate)."""
         self._check_restart_deadline(now, refuse=False)
-        late = []
-        limit = self.config.heartbeat_timeout
-        silent = []
-        for part in self._reserved.parts():
-            for task_id in part:
-                self.counters.touched += 1
-                if self._silence(self._tasks[task_id], now) <= limit:
-                    break
-                silent.append(self._tasks[task_id])
-        self._release(silent, now)
-        for part in self._by_heartbeat.parts():
-            for task_id in part:
-                task = self._tasks[task_id]
-                self.counters.touched += 1
-                if self._silence(task, now) <= limit:
-                    break
-                late.append((task, self._silence_cause(task, now)))
-        return self._fail(late, now=now)
+        self._release(self._table.late(self._table.reserved, now), now)
+        late = self._table.late(self._table.by_heartbeat, now)
+        return self._fail([(task, self._table.silence_cause(task, now)) for task in late], now=now)
 
     def service_stalled(self, seconds: float) -> None:
         """The executor could not run for ``seconds`` (its own backlog: a wave of calls it was still
         working through). Heartbeats that waited in that backlog are not the tasks' fault: their silence
         is measured without it. O(1)."""
-        if seconds > 0:
-            self.stalled += seconds
+        self._table.service_stalled(seconds)
 
     def report_error(
         self, caller: TaskRef, cause: str, *, now: float, shutdown: bool = False
@@ -508,7 +402,7 @@ class CoordinationState:
         task = self._task(caller.task_id)
         if caller.generation != self.generation and caller.generation in self._ended:
             return  # leaving a generation that already ended
-        if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._holds(task, caller):
+        if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._table.holds(task, caller):
             return  # a retry, or a failed task leaving: its failure stands
         self._live(caller)
         if self.config.restart.rejoin and self._failure is None:
@@ -517,7 +411,7 @@ class CoordinationState:
             self._fail([(task, "left the cluster (its agent disconnected: `tpuctl down`, or a signal)")], now=now)
             return
         task.state = TaskState.DISCONNECTED
-        self._by_heartbeat.pop(task.info.task_id)
+        self._table.by_heartbeat.pop(task.info.task_id)
         self._disconnected.add(task.info.task_id)
         self._told.add(task.info.task_id)
         self._rendezvous.task_left(task.info, now=now)
@@ -534,9 +428,9 @@ class CoordinationState:
         if task.state is not TaskState.FAILED:
             self._live(caller)
         elif task.incarnation != caller.incarnation:
-            raise self._stale(task, caller)
-        elif not self._holds(task, caller):
-            raise self._not_permitted(task)
+            raise self._table.stale(task, caller)
+        elif not self._table.holds(task, caller):
+            raise self._table.not_permitted(task)
         if self._failure is not None:
             self._told.add(task.info.task_id)
         return self._failure
@@ -548,9 +442,9 @@ class CoordinationState:
         finds the port closed. O(tasks)."""
         if self._failure is None:
             return 0, 0
-        self.counters.touched += len(self._tasks)
-        registered = sum(1 for t in self._tasks if t.state is TaskState.CONNECTED and t.info.task_id not in self._told)
-        left = len(self._tasks) - len(self._told) - registered
+        self.counters.touched += len(self._table)
+        registered = sum(1 for t in self._table.records if t.state is TaskState.CONNECTED and t.info.task_id not in self._told)
+        left = len(self._table) - len(self._told) - registered
         return registered, left
 
     # --- barriers and gathers ----------------------------------------------------------------------
@@ -630,28 +524,11 @@ class CoordinationState:
 
     def status_fingerprint(self, task_id: int) -> str:
         """The fingerprint of ``task_id``'s registration (what status shows; "" if none)."""
-        return self._tasks[task_id].fingerprint if 0 <= task_id < len(self._tasks) else ""
+        return self._table.records[task_id].fingerprint if 0 <= task_id < len(self._table) else ""
 
     def status(self, *, now: float) -> ClusterStatus:
         """Every task, and the open barriers: the one O(tasks) answer."""
-        self.counters.touched += len(self._tasks)
-        tasks = tuple(
-            TaskStatus(
-                task=t.info,
-                state=t.state,
-                incarnation=t.incarnation,
-                hostname=t.hostname,
-                peer=t.peer,
-                seconds_since_heartbeat=None
-                if t.state is TaskState.WAITING
-                else 0.0
-                if t.sessions
-                else now - t.last_heartbeat,
-                cause=t.cause,
-                fingerprint=t.fingerprint,
-            )
-            for t in self._tasks
-        )
+        tasks = self._table.status(now)
         barriers = self._rendezvous.open_instances(now=now)
         return ClusterStatus(
             self.config.cluster,
@@ -682,25 +559,17 @@ class CoordinationState:
             now=now,
         )
 
-    def _heard_from(self, task: _Task, now: float) -> None:
-        task.last_heartbeat = now
-        task.stalled_at_heartbeat = self.stalled
-        task.session_ended_at = None
-        if not task.sessions:  # an open session vouches for it: not among the silent ones
-            self._by_heartbeat.heard_now(task.info.task_id)
-        self.counters.touched += 1
-
-    def _task(self, task_id: int) -> _Task:
-        if not 0 <= task_id < len(self._tasks):
+    def _task(self, task_id: int) -> TaskRecord:
+        if not 0 <= task_id < len(self._table):
             raise Refused(
                 Reason.UNKNOWN_TASK,
                 f"unknown task id {task_id}: cluster {shown(self.config.cluster)} has tasks "
-                f"0..{len(self._tasks) - 1}",
+                f"0..{len(self._table) - 1}",
                 hint="check this host's task id against the cluster spec's host list",
             )
-        return self._tasks[task_id]
+        return self._table.records[task_id]
 
-    def _live(self, caller: TaskRef) -> _Task:
+    def _live(self, caller: TaskRef) -> TaskRecord:
         """The caller's record if it is the connected process of its task; refuses otherwise."""
         task = self._task(caller.task_id)
         if caller.generation != self.generation:
@@ -708,37 +577,16 @@ class CoordinationState:
         if task.state is TaskState.WAITING:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has not registered", hint="register first")
         if task.incarnation != caller.incarnation:
-            raise self._stale(task, caller)
-        if not self._holds(task, caller):
-            raise self._not_permitted(task)
+            raise self._table.stale(task, caller)
+        if not self._table.holds(task, caller):
+            raise self._table.not_permitted(task)
         if task.state is TaskState.FAILED:
             raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}")
         if task.state is TaskState.DISCONNECTED:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has disconnected")
         return task
 
-    @staticmethod
-    def _holds(task: _Task, caller: TaskRef) -> bool:
-        """The caller carries the task's credential (constant time: no timing oracle)."""
-        return bool(task.credential) and hmac.compare_digest(caller.credential, task.credential)
-
-    def _stale(self, task: _Task, caller: TaskRef) -> Refused:
-        # The caller's own incarnation only: the task's is what a registration retry proves, never shown.
-        return Refused(
-            Reason.STALE_INCARNATION,
-            f"{task.info}: incarnation {caller.incarnation} is stale; the task is registered by another "
-            f"process (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
-            hint="another process registered for this task since; stop this one",
-        )
-
-    def _not_permitted(self, task: _Task) -> Refused:
-        return Refused(
-            Reason.NOT_PERMITTED,
-            f"{task.info}: the call does not carry the credential of the task's registration",
-            hint="only the process that registered a task may act for it: use the TaskRef its register() returned",
-        )
-
-    def _membership(self, task: _Task) -> Membership:
+    def _membership(self, task: TaskRecord) -> Membership:
         return Membership(
             task=TaskRef(task.info.task_id, task.incarnation, task.credential, self.generation),
             service_incarnation=self.service_incarnation,
@@ -761,7 +609,7 @@ class CoordinationState:
             missing = len(self._unregistered)
             sample = [self.tasks[i] for i in self._unregistered.first(SAMPLE)]
             self.counters.touched += len(sample) + 1
-            total = len(self._tasks)
+            total = len(self._table)
             self._registration_verdict = Verdict(
                 Reason.TIMED_OUT,
                 f"registration timed out after {self.config.register_timeout:.1f} s: {count(total - missing)} "
@@ -771,30 +619,8 @@ class CoordinationState:
             )
         return self._registration_verdict
 
-    def _silence(self, task: _Task, now: float) -> float:
-        """How long ``task`` has been silent, not counting the service's own stalls since; an open session
-        vouches for it (0)."""
-        if task.sessions:
-            return 0.0
-        return now - task.last_heartbeat - (self.stalled - task.stalled_at_heartbeat)
-
-    def _silence_cause(self, task: _Task, now: float) -> str:
-        silence = now - task.last_heartbeat
-        if task.session_ended_at is not None:
-            ended = now - task.session_ended_at
-            cause = (
-                f"no heartbeat for {silence:.1f} s: its session ended {ended:.1f} s ago (connection closed or "
-                f"keepalive pings unanswered) and it did not reconnect (timeout {self.config.heartbeat_timeout:g} s"
-            )
-        else:
-            cause = f"no heartbeat for {silence:.1f} s (timeout {self.config.heartbeat_timeout:g} s"
-        stalled = self.stalled - task.stalled_at_heartbeat
-        if stalled >= 0.05:
-            cause += f"; {stalled:.1f} s of it the coordinator itself was busy, not counted"
-        return cause + ")"
-
     def _fail(
-        self, failed: Iterable[tuple[_Task, str]], *, now: float, shutdown: bool = False
+        self, failed: Iterable[tuple[TaskRecord, str]], *, now: float, shutdown: bool = False
     ) -> tuple[TaskFailure, ...]:
         """Mark tasks failed; the first batch ends the generation (a restart) or the cluster (final).
         Returns the new failures."""
@@ -803,7 +629,7 @@ class CoordinationState:
             task.state = TaskState.FAILED
             task.cause = cause
             self._told.add(task.info.task_id)
-            self._by_heartbeat.pop(task.info.task_id)
+            self._table.by_heartbeat.pop(task.info.task_id)
             failures.append(TaskFailure(task.info, cause))
         if not failures:
             return ()
@@ -812,7 +638,7 @@ class CoordinationState:
             if policy.rejoin and not shutdown and not self._formed:
                 # Still forming: the failed registrants are only missing again (their slots are free).
                 for lost in failures:
-                    self._missing_again(self._tasks[lost.task.task_id])
+                    self._missing_again(self._table.records[lost.task.task_id])
                 return tuple(failures)
             rejoin = policy.rejoin and not shutdown and self.restarts < policy.max_restarts
             earlier = self._earlier() if rejoin or not policy.rejoin or shutdown else self._earlier(exhausted=True)
@@ -833,7 +659,7 @@ class CoordinationState:
 
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
-        return not self._ended and len(self._unregistered) == len(self._tasks) and self._register_deadline is None
+        return not self._ended and len(self._unregistered) == len(self._table) and self._register_deadline is None
 
     def _restart_at(self, generation: int) -> None:
         self.generation = generation
@@ -841,42 +667,33 @@ class CoordinationState:
 
     def _start_generation(self, generation: int, now: float) -> None:
         """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""
-        self.counters.touched += len(self._tasks)
-        for task in self._tasks:
-            task.reserved = task.state is TaskState.CONNECTED  # survivors keep their place
-            task.state = TaskState.WAITING
-        reserved = _Silences(i for i in self._by_heartbeat.heard if self._tasks[i].reserved)
-        for i in self._by_heartbeat.ended:
-            if self._tasks[i].reserved:
-                reserved.session_ended(i)
-        self._reserved = reserved
-        self._by_heartbeat = _Silences()
+        self._table.new_generation()
         self._disconnected.clear()
-        self._unregistered = Missing(len(self._tasks))
+        self._unregistered = Missing(len(self._table))
         self._formed = False
         self._restart_deadline = now + self.config.restart.timeout
         self._registration_verdict = None
         self._restart_at(generation)
         self._kv = KeyValueStore(self.counters, self.config.kv_limits, version=self._kv.version + 1)
 
-    def _missing_again(self, task: _Task) -> None:
+    def _missing_again(self, task: TaskRecord) -> None:
         task.state = TaskState.WAITING
         task.reserved = False
-        self._reserved.pop(task.info.task_id)
+        self._table.reserved.pop(task.info.task_id)
         self._unregistered.add(task.info.task_id)
 
-    def _release(self, tasks: list[_Task], now: float) -> bool:
+    def _release(self, tasks: list[TaskRecord], now: float) -> bool:
         """Free the places of reserved survivors silent for longer than the heartbeat timeout: they died
         too (several VMs preempted within seconds), and a new process without their credential (a replaced
         VM) may take their task. Their death joins what ended the last generation. True when all were."""
         limit = self.config.heartbeat_timeout
-        released = [t for t in tasks if self._silence(t, now) > limit]
+        released = [t for t in tasks if self._table.silence(t, now) > limit]
         ended_at = self.generation - 1
         end = self._ended.get(ended_at)
         for task in released:
             task.reserved = False
-            self._reserved.pop(task.info.task_id)
-            task.cause = f"{self._silence_cause(task, now)}, while generation {self.generation} formed"
+            self._table.reserved.pop(task.info.task_id)
+            task.cause = f"{self._table.silence_cause(task, now)}, while generation {self.generation} formed"
             if end is not None:
                 failures = end.failures + ((TaskFailure(task.info, task.cause),) if len(end.failures) < SAMPLE else ())
                 end = dataclasses.replace(end, failures=failures, total=end.total + 1)
@@ -890,7 +707,7 @@ class CoordinationState:
         if deadline is None or now < deadline or self._failure is not None or not self._unregistered:
             return
         missing = len(self._unregistered)
-        sample = [self._tasks[i] for i in self._unregistered.first(SAMPLE)]
+        sample = [self._table.records[i] for i in self._unregistered.first(SAMPLE)]
         self.counters.touched += len(sample) + 1
         cause = (
             f"did not rejoin generation {self.generation} within the restart timeout "
@@ -956,12 +773,3 @@ class CoordinationState:
                 "(every generation starts with an empty key-value store)",
                 hint="restart the job under this host's agent: it is in the new generation",
             )
-
-    def _same_process(self, task: _Task, registration: Registration) -> bool:
-        return task.incarnation == registration.incarnation and hmac.compare_digest(
-            task.retry_secret, registration.retry_secret
-        )
-
-    @staticmethod
-    def _proves(task: _Task, credential: bytes) -> bool:
-        return bool(task.credential) and bool(credential) and hmac.compare_digest(credential, task.credential)

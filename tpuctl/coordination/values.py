@@ -14,30 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuctl.errors import InputError
+from tpuctl.messages import count, shown
 
 PROTOCOL_VERSION = 9
-"""Bumped when a change to ``coordination.proto`` would be misread by an older peer.
-
-v2: host lists in progress, timeouts and failures are bounded samples with counts; registration answers
-carry the task count (the task list only on request); ``HeartbeatStream``, ``Gather`` and
-``RendezvousProgress`` were added. v3: per-registration credentials on every task-scoped call; status
-shows credential fingerprints instead of incarnations; task-scoped key-value writes under quotas; the
-``shutdown`` flag of an error report; a gather's table sent compressed. v4: generations (a task-scoped
-call carries its generation; registrations bring the last one and the previous credential; failures say
-whether the cluster re-forms). v5: a gather's table is xz (LZMA), not zlib (3x smaller for tables of core
-IDs and ports, sent to every host), answered on a server stream so the service paces a pod's answers. v6: the heartbeat stream is the host's
-session: it carries barrier arrivals (answered on it by request id) and the error watch (the cluster's
-error pushed once), and its later messages may omit the task the first one named. v7: registration and
-the wait for every host on the session stream. v8: an open session is the host's proof of life, kept by
-HTTP/2 keepalive pings in both directions (answered by gRPC's transport, not by either side's Python),
-so a session sends no periodic heartbeat messages; a session that ends counts as silence from the last
-moment the pings vouched for (``keepalive_window``). v9: gathers on the session stream (the table
-answered by request id), so a host holds no call of its own during the merge."""
+"""The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
+registration of another version, so every host must run the same tpuctl; bumped when a change to the
+proto would be misread by an older peer."""
 
 
 def keepalive_interval(heartbeat_timeout: float) -> float:
     """Seconds between the service's HTTP/2 pings on a host's connection, and how long it waits for the
-    answer (protocol v8): a sixth of the heartbeat timeout, between 0.1 s and 60 s."""
+    answer: a sixth of the heartbeat timeout, between 0.1 s and 60 s."""
     return min(60.0, max(0.1, heartbeat_timeout / 6))
 
 
@@ -55,8 +42,6 @@ MAX_NAME_CHARS = 1024
 """Longest barrier or gather name, and the longest key-value key; longer ones are refused."""
 MAX_TEXT_CHARS = 1024
 """Longest free text the service keeps from a client (a reported cause, a hostname); longer is clipped."""
-SHOWN_CHARS = 120
-"""How much of a name or key a message quotes before eliding the rest."""
 MAX_GATHER_VALUE = 64 * 1024
 """Longest value one host may publish to a gather ..."""
 MAX_GATHER_TABLE = 32 * 1024 * 1024
@@ -91,19 +76,6 @@ class KvLimits:
 # --- text ----------------------------------------------------------------------------------------------
 
 
-def count(n: int) -> str:
-    """2304 -> "2,304"."""
-    return f"{n:,}"
-
-
-def shown(name: str, limit: int = SHOWN_CHARS) -> str:
-    """``repr(name)``, elided in the middle past ``limit`` characters, saying how long it was."""
-    if len(name) <= limit:
-        return repr(name)
-    half = limit // 2
-    return f"{name[:half]!r}...{name[-half:]!r} ({count(len(name))} characters)"
-
-
 def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
     if len(text) <= limit:
@@ -136,7 +108,7 @@ class TaskSpec:
 class RestartPolicy:
     """The spec's ``restart`` section: what a task's failure does to the cluster.
 
-    ``rejoin`` False (``policy: fail``): the cluster is in error for good, as it always was. True
+    ``rejoin`` False (``policy: fail``): the cluster is in error for good. True
     (``policy: rejoin``): the failure ends the cluster's *generation* g, and generation g + 1 forms: every
     task registers again (survivors with the credential they hold, a failed host's new process afresh)
     within ``timeout`` seconds; at most ``max_restarts`` times, then the next failure is final."""

@@ -31,35 +31,29 @@ gets. Every task-scoped call carries it in its `TaskRef`; a call that does not i
 PERMISSION_DENIED. No answer carries another task's credential or incarnation (`GetStatus` shows a short
 fingerprint of the credential), and no refusal echoes either. The incarnation is what makes a
 registration's retry idempotent (the retry gets the same credential), so it is kept secret too.
+Key-value writes are task-scoped and charged to the writing task, under per-task and total quotas
+(RESOURCE_EXHAUSTED).
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
-renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
-of progress, timeouts and failures became samples with counts; registration answers carry the task
-list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added. Version 3:
-per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
-shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
-(RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
-sent zlib-compressed (`GatherResponse.table`). Version 4: generations. A cluster whose restart policy is
-rejoin re-forms after a failure as its next generation: `TaskRef.generation` on every task-scoped call (a
-call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskRequest.generation` and
-`previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
-`ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
-per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
-Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
-server stream, so the service paces a pod's answers.
-Version 6: `HeartbeatStream` is the host's session: besides heartbeats it carries barrier arrivals
-(`HeartbeatRequest.barrier`, answered on the same stream by request id once the barrier passes, times
-out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cluster's error is pushed
-once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
-error poll each. The stream is the task of its first message: later messages may omit `task`, and one
-naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
-Version 7: registration and the wait for all on the session stream (`register`, `wait_for_all`).
-Version 8: the session's connection is kept alive by HTTP/2 keepalive pings both ways; an open session
-sends no heartbeat messages after its first confirmed one.
-Version 9: gathers on the session stream (`HeartbeatRequest.gather`, answered by request id with
-`HeartbeatResponse.gathered`), so a host holds no call of its own while the merge waits; the unary
-`Gather` stays for other clients.
+renumber or reuse them (a removed field's number and name are reserved); a change an old peer would
+misread bumps the version.
+
+Sessions: `HeartbeatStream` is a host's session. Its first message registers (`register`) or names the
+task; from then on the stream is that task's (later messages may omit `task`; one naming another is
+refused). It carries the wait for all (`wait_for_all`), barrier and gather arrivals (`barrier`,
+`gather`, answered on the same stream by request id once decided) and the error watch (`watch_errors`:
+the cluster's error is pushed once), so a host holds one standing call instead of a parked call per
+wait. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
+proof of life and sends no heartbeat messages after its first confirmed one. The unary calls stay for
+other clients.
+
+Generations: a cluster whose restart policy is rejoin re-forms after a failure as its next generation.
+Every task-scoped call carries `TaskRef.generation` (a call of another generation is refused
+OUT_OF_RANGE, naming both); a registration brings the last generation it was part of and the previous
+credential (a survivor re-registering, a host's new process replacing its dead predecessor); barrier and
+gather counts and key-value entries are per generation. A heartbeat to a restarted coordinator is
+refused OUT_OF_RANGE as well.
 """
 
 from collections import abc as _abc
@@ -419,7 +413,7 @@ class HeartbeatRequest(_message.Message):
     service_incarnation: _builtins.int
     """The service incarnation the task registered with (0: unchecked); another one is refused as a restart."""
     watch_errors: _builtins.bool
-    """v6, on `HeartbeatStream` only: push the cluster's error on this stream once there is one (at once if
+    """On `HeartbeatStream` only: push the cluster's error on this stream once there is one (at once if
     there is one already). Not a heartbeat either.
     """
     @_builtins.property
@@ -430,22 +424,22 @@ class HeartbeatRequest(_message.Message):
 
     @_builtins.property
     def barrier(self) -> Global___StreamBarrier:
-        """v6, on `HeartbeatStream` only: this message is a barrier arrival, not a heartbeat."""
+        """On `HeartbeatStream` only: this message is a barrier arrival, not a heartbeat."""
 
     @_builtins.property
     def register(self) -> Global___RegisterTaskRequest:
-        """v7, the first message of a `HeartbeatStream` only (then `task` is unset): register on the stream, as
+        """The first message of a `HeartbeatStream` only (then `task` is unset): register on the stream, as
         `RegisterTask` would; the answer (`HeartbeatResponse.registered`) makes the stream that task's
         session, and counts as its first confirmed heartbeat. A refusal ends the stream with its status.
         """
 
     @_builtins.property
     def wait_for_all(self) -> Global___StreamWaitForAll:
-        """v7, on `HeartbeatStream` only: `WaitForAllTasks` on the session; answered by `request_id`."""
+        """On `HeartbeatStream` only: `WaitForAllTasks` on the session; answered by `request_id`."""
 
     @_builtins.property
     def gather(self) -> Global___StreamGather:
-        """v9, on `HeartbeatStream` only: a gather arrival, as `GatherRequest` by the stream's task; answered by
+        """On `HeartbeatStream` only: a gather arrival, as `GatherRequest` by the stream's task; answered by
         `request_id` with `HeartbeatResponse.gathered` once every task has published (or as a barrier's
         refusal when it times out or cannot pass).
         """
@@ -559,8 +553,8 @@ class HeartbeatResponse(_message.Message):
     """On `HeartbeatStream`: a heartbeat confirmation (only `service_incarnation` set), a barrier's outcome
     (`request_id` set: `instance` when it passed, else `code`, `details` and `hint` as the unary call's
     status would be), the answer to a wait for all (`request_id` and `registration`, or a refusal as a
-    barrier's), a gather's answer (`request_id` and `gathered`, v9, or a refusal as a barrier's), the
-    registration (`registered`, v7), or the cluster's error (`failure`), pushed once.
+    barrier's), a gather's answer (`request_id` and `gathered`, or a refusal as a barrier's), the
+    registration (`registered`), or the cluster's error (`failure`), pushed once.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -587,15 +581,15 @@ class HeartbeatResponse(_message.Message):
     def failure(self) -> Global___ClusterFailure: ...
     @_builtins.property
     def registered(self) -> Global___RegisterTaskResponse:
-        """v7: the answer to a registration on the stream (the stream's first answer)."""
+        """The answer to a registration on the stream (the stream's first answer)."""
 
     @_builtins.property
     def registration(self) -> Global___WaitForAllTasksResponse:
-        """v7: the answer to a `StreamWaitForAll` (with its `request_id`), as `WaitForAllTasks` answers."""
+        """The answer to a `StreamWaitForAll` (with its `request_id`), as `WaitForAllTasks` answers."""
 
     @_builtins.property
     def gathered(self) -> Global___GatherResponse:
-        """v9: a passed gather's answer to a `StreamGather` (with its `request_id`): the same table bytes for
+        """A passed gather's answer to a `StreamGather` (with its `request_id`): the same table bytes for
         every host, as `Gather` answers.
         """
 
@@ -794,32 +788,26 @@ class GatherResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INSTANCE_FIELD_NUMBER: _builtins.int
-    VALUES_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     TABLE_BYTES_FIELD_NUMBER: _builtins.int
     instance: _builtins.int
     table: _builtins.bytes
-    """A `GatherTable`, serialized and xz-compressed (LZMA, the .xz container; zlib before v5) once for every
+    """A `GatherTable`, serialized and xz-compressed (LZMA, the .xz container) once for every
     caller; a client inflates it to at most the size the service allows (32 MiB of values plus framing)
     and refuses one that would grow beyond.
     """
     table_bytes: _builtins.int
     """Length of the serialized `GatherTable` before compression."""
-    @_builtins.property
-    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Every task's value, by task id (protocol v2; v3 services send `table` instead)."""
-
     def __init__(
         self,
         *,
         instance: _builtins.int = ...,
-        values: _abc.Iterable[_builtins.bytes] | None = ...,
         table: _builtins.bytes = ...,
         table_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "table", b"table", "table_bytes", b"table_bytes", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "table", b"table", "table_bytes", b"table_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1083,15 +1071,12 @@ class TaskStatus(_message.Message):
 
     TASK_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
-    INCARNATION_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
     PEER_FIELD_NUMBER: _builtins.int
     SECONDS_SINCE_HEARTBEAT_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
-    incarnation: _builtins.int
-    """Not sent since protocol v3 (always 0): the incarnation makes a registration's retry idempotent."""
     hostname: _builtins.str
     peer: _builtins.str
     """The gRPC peer the task registered from, e.g. "ipv4:10.0.0.3:51234"."""
@@ -1110,7 +1095,6 @@ class TaskStatus(_message.Message):
         *,
         task: Global___TaskInfo | None = ...,
         state: Global___TaskState.ValueType = ...,
-        incarnation: _builtins.int = ...,
         hostname: _builtins.str = ...,
         peer: _builtins.str = ...,
         seconds_since_heartbeat: _builtins.float | None = ...,
@@ -1119,7 +1103,7 @@ class TaskStatus(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "incarnation", b"incarnation", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["seconds_since_heartbeat"]  # noqa: Y015
     _WhichOneofArgType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat"]  # noqa: Y015

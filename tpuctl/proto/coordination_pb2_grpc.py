@@ -132,8 +132,8 @@ class CoordinationServiceServicer:
 
     def HeartbeatStream(self, request_iterator, context):
         """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-        it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
-        carries barrier arrivals and the error watch (see `HeartbeatRequest`).
+        it sets `ack`. A refusal ends the stream with its status. It is the host's session: it also carries
+        registration, the wait for all, barrier and gather arrivals and the error watch (see `HeartbeatRequest`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -163,7 +163,7 @@ class CoordinationServiceServicer:
     def Gather(self, request, context):
         """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
         gets every task's value, in task order (the same bytes for everyone).
-        One answer on a server stream (protocol v4): the service paces the answers of a pod.
+        One answer on a server stream, so the service knows when it has gone and paces the answers of a pod.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -31,35 +31,29 @@ gets. Every task-scoped call carries it in its `TaskRef`; a call that does not i
 PERMISSION_DENIED. No answer carries another task's credential or incarnation (`GetStatus` shows a short
 fingerprint of the credential), and no refusal echoes either. The incarnation is what makes a
 registration's retry idempotent (the retry gets the same credential), so it is kept secret too.
+Key-value writes are task-scoped and charged to the writing task, under per-task and total quotas
+(RESOURCE_EXHAUSTED).
 
 Versioning: `RegisterTaskRequest.protocol_version` is field 1 and keeps its meaning forever; the service
 refuses a version it does not speak (FAILED_PRECONDITION) before reading anything else. Add fields, never
-renumber or reuse them; a change an old peer would misread bumps the version. Version 2: the task lists
-of progress, timeouts and failures became samples with counts; registration answers carry the task
-list only when asked; `HeartbeatStream`, `Gather` and `RendezvousProgress` were added. Version 3:
-per-registration credentials (`TaskRef.credential`, `RegisterTaskResponse.credential`); `GetStatus`
-shows fingerprints, not incarnations; key-value writes are task-scoped and under quotas
-(RESOURCE_EXHAUSTED); `ReportErrorRequest.shutdown` and `ClusterFailure.shutdown`; a gather's table is
-sent zlib-compressed (`GatherResponse.table`). Version 4: generations. A cluster whose restart policy is
-rejoin re-forms after a failure as its next generation: `TaskRef.generation` on every task-scoped call (a
-call of another generation is refused OUT_OF_RANGE, naming both), `RegisterTaskRequest.generation` and
-`previous_credential` (a survivor re-registering, a host's new process replacing its dead predecessor),
-`ClusterFailure.generation`, `rejoin` and `earlier`; barrier and gather counts and key-value entries are
-per generation. A heartbeat to a restarted coordinator is refused OUT_OF_RANGE as well.
-Version 5: that table is xz-compressed (LZMA) instead of zlib, and `Gather` answers its one message on a
-server stream, so the service paces a pod's answers.
-Version 6: `HeartbeatStream` is the host's session: besides heartbeats it carries barrier arrivals
-(`HeartbeatRequest.barrier`, answered on the same stream by request id once the barrier passes, times
-out or cannot pass) and the error watch (`HeartbeatRequest.watch_errors`: the cluster's error is pushed
-once, `HeartbeatResponse.failure`), so a host holds one standing call instead of a parked barrier and
-error poll each. The stream is the task of its first message: later messages may omit `task`, and one
-naming another is refused. The unary `Barrier` and `PollForError` stay for other clients.
-Version 7: registration and the wait for all on the session stream (`register`, `wait_for_all`).
-Version 8: the session's connection is kept alive by HTTP/2 keepalive pings both ways; an open session
-sends no heartbeat messages after its first confirmed one.
-Version 9: gathers on the session stream (`HeartbeatRequest.gather`, answered by request id with
-`HeartbeatResponse.gathered`), so a host holds no call of its own while the merge waits; the unary
-`Gather` stays for other clients.
+renumber or reuse them (a removed field's number and name are reserved); a change an old peer would
+misread bumps the version.
+
+Sessions: `HeartbeatStream` is a host's session. Its first message registers (`register`) or names the
+task; from then on the stream is that task's (later messages may omit `task`; one naming another is
+refused). It carries the wait for all (`wait_for_all`), barrier and gather arrivals (`barrier`,
+`gather`, answered on the same stream by request id once decided) and the error watch (`watch_errors`:
+the cluster's error is pushed once), so a host holds one standing call instead of a parked call per
+wait. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
+proof of life and sends no heartbeat messages after its first confirmed one. The unary calls stay for
+other clients.
+
+Generations: a cluster whose restart policy is rejoin re-forms after a failure as its next generation.
+Every task-scoped call carries `TaskRef.generation` (a call of another generation is refused
+OUT_OF_RANGE, naming both); a registration brings the last generation it was part of and the previous
+credential (a survivor re-registering, a host's new process replacing its dead predecessor); barrier and
+gather counts and key-value entries are per generation. A heartbeat to a restarted coordinator is
+refused OUT_OF_RANGE as well.
 """
 
 from collections import abc as _abc
@@ -98,8 +92,8 @@ class CoordinationServiceStub:
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
     HeartbeatStream: _grpc.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]
     """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-    it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
-    carries barrier arrivals and the error watch (see `HeartbeatRequest`).
+    it sets `ack`. A refusal ends the stream with its status. It is the host's session: it also carries
+    registration, the wait for all, barrier and gather arrivals and the error watch (see `HeartbeatRequest`).
     """
     ReportError: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]
     """A task reports its own fatal error: the cluster is in error from then on."""
@@ -110,7 +104,7 @@ class CoordinationServiceStub:
     Gather: _grpc.UnaryStreamMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]
     """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
     gets every task's value, in task order (the same bytes for everyone).
-    One answer on a server stream (protocol v4): the service paces the answers of a pod.
+    One answer on a server stream, so the service knows when it has gone and paces the answers of a pod.
     """
     RendezvousProgress: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]
     """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
@@ -135,8 +129,8 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     """Proof of life; a task silent for longer than the heartbeat timeout fails the cluster."""
     HeartbeatStream: _aio.StreamStreamMultiCallable[_coordination_pb2.HeartbeatRequest, _coordination_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-    it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
-    carries barrier arrivals and the error watch (see `HeartbeatRequest`).
+    it sets `ack`. A refusal ends the stream with its status. It is the host's session: it also carries
+    registration, the wait for all, barrier and gather arrivals and the error watch (see `HeartbeatRequest`).
     """
     ReportError: _aio.UnaryUnaryMultiCallable[_coordination_pb2.ReportErrorRequest, _coordination_pb2.ReportErrorResponse]  # type: ignore[assignment]
     """A task reports its own fatal error: the cluster is in error from then on."""
@@ -147,7 +141,7 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     Gather: _aio.UnaryStreamMultiCallable[_coordination_pb2.GatherRequest, _coordination_pb2.GatherResponse]  # type: ignore[assignment]
     """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
     gets every task's value, in task order (the same bytes for everyone).
-    One answer on a server stream (protocol v4): the service paces the answers of a pod.
+    One answer on a server stream, so the service knows when it has gone and paces the answers of a pod.
     """
     RendezvousProgress: _aio.UnaryUnaryMultiCallable[_coordination_pb2.RendezvousProgressRequest, _coordination_pb2.RendezvousProgressResponse]  # type: ignore[assignment]
     """Where the caller's latest call to a barrier or gather stands: counts and the first missing tasks."""
@@ -193,8 +187,8 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_coordination_pb2.HeartbeatResponse], _abc.AsyncIterator[_coordination_pb2.HeartbeatResponse]]:
         """The same as a stream, one per task for its lifetime: each request is a heartbeat, answered only when
-        it sets `ack`. A refusal ends the stream with its status. Since v6 the host's session: it also
-        carries barrier arrivals and the error watch (see `HeartbeatRequest`).
+        it sets `ack`. A refusal ends the stream with its status. It is the host's session: it also carries
+        registration, the wait for all, barrier and gather arrivals and the error watch (see `HeartbeatRequest`).
         """
 
     @_abc_1.abstractmethod
@@ -229,7 +223,7 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_coordination_pb2.GatherResponse], _abc.AsyncIterator[_coordination_pb2.GatherResponse]]:
         """A barrier whose arrivals carry a value: once every task has published to this instance, every caller
         gets every task's value, in task order (the same bytes for everyone).
-        One answer on a server stream (protocol v4): the service paces the answers of a pod.
+        One answer on a server stream, so the service knows when it has gone and paces the answers of a pod.
         """
 
     @_abc_1.abstractmethod

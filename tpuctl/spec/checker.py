@@ -141,7 +141,8 @@ def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def shown(node: Node) -> str:
+def described(node: Node) -> str:
+    """How a message names a YAML value: its kind and text (``integer 3``, ``string 'x'``, ``a mapping``)."""
     if node.kind == "mapping":
         return "a mapping"
     if node.kind == "sequence":
@@ -177,7 +178,7 @@ class Checker:
         out: list[tuple[str, Node, Node]] = []
         for key, value in node.entries:
             if key.kind != "scalar" or key.value is None:
-                self.add(key, path, f"a key is {shown(key)}; expected a plain name")
+                self.add(key, path, f"a key is {described(key)}; expected a plain name")
                 continue
             name = key.text
             if name in first:
@@ -202,7 +203,7 @@ class Checker:
         """Known keys -> value nodes (an empty value counts as absent); unknown keys get a "did you mean"
         (or the matching entry of ``hints``); missing required keys are reported at the mapping."""
         if node.kind != "mapping":
-            self.add(node, path, f"got {shown(node)}; expected a mapping with keys {', '.join(known)}")
+            self.add(node, path, f"got {described(node)}; expected a mapping with keys {', '.join(known)}")
             return None
         found: dict[str, Node] = {}
         for name, key, value in self.entries(node, path):
@@ -224,7 +225,7 @@ class Checker:
         why = ""
         if isinstance(node.value, bool) and node.plain:
             why = f" (YAML reads an unquoted {node.text} as a boolean: quote it)"
-        self.add(node, path, f"got {shown(node)}{why}; expected {expected}")
+        self.add(node, path, f"got {described(node)}{why}; expected {expected}")
         return None
 
     def integer(self, node: Node, path: str, low: int, high: int | None = None) -> int | None:
@@ -232,7 +233,7 @@ class Checker:
         value = node.value
         if node.kind != "scalar" or isinstance(value, bool) or not isinstance(value, int):
             quoted = " (without quotes)" if isinstance(value, str) and value.strip().isdigit() else ""
-            self.add(node, path, f"got {shown(node)}; expected an integer {bounds}{quoted}")
+            self.add(node, path, f"got {described(node)}; expected an integer {bounds}{quoted}")
             return None
         if value < low or (high is not None and value > high):
             self.add(node, path, f"{value} is out of range; expected an integer {bounds}")
@@ -242,7 +243,7 @@ class Checker:
     def boolean(self, node: Node, path: str) -> bool | None:
         if node.kind == "scalar" and isinstance(node.value, bool):
             return node.value
-        self.add(node, path, f"got {shown(node)}; expected true or false")
+        self.add(node, path, f"got {described(node)}; expected true or false")
         return None
 
     def duration(self, node: Node, path: str, bounds: Bounds | None = None) -> float | None:
@@ -266,7 +267,7 @@ class Checker:
                 return None
             written = repr(value)
         else:
-            self.add(node, path, f"got {shown(node)}; {expected}")
+            self.add(node, path, f"got {described(node)}; {expected}")
             return None
         if bounds is not None and (problem := bounds.problem(seconds, written)):
             self.add(node, path, problem)
@@ -276,7 +277,7 @@ class Checker:
     def sequence(self, node: Node, path: str, expected: str) -> tuple[Node, ...] | None:
         if node.kind == "sequence":
             return node.children
-        self.add(node, path, f"got {shown(node)}; expected {expected}")
+        self.add(node, path, f"got {described(node)}; expected {expected}")
         return None
 
     def host(self, node: Node, path: str) -> str | None:

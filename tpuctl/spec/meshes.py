@@ -19,7 +19,7 @@ from tpuctl.mesh.build import MODES as MESH_MODES
 from tpuctl.mesh.build import RING_ONLY_OPTIONS as RING_OPTIONS
 from tpuctl.mesh.model import RESERVED_AXIS_NAMES, MeshSpec
 from tpuctl.messages import did_you_mean, plural
-from tpuctl.spec.checker import MAX_NAME, Checker, Node, join_path, shown
+from tpuctl.spec.checker import MAX_NAME, Checker, Node, described, join_path
 from tpuctl.tpu.slice import TpuSlice
 
 # Option names, modes and reserved axes come from the mesh builder, so the spec accepts exactly what it builds.
@@ -43,7 +43,7 @@ def _devices_text(tpu: TpuSlice) -> str:
 def _shape(ck: Checker, node: Node, path: str, tpu: TpuSlice | None) -> tuple[tuple[str, int], ...] | None:
     expected = "axis sizes in order, major first, like {data: 4, model: 4}"
     if node.kind != "mapping":
-        ck.add(node, path, f"got {shown(node)}; expected {expected}")
+        ck.add(node, path, f"got {described(node)}; expected {expected}")
         return None
     entries = ck.entries(node, path, what="axis name")
     if not entries:
@@ -179,7 +179,7 @@ def _options(
 ) -> tuple[tuple[str, object], ...] | None:  # fmt: skip
     every = RING_OPTIONS + JAX_OPTIONS + COMMON_MESH_OPTIONS
     if node.kind != "mapping":
-        ck.add(node, path, f"got {shown(node)}; expected a mapping of mesh options")
+        ck.add(node, path, f"got {described(node)}; expected a mapping of mesh options")
         return None
     out: list[tuple[str, object]] = []
     failed = False

@@ -48,7 +48,7 @@ from tpuctl.durations import (
 from tpuctl.errors import SpecError, TopologyError
 from tpuctl.mesh.model import MeshSpec as MeshSpec
 from tpuctl.messages import plural, suggestion
-from tpuctl.spec.checker import MAX_NAME, Checker, shown
+from tpuctl.spec.checker import MAX_NAME, Checker, described
 from tpuctl.spec.checker import Node as Node
 from tpuctl.spec.checker import Problem as Problem
 from tpuctl.spec.checker import host_problem as host_problem
@@ -457,7 +457,7 @@ def _port_range(ck: Checker, node: Node, path: str) -> tuple[int, int] | None:
     expected = "a port range like 8477-8499 (first-last, inclusive, at least 2 ports)"
     match = _PORT_RANGE_RE.match(node.text) if node.kind == "scalar" else None
     if match is None:
-        ck.add(node, path, f"got {shown(node)}; expected {expected}")
+        ck.add(node, path, f"got {described(node)}; expected {expected}")
         return None
     first, last = int(match.group(1)), int(match.group(2))
     if not 1 <= first < last <= 65535:
@@ -561,7 +561,7 @@ def suggestion_for(word: str, choices: Sequence[str]) -> str:
 
 def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     if root.kind != "mapping":
-        ck.add(root, "", f"the spec is {shown(root)}; expected a mapping with keys {TOP_SUMMARY}")
+        ck.add(root, "", f"the spec is {described(root)}; expected a mapping with keys {TOP_SUMMARY}")
         return None
     keys = ck.mapping(root, "", TOP_KEYS, _REQUIRED, _UNKNOWN_HINTS) or {}
     cluster = ck.string(keys["cluster"], "cluster", "a cluster name like pod-a") if "cluster" in keys else None

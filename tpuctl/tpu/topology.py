@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from tpuctl.errors import ClusterError, InputError
 from tpuctl.messages import listed
+from tpuctl.protowire import varint
 from tpuctl.tpu.hardware import Triple
 from tpuctl.tpu.slice import TpuSlice
 
@@ -370,29 +371,15 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-def _varint(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int32 negatives are sign-extended to ten bytes
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def _packed(field: int, values: Sequence[int]) -> bytes:
     if not values:
         return b""
-    payload = b"".join(_varint(v) for v in values)
-    return _varint(field << 3 | _LEN) + _varint(len(payload)) + payload
+    payload = b"".join(varint(v) for v in values)
+    return varint(field << 3 | _LEN) + varint(len(payload)) + payload
 
 
 def _scalar(field: int, value: int) -> bytes:
-    return _varint(field << 3 | _VARINT) + _varint(value) if value else b""
+    return varint(field << 3 | _VARINT) + varint(value) if value else b""
 
 
 def serialize_topology_proto(topology: DTensorTopology) -> bytes:
