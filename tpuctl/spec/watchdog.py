@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from tpuctl.durations import Bounds
-from tpuctl.spec.checker import Checker, Node, shown
+from tpuctl.spec.checker import Checker, Node, described
 from tpuctl.watchdog.settings import (
     HANG_TIMEOUT_BOUNDS_S,
     ON_HANG,
@@ -84,7 +84,7 @@ def _ratio(ck: Checker, node: Node) -> float | None:
     value = node.value
     expected = f"expected a number from {low:g} to {high:g} (1.25: 25 % slower than the cluster's median)"
     if node.kind != "scalar" or isinstance(value, bool) or not isinstance(value, int | float):
-        ck.add(node, "watchdog.straggler.ratio", f"got {shown(node)}; {expected}")
+        ck.add(node, "watchdog.straggler.ratio", f"got {described(node)}; {expected}")
         return None
     if not (math.isfinite(value) and low <= value <= high):
         ck.add(node, "watchdog.straggler.ratio", f"{node.text} is out of range; {expected}")
