@@ -347,3 +347,29 @@ def test_the_light_paths_spellings_are_the_conventions() -> None:
 
     assert (formats.TEXT, formats.JSON, formats.FORMAT_NAMES) == (light.TEXT, light.JSON, light.FORMAT_NAMES)
     assert (loglevel.LOG_LEVEL_ENV, loglevel.LEVELS["debug"]) == (light.LOG_LEVEL_ENV, light.DEBUG)
+
+
+@pytest.mark.parametrize("args", [["progress", "1203"], ["progress", "--checkpointed", "1200"]])
+def test_progress_sends_one_datagram_and_imports_only_cheap_modules(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tpuctl progress STEP`` in a shell job's loop: one datagram to the agent's progress socket, the
+    script's process id and the job's generation in it, on the standard library's cheapest modules."""
+    import socket
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(state / "progress.sock"))
+    listener.settimeout(10)
+    try:
+        monkeypatch.setenv("TPUCTL_GENERATION", "3")  # the job's generation, as tpuctl run sets it
+        proc = run_probe(COUNTING_PROBE, args, tmp_path)
+        lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith(("CODE=", "NEW=")))
+        assert lines.get("CODE") == "0", proc.stdout + proc.stderr
+        new = set(filter(None, lines["NEW"].split(",")))
+        assert new <= LIGHT_PATH_STDLIB, f"tpuctl {' '.join(args)} imported more: {sorted(new - LIGHT_PATH_STDLIB)}"
+        kind = "C" if "--checkpointed" in args else "P"
+        assert listener.recv(64).decode() == f"{kind} {args[-1]} 3 {os.getpid()}"  # the probe's parent: this test
+    finally:
+        listener.close()

@@ -30,6 +30,7 @@ from tpuctl.loglevel import LOG_LEVEL_ENV, chosen_level
 COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("tpuctl.cli.init:init", "Join this host to the cluster and write the device mapping."),
     "barrier": ("tpuctl.cli.barrier:barrier", "Wait until every host reaches the named barrier."),
+    "progress": ("tpuctl.cli.progress:progress", "Tell this host's agent the job reached a step (the watchdog)."),
     "status": ("tpuctl.cli.status:status", "Show every host's state as the coordinator sees it."),
     "down": ("tpuctl.cli.down:down", "Stop this host's agent (or the whole cluster with --all)."),
     "env": ("tpuctl.cli.env:env", "Print the environment a job on this host needs."),

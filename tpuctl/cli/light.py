@@ -1,4 +1,4 @@
-"""``barrier``, ``status`` and ``env`` without click: the commands job scripts run once per step.
+"""``barrier``, ``progress``, ``status`` and ``env`` without click: the commands job scripts run once per step.
 
 ``tpuctl barrier step`` in a training loop should cost little more than starting Python, so these three
 commands are parsed here, by hand, before click or asyncio (both slow to import) could load: the standard
@@ -95,6 +95,39 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     passed = _barrier_passed(answer)
     if not quiet:
         say(f"barrier {passed[0]!r} #{passed[1]} passed ({passed[2]:,} hosts)")
+    return 0
+
+
+def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
+    """Tell this host's agent the job reached ``step`` (``--checkpointed``: a checkpoint of it is complete).
+
+    One datagram on the agent's progress socket, as ``tpuctl.job.progress`` sends (the step is the
+    calling script's: the parent process's id names it, so a shell loop's calls count as one process).
+    Never waits; no agent listening is said on stderr and is not an error (a job script runs without
+    tpuctl too); a step that is not a number is (exit 2)."""
+    if not (step.isascii() and step.isdigit()) or len(step) > 16:
+        from tpuctl.errors import InputError
+
+        raise InputError(
+            f"tpuctl progress: {step[:40]!r} is not a step",
+            hint="pass the training step as a whole number from 0 to 10**15, e.g. tpuctl progress 1203",
+        )
+    state = resolve_state_dir(state_dir)
+    state.check()  # never talk to a socket in a folder someone else could have prepared
+    generation = os.environ.get("TPUCTL_GENERATION", "")
+    gen = int(generation) if generation.isdigit() and len(generation) < 10 else 0
+    data = b"%s %d %d %d" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(os.path.join(state.path, "progress.sock"))
+        sock.send(data)
+    except OSError as exc:
+        say(f"tpuctl progress: no agent takes progress in {state.path} ({exc.strerror or exc}); step not counted")
+    finally:
+        sock.close()
     return 0
 
 
@@ -223,6 +256,7 @@ _OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "barrier": {"--timeout": ("timeout", True), "--quiet": ("quiet", False), "-q": ("quiet", False)},
     "status": _FORMAT,
     "env": _FORMAT,
+    "progress": {"--checkpointed": ("checkpointed", False)},
 }
 _STATE_DIR = {"--state-dir": ("state_dir", True)}
 
@@ -283,6 +317,11 @@ def parse(args: "Sequence[str]") -> "tuple[str, dict[str, Any]] | None":
             return None
         return command, {"name": positional[0], "timeout": values.get("timeout"),
                          "quiet": bool(values.get("quiet")), "state_dir": values["state_dir"], "log_level": level}  # fmt: skip
+    if command == "progress":
+        if len(positional) != 1:
+            return None
+        return command, {"step": positional[0], "checkpointed": bool(values.get("checkpointed")),
+                         "state_dir": values["state_dir"], "log_level": level}  # fmt: skip
     if positional:
         return None
     as_json, given = bool(values.get("as_json")), values.get("fmt")
@@ -323,7 +362,7 @@ def _log_option(args: list[str], i: int, levels: "dict[str, Any]") -> bool:
 
 
 def run_light(args: "Sequence[str]") -> int | None:
-    """Run ``args`` here when they are a plain barrier/status/env call; None means "ask click"."""
+    """Run ``args`` here when they are a plain barrier/progress/status/env call; None means "ask click"."""
     parsed = parse(args)
     if parsed is None:
         return None
@@ -332,6 +371,8 @@ def run_light(args: "Sequence[str]") -> int | None:
     started = time.monotonic()
     if command == "barrier":
         code = run_barrier(**values)
+    elif command == "progress":
+        code = run_progress(**values)
     elif command == "status":
         code = run_status(**values)
     else:

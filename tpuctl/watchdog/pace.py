@@ -114,6 +114,10 @@ class StepPace:
             checkpointed=self.checkpointed,
         )
 
+    def unsent(self) -> None:
+        """The report ``due`` returned did not leave this host: the next ``due`` returns one again."""
+        self._sent_at = None
+
     def due(self, now: float) -> PaceReport | None:
         """The report to send now, if one is due: the first once armed, one at once when the job stalls
         or resumes, else one every ``interval`` while it advances (nothing more while it stays stalled)."""

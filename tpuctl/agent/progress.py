@@ -1,0 +1,150 @@
+"""This host's job's progress, as its agent hears it: the datagram socket the job reports on
+(``STATE_DIR/progress.sock``, written to by :mod:`tpuctl.job.steps` and ``tpuctl progress``), the pace of
+the job's steps (:class:`~tpuctl.watchdog.pace.StepPace`), and the reports that go to the coordinator: one
+per report interval while the job advances, one at once when it stalls or resumes, nothing while it has
+not reported at all.
+
+A report is ``KIND STEP GENERATION PID`` in ASCII (``P 1203 2 4567``). Anything else on the socket, a
+report of another generation's job, or a step going backwards is not counted and is logged once per kind
+of mistake (the socket is the owner's alone, in the owner-only state dir; the job's own side already told
+the job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tpuctl.watchdog.pace import PaceReport, StepPace
+from tpuctl.watchdog.settings import WatchdogSettings
+
+log = logging.getLogger("tpuctl.agent.progress")
+
+SOCKET_NAME = "progress.sock"  # tpuctl.job.steps.SOCKET_NAME (the job side imports nothing of the agent)
+MAX_REPORT_BYTES = 64
+MAX_STEP = 10**15
+RECEIVE_BUFFER_BYTES = 1 << 20
+"""The socket's receive buffer: a job reporting thousands of steps a second while the agent is busy for a
+moment loses nothing (a report is about 20 bytes)."""
+CHECK_EVERY_S = 0.25
+"""How often the agent looks at its job's pace (a stall is noticed within this of its threshold)."""
+
+Send = Callable[[PaceReport], Awaitable[bool]]
+"""Sends a report to the coordinator; False when it could not (the session is reconnecting)."""
+
+
+def parse_report(data: bytes) -> tuple[str, int, int, int] | str:
+    """``(kind, step, generation, pid)``, or what is wrong with ``data``."""
+    if len(data) > MAX_REPORT_BYTES:
+        return f"a report of {len(data)} bytes (at most {MAX_REPORT_BYTES})"
+    fields = data.split(b" ")
+    if len(fields) != 4 or fields[0] not in (b"P", b"C") or not all(f.isdigit() for f in fields[1:]):
+        return f"a report that is not 'P|C STEP GENERATION PID': {data[:MAX_REPORT_BYTES]!r}"
+    step, generation, pid = (int(f) for f in fields[1:])
+    if step > MAX_STEP:
+        return f"step {step:,} (at most {MAX_STEP:,})"
+    return fields[0].decode(), step, generation, pid
+
+
+class JobProgress:
+    """The agent's record of its job's progress across generations. ``open`` the socket once; call
+    ``start(generation, hosts, send)`` when a generation forms (a new pace: steps restart with the job)
+    and ``stop()`` when it ends; ``receive`` takes one report."""
+
+    def __init__(self, settings: WatchdogSettings, state_dir: Path) -> None:
+        self.settings = settings
+        self.path = state_dir / SOCKET_NAME
+        self.pace: StepPace | None = None
+        self.generation = 0
+        self._transport: asyncio.DatagramTransport | None = None
+        self._reporter: asyncio.Task[None] | None = None
+        self._said: set[str] = set()
+
+    async def open(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+            sock.bind(str(self.path))
+            os.chmod(self.path, 0o600)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Reports(self), sock=sock)
+
+    def close(self) -> None:
+        self.stop()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def start(self, generation: int, hosts: int, send: Send) -> None:
+        self.stop()
+        self.generation = generation
+        self.pace = StepPace(self.settings, hosts)
+        self._reporter = asyncio.create_task(self._report(self.pace, send), name=f"progress-{generation}")
+
+    def stop(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
+            self._reporter = None
+        self.pace = None
+
+    def receive(self, data: bytes, now: float) -> None:
+        parsed = parse_report(data.rstrip(b"\n"))
+        if isinstance(parsed, str):
+            self._once("malformed", f"ignored on {self.path}: {parsed}")
+            return
+        kind, step, generation, pid = parsed
+        pace = self.pace
+        if pace is None:
+            return  # between generations: the job is being stopped
+        if generation not in (0, self.generation):
+            self._once(
+                f"generation {generation}",
+                f"ignored reports of a job of generation {generation} (pid {pid}): this host is at generation "
+                f"{self.generation}",
+            )
+            return
+        problem = pace.record(kind, step, pid, now)
+        if problem is not None:
+            self._once(f"{kind} backwards", f"not counted: {problem} (said once)")
+
+    def _once(self, key: str, text: str) -> None:
+        if key not in self._said and len(self._said) < 64:
+            self._said.add(key)
+            log.warning("job progress: %s", text)
+
+    async def _report(self, pace: StepPace, send: Send) -> None:
+        while True:
+            await asyncio.sleep(CHECK_EVERY_S)
+            now = time.monotonic()
+            report = pace.due(now)
+            if report is None:
+                continue
+            if report.stalled:
+                log.warning("job progress: no step for %.0f s at step %d", report.step_age, report.step)
+            if not await send(report):
+                pace.unsent()
+
+
+class _Reports(asyncio.DatagramProtocol):
+    def __init__(self, progress: JobProgress) -> None:
+        self.progress = progress
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self.progress.receive(data, time.monotonic())
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("job progress socket: %s", exc)
