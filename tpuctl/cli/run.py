@@ -31,9 +31,22 @@ from tpuctl.cli.common import parse_duration_option, say, state_dir_option
     is_flag=True,
     help="Start the job even when the cluster is not healthy (a host failed or left; see `tpuctl status`).",
 )
+@click.option(
+    "--progress-regex",
+    metavar="REGEX",
+    help="Read the job's step from its output lines (group 'step', or the first group), for the watchdog; "
+    "every line still passes through unchanged. E.g. 'step (\\d+)'.",
+)
 @state_dir_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] CMD [ARGS]...")
-def run(grace: str, max_restarts: int, force: bool, state_dir: str | None, command: tuple[str, ...]) -> int:
+def run(
+    grace: str,
+    max_restarts: int,
+    force: bool,
+    progress_regex: str | None,
+    state_dir: str | None,
+    command: tuple[str, ...],
+) -> int:
     """Run CMD with this host's job environment (see `tpuctl env`) and watch the cluster.
 
     The job starts only on a healthy (or degraded) cluster, as `tpuctl status` judges it: when a host
@@ -52,14 +65,32 @@ def run(grace: str, max_restarts: int, force: bool, state_dir: str | None, comma
     then exit 3 with a table of every generation. Under restart policy fail (the default) it warns and
     restarts nothing.
 
-    Exit codes: the job's; 3 cluster failure (job stopped, or not started), 5 no agent, 126/127 CMD
+    With --progress-regex, the job's stdout and stderr pass through tpuctl run (unchanged, line by
+    line; PYTHONUNBUFFERED=1 is set for Python jobs) and each line matching REGEX reports its step to
+    this host's agent, as tpuctl.job.progress(step) would: the watchdog needs no code change.
+
+    Exit codes: the job's; 2 bad --grace or --progress-regex; 3 cluster failure (job stopped, or not started), 5 no agent, 126/127 CMD
     cannot be run.
     """
     seconds = parse_duration_option(grace, "--grace")
     assert seconds is not None
+    pattern = None
+    if progress_regex is not None:
+        from tpuctl.job.printed import compile_pattern
+
+        try:
+            pattern = compile_pattern(progress_regex)
+        except ValueError as exc:
+            from tpuctl.errors import InputError
+
+            raise InputError(
+                f"--progress-regex: {exc}",
+                hint="give a pattern whose group named step, or first group, is the step: 'step (\\d+)' or "
+                "'(?P<step>\\d+)/\\d+ steps'",
+            ) from None
     state = resolve_state_dir(state_dir)
     from tpuctl.job.runner import JobRunner
 
     return JobRunner(
-        list(command), state, grace=seconds, say=say, max_restarts=max_restarts, force=force
+        list(command), state, grace=seconds, say=say, max_restarts=max_restarts, force=force, progress_regex=pattern
     ).run()

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +51,7 @@ from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
 from tpuctl.health import cluster_health
 from tpuctl.job.env import GENERATION_ENV, RESTART_COUNT_ENV, JobEnv
 from tpuctl.job.orphans import become_subreaper, reap_orphans
+from tpuctl.job.printed import PrintedSteps, progress_socket
 from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
 from tpuctl.job.watcher import AGENT_BACK_POLL_S, CALL_MARGIN_S, POLL_S, Watcher
 
@@ -60,6 +63,7 @@ SETTLE_S = 2.0  # beyond the heartbeat timeout: how long a job that failed by it
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # tpuctl run must end: no (re)start after one
 ENV_TRIES = 3  # generations that may end between the agent's word that one formed and the job's start
+OUTPUT_DRAIN_S = 5.0  # --progress-regex: how long the job's last output may take to pass through after it ended
 STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -81,8 +85,11 @@ class JobRunner:
         say: Callable[[str], None],
         max_restarts: int = 0,
         force: bool = False,
+        progress_regex: re.Pattern[bytes] | None = None,
     ) -> None:
         self.command = command
+        self.progress_regex = progress_regex
+        self.printed: PrintedSteps | None = None
         self.force = force
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -194,6 +201,9 @@ class JobRunner:
         if self.stopping is not None:  # a stop signal before the job started: it is not started
             self.generations.pop()
             return None
+        if self.progress_regex is not None:
+            environ.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's lines reach the pipe as it prints them
+            self.printed = PrintedSteps(self.progress_regex, progress_socket(self.state.path), generation)
         try:
             self.proc = self._spawn(environ)
         except OSError as exc:
@@ -214,6 +224,9 @@ class JobRunner:
         try:
             return self._supervise()
         finally:
+            if self.printed is not None:
+                self.printed.join(OUTPUT_DRAIN_S)  # what the job wrote before it ended, before any verdict
+                self.printed = None
             watcher.stopped.set()
             self._reap_orphans()
             self.proc = None  # reaped: no signal goes to its process group any more (its pgid may be reused)
@@ -362,7 +375,15 @@ class JobRunner:
                 finally:
                     signal.signal(signal.SIGTTOU, old)
 
-        return subprocess.Popen(self.command, env=environ, preexec_fn=child_setup)
+        if self.printed is None:
+            return subprocess.Popen(self.command, env=environ, preexec_fn=child_setup)
+        proc = subprocess.Popen(
+            self.command, env=environ, preexec_fn=child_setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        self.printed.follow(proc.stdout, sys.stdout.buffer, proc.pid)
+        self.printed.follow(proc.stderr, sys.stderr.buffer, proc.pid)
+        return proc
 
     def _reap(self) -> None:
         """Wait for the job (and follow it through Ctrl-Z on a terminal); runs in its own thread."""
