@@ -408,6 +408,7 @@ class HeartbeatRequest(_message.Message):
     REGISTER_FIELD_NUMBER: _builtins.int
     WAIT_FOR_ALL_FIELD_NUMBER: _builtins.int
     GATHER_FIELD_NUMBER: _builtins.int
+    PACE_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -444,6 +445,12 @@ class HeartbeatRequest(_message.Message):
         refusal when it times out or cannot pass).
         """
 
+    @_builtins.property
+    def pace(self) -> Global___StepReport:
+        """On `HeartbeatStream` only: this host's job's pace, for the watchdog (never answered). An agent sends
+        one per report interval while its job advances and one when it stalls or resumes: O(1) per host.
+        """
+
     def __init__(
         self,
         *,
@@ -455,14 +462,167 @@ class HeartbeatRequest(_message.Message):
         register: Global___RegisterTaskRequest | None = ...,
         wait_for_all: Global___StreamWaitForAll | None = ...,
         gather: Global___StreamGather | None = ...,
+        pace: Global___StepReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "gather", b"gather", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "gather", b"gather", "pace", b"pace", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "gather", b"gather", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class StepReport(_message.Message):
+    """One host's job as its agent sees it (`tpuctl.watchdog.pace.PaceReport`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    STEP_TIME_SECONDS_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
+    STALLED_FIELD_NUMBER: _builtins.int
+    CHECKPOINTED_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """The job's step (the lowest of its processes')."""
+    step_age_seconds: _builtins.float
+    """Seconds since the job reached `step`, when the report was sent."""
+    step_time_seconds: _builtins.float
+    """Median seconds per step over the last `window` steps (0: fewer than two steps seen)."""
+    window: _builtins.int
+    stalled: _builtins.bool
+    """No step for the agent's stall threshold."""
+    checkpointed: _builtins.int
+    """The latest step the job said was checkpointed (-1: none)."""
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        step_age_seconds: _builtins.float = ...,
+        step_time_seconds: _builtins.float = ...,
+        window: _builtins.int = ...,
+        stalled: _builtins.bool = ...,
+        checkpointed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpointed", b"checkpointed", "stalled", b"stalled", "step", b"step", "step_age_seconds", b"step_age_seconds", "step_time_seconds", b"step_time_seconds", "window", b"window"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepReport: _TypeAlias = StepReport  # noqa: Y015
+
+@_typing.final
+class WatchdogVerdict(_message.Message):
+    """A finding of the cluster's watchdog (`tpuctl.watchdog.judge.Verdict`), pushed to every session that
+    watches the cluster's error, and listed in `GetStatus`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"hang", "behind", "straggler" or "recovered"."""
+    message: _builtins.str
+    """Cut to the same bound as a status message."""
+    step: _builtins.int
+    """The step the cluster reached (-1: none)."""
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The hosts it names (at most a few: the message counts the rest)."""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        message: _builtins.str = ...,
+        tasks: _abc.Iterable[_builtins.int] | None = ...,
+        step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "message", b"message", "step", b"step", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchdogVerdict: _TypeAlias = WatchdogVerdict  # noqa: Y015
+
+@_typing.final
+class WatchdogStatus(_message.Message):
+    """The watchdog's view of the cluster for `GetStatus`: the step range and who is furthest behind."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARMED_FIELD_NUMBER: _builtins.int
+    LOW_FIELD_NUMBER: _builtins.int
+    MEDIAN_FIELD_NUMBER: _builtins.int
+    HIGH_FIELD_NUMBER: _builtins.int
+    STALLED_FIELD_NUMBER: _builtins.int
+    SLOWEST_FIELD_NUMBER: _builtins.int
+    VERDICTS_FIELD_NUMBER: _builtins.int
+    armed: _builtins.int
+    """Hosts whose jobs reported progress (the watchdog is armed for them)."""
+    low: _builtins.int
+    median: _builtins.int
+    high: _builtins.int
+    stalled: _builtins.int
+    """Armed hosts whose jobs stalled."""
+    @_builtins.property
+    def slowest(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlowHost]:
+        """The hosts furthest behind (at most five)."""
+
+    @_builtins.property
+    def verdicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___WatchdogVerdict]:
+        """The hang, when one is declared; the stragglers named and not recovered (at most a few)."""
+
+    def __init__(
+        self,
+        *,
+        armed: _builtins.int = ...,
+        low: _builtins.int = ...,
+        median: _builtins.int = ...,
+        high: _builtins.int = ...,
+        stalled: _builtins.int = ...,
+        slowest: _abc.Iterable[Global___SlowHost] | None = ...,
+        verdicts: _abc.Iterable[Global___WatchdogVerdict] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["armed", b"armed", "high", b"high", "low", b"low", "median", b"median", "slowest", b"slowest", "stalled", b"stalled", "verdicts", b"verdicts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchdogStatus: _TypeAlias = WatchdogStatus  # noqa: Y015
+
+@_typing.final
+class SlowHost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.int
+    step: _builtins.int
+    step_age_seconds: _builtins.float
+    """Seconds since it reached `step`, by the service's clock."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.int = ...,
+        step: _builtins.int = ...,
+        step_age_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["step", b"step", "step_age_seconds", b"step_age_seconds", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlowHost: _TypeAlias = SlowHost  # noqa: Y015
 
 @_typing.final
 class StreamGather(_message.Message):
@@ -569,6 +729,7 @@ class HeartbeatResponse(_message.Message):
     REGISTERED_FIELD_NUMBER: _builtins.int
     REGISTRATION_FIELD_NUMBER: _builtins.int
     GATHERED_FIELD_NUMBER: _builtins.int
+    WATCHDOG_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -593,6 +754,10 @@ class HeartbeatResponse(_message.Message):
         every host, as `Gather` answers.
         """
 
+    @_builtins.property
+    def watchdog(self) -> Global___WatchdogVerdict:
+        """A watchdog finding, pushed once to a session that watches the cluster's error."""
+
     def __init__(
         self,
         *,
@@ -606,10 +771,11 @@ class HeartbeatResponse(_message.Message):
         registered: Global___RegisterTaskResponse | None = ...,
         registration: Global___WaitForAllTasksResponse | None = ...,
         gathered: Global___GatherResponse | None = ...,
+        watchdog: Global___WatchdogVerdict | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1176,6 +1342,7 @@ class GetStatusResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     FORMING_FIELD_NUMBER: _builtins.int
     ENDED_FIELD_NUMBER: _builtins.int
+    WATCHDOG_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -1192,6 +1359,10 @@ class GetStatusResponse(_message.Message):
     def ended(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What ended each earlier generation, one line each (at most the restart policy's max)."""
 
+    @_builtins.property
+    def watchdog(self) -> Global___WatchdogStatus:
+        """The watchdog, once a host's job reported progress."""
+
     def __init__(
         self,
         *,
@@ -1204,14 +1375,20 @@ class GetStatusResponse(_message.Message):
         generation: _builtins.int = ...,
         forming: _builtins.bool = ...,
         ended: _abc.Iterable[_builtins.str] | None = ...,
+        watchdog: Global___WatchdogStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "failure", b"failure"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "failure", b"failure", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015
+    _WhichOneofReturnType__watchdog: _TypeAlias = _typing.Literal["watchdog"]  # noqa: Y015
+    _WhichOneofArgType__watchdog: _TypeAlias = _typing.Literal["_watchdog", b"_watchdog"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__failure) -> _WhichOneofReturnType__failure | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__watchdog) -> _WhichOneofReturnType__watchdog | None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
 
