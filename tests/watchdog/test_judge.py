@@ -248,3 +248,21 @@ def test_step_pace_takes_the_slowest_process_and_refuses_steps_going_backwards()
     assert (report.step, report.checkpointed, report.stalled) == (11, 5, False)
     assert report.step_age == pytest.approx(0.5)
     assert report.step_time == pytest.approx(1.0)  # 10 -> 11 in 1.0 s
+
+
+def test_the_view_for_status_has_the_step_range_the_slowest_hosts_and_the_standing_verdicts() -> None:
+    settings = WatchdogSettings(hang_timeout=10.0, report_every=1.0)
+    watchdog = Watchdog(settings, 10_000, describe)
+    assert watchdog.view(0.0) is None
+    for task in range(10_000):
+        step = 500 if task != 42 else 480
+        watchdog.report(task, PaceReport(step=step, step_age=1.0, step_time=0.5, window=50, stalled=True), 2.0)
+    watchdog.tick(30.0)
+    view = watchdog.view(30.0)
+    assert view is not None
+    assert (view.armed, view.low, view.median, view.high, view.stalled) == (10_000, 480, 500, 500, 10_000)
+    assert view.slowest[0].task == 42 and view.slowest[0].step_age == pytest.approx(29.0)
+    assert len(view.slowest) == 5 and [v.kind for v in view.verdicts] == ["hang"]
+    document = view.to_dict()
+    assert document["steps"] == {"low": 480, "median": 500, "high": 500}
+    assert len(str(document)) < 2000  # O(1) whatever the cluster's size

@@ -53,9 +53,11 @@ from tpuctl.agent.coordinator import connect, load_token, start_service
 from tpuctl.agent.generation import Generation, GenerationEnd, HistoryRow, failure_end
 from tpuctl.agent.merge import commit, local_core_ids, merge, probe_limit, remove, write_pending
 from tpuctl.agent.options import AgentOptions
+from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import InitSummary, Reporter
 from tpuctl.agent.statedir import StateDir
+from tpuctl.watchdog.judge import Verdict
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -82,6 +84,7 @@ TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that ha
 TELL_UNREGISTERED_S = 0.5  # ... and for hosts not registered yet (one retrying comes back within 0.25 s)
 FAILED_STOP_GRACE_S = 0.25  # the service's stop grace after a failed init
 TELL_PEERS_POLL_S = 0.05
+MAX_VERDICTS_KEPT = 8  # the watchdog findings an agent keeps (the latest)
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
 # shortest heartbeat timeout, 1 s, at most)
@@ -118,6 +121,9 @@ class Agent:
         self._ready = False
         self._last_generation = 0
         self._previous_credential = b""
+        self.verdicts: tuple[Verdict, ...] = ()  # the watchdog's latest findings, as pushed (a few)
+        self.progress = JobProgress(self.spec.watchdog, Path(options.state.path))
+        """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -233,6 +239,7 @@ class Agent:
             give_up_after=spec.coordinator.heartbeat_timeout,
         )
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
+        session.on_verdict = self._on_verdict
         number = gen.number
         self._last_generation, self._previous_credential = number, gen.membership.task.credential
         self.options.state.write_registration(spec.cluster, task, number, self._previous_credential)
@@ -288,6 +295,7 @@ class Agent:
         self.options.state.write_info(self.info)
         self.job_env = self._job_env(self.info, mapping)
         if self._control is None:
+            await self.progress.open()
             control = await serve(Path(self.options.state.socket), LocalCommands(self, self.options.state.path).handle)
             self._control = asyncio.create_task(_serve_forever(control), name="control")
             self._tasks.append(self._control)
@@ -299,6 +307,7 @@ class Agent:
         gen.pending = None
         self.rejoining = None
         self.formed = generation
+        self.progress.start(generation, len(spec.hosts), gen.session.report_pace)
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
         del self.history[: -(spec.restart.max_restarts + 2)]
         if generation > 1:
@@ -313,6 +322,7 @@ class Agent:
         if self.history and self.history[-1]["generation"] == end.generation:
             row = self.history[-1]
             row["ended"], row["cause"] = time.time(), end.error.message
+        self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
         gen = self.current
@@ -342,6 +352,13 @@ class Agent:
                 self._fail(exc)
                 return
 
+    def _on_verdict(self, verdict: Verdict) -> None:
+        """A watchdog finding, pushed by the coordinator to every host: this host's log says it."""
+        level = logging.INFO if verdict.kind == "recovered" else logging.WARNING
+        log.log(level, "watchdog: %s", verdict.message)
+        self.verdicts = (*self.verdicts, verdict)[-MAX_VERDICTS_KEPT:]
+        self.notify()
+
     def _end(self, gen: Generation, end: GenerationEnd) -> None:
         """Generation ``gen`` ended (the first word on it counts; a generation already left is not told)."""
         if gen is self.current:
@@ -352,6 +369,7 @@ class Agent:
         return self.current.membership.service_incarnation if self.current is not None else 0
 
     async def _tear_down(self, *, leaving: bool) -> None:
+        self.progress.close()
         gen = self.current
         tasks = self._tasks + (gen.tasks if gen is not None else [])
         for task in tasks:

@@ -18,6 +18,7 @@ per report interval. Every message is bounded (a sample of hosts, counts for the
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import statistics
 from collections import Counter, deque
@@ -78,12 +79,36 @@ class _Host:
 
 
 @dataclass(frozen=True)
-class StepRange:
+class SlowHost:
+    task: int
+    step: int
+    step_age: float
+    """Seconds since it reached ``step``."""
+
+
+@dataclass(frozen=True)
+class WatchdogView:
+    """The watchdog's view of the cluster, for ``tpuctl status``: O(1) in size whatever the cluster's."""
+
     armed: int
+    """Hosts whose jobs reported progress."""
     low: int
     median: int
     high: int
     stalled: int
+    slowest: tuple[SlowHost, ...] = ()
+    """The hosts furthest behind (a few)."""
+    verdicts: tuple[Verdict, ...] = ()
+    """The hang, when one is declared, and the stragglers not recovered (a few)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "armed": self.armed,
+            "steps": {"low": self.low, "median": self.median, "high": self.high},
+            "stalled": self.stalled,
+            "slowest": [{"task": h.task, "step": h.step, "step_age": round(h.step_age, 3)} for h in self.slowest],
+            "verdicts": [v.to_dict() for v in self.verdicts],
+        }
 
 
 class Watchdog:
@@ -162,16 +187,16 @@ class Watchdog:
     def stragglers(self) -> tuple[Verdict, ...]:
         return tuple(self._stragglers.values())
 
-    def step_range(self) -> StepRange | None:
+    def view(self, now: float) -> WatchdogView | None:
+        """The step range, the hosts furthest behind and the standing verdicts; None before any report.
+        O(hosts log hosts): asked by ``tpuctl status``, whose answer lists every host anyway."""
         if not self._hosts:
             return None
         steps = sorted(h.step for h in self._hosts.values())
-        return StepRange(len(steps), steps[0], steps[len(steps) // 2], steps[-1], self._stalled)
-
-    def slowest(self, limit: int = SAMPLE_HOSTS) -> list[tuple[int, int, float]]:
-        """The ``limit`` hosts furthest behind: (task, step, seconds since its step)."""
-        ranked = sorted(self._hosts.items(), key=lambda item: (item[1].step, item[1].reached_at, item[0]))
-        return [(task, h.step, h.reached_at) for task, h in ranked[:limit]]
+        ranked = heapq.nsmallest(SAMPLE_HOSTS, self._hosts.items(), key=lambda item: (item[1].step, item[1].reached_at, item[0]))
+        slowest = tuple(SlowHost(task, h.step, max(0.0, now - h.reached_at)) for task, h in ranked)
+        standing = ((self._hang,) if self._hang is not None else ()) + tuple(self._stragglers.values())[:SAMPLE_HOSTS]
+        return WatchdogView(len(steps), steps[0], steps[len(steps) // 2], steps[-1], self._stalled, slowest, standing)
 
     def _hang_verdict(self, quiet: float) -> Verdict:
         top = max(h.step for h in self._hosts.values())
