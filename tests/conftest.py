@@ -105,8 +105,9 @@ def make_cluster(clusters: Clusters) -> Callable[..., LocalCluster]:
 
 
 @pytest.fixture
-def sim_cluster(clusters: Clusters) -> Callable[[str], SimCluster]:
-    """``sim_cluster("v4-16")``: ``tpuctl sim up``, a simulated cluster that is up."""
+def sim_cluster(clusters: Clusters) -> Callable[..., SimCluster]:
+    """``sim_cluster("v4-16")``: ``tpuctl sim up``, a simulated cluster that is up (``sim_cluster("v4-16",
+    "-o", "json")``: options for ``sim up``)."""
     return clusters.sim
 
 

@@ -8,11 +8,11 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from harness import TPUCTL, Processes
+from harness import TPUCTL
 from harness.clusters import LocalCluster, SimCluster
 
 LEFT_1 = "task 1 (127.0.0.3) left the cluster: it disconnected (tpuctl down, or its agent stopped)"
@@ -57,22 +57,11 @@ def test_a_path_given_as_the_format_is_a_usage_error(tmp_path: Path) -> None:
     )
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimCluster]:
-    processes = Processes(tmp_path / "logs", name="the convention cluster")
-    cluster = SimCluster(tmp_path / "sim", "v4-16", processes)
-    try:
-        cluster.up()
-        yield cluster
-    finally:
-        try:
-            cluster.close()
-        finally:
-            processes.close()
-
-
 @pytest.mark.slow
-def test_status_run_and_barrier_agree_that_a_host_that_left_is_not_healthy(sim: SimCluster, tmp_path: Path) -> None:
+def test_status_run_and_barrier_agree_that_a_host_that_left_is_not_healthy(
+    sim_cluster: Callable[..., SimCluster], tmp_path: Path
+) -> None:
+    sim = sim_cluster("v4-16")
     healthy = sim.tpuctl("status", "-o", "json", task=0)
     assert healthy.code == 0, healthy.err
     document = json.loads(healthy.out)
@@ -110,47 +99,40 @@ def test_status_run_and_barrier_agree_that_a_host_that_left_is_not_healthy(sim: 
 
 
 @pytest.mark.slow
-def test_init_and_env_and_sim_up_print_documents_with_a_schema(tmp_path: Path) -> None:
-    processes = Processes(tmp_path / "logs", name="the init document")
-    cluster = LocalCluster(tmp_path / "one", "v4-8", processes)
-    try:
-        state = cluster.state(0)
-        state.mkdir(mode=0o700)
-        mapping = tmp_path / "elsewhere" / "mapping.json"
-        init = [*TPUCTL, "init", "--config", str(cluster.spec), "--task-id", "0", "--state-dir", str(state)]
-        done = processes.run("init-json", [*init, "--out", str(mapping), "-o", "json"], timeout=60)
-        assert done.code == 0, done.err
-        document = json.loads(done.out)
-        assert document["schema"] == "tpuctl.init/v1"
-        assert (document["num_hosts"], document["tasks"]) == (1, [{"task": 0, "address": cluster.hosts[0]}])
-        assert (document["topology"], document["topology_name"]) == ([2, 2, 1], "2x2x1")
-        assert document["mapping"] == str(mapping) and stat.S_IMODE(mapping.stat().st_mode) == 0o644
-        env = cluster.tpuctl("env", "-o", "json", task=0)
-        assert env.code == 0, env.err
-        assert set(json.loads(env.out)) == {"schema", "set", "unset"}
-        assert json.loads(env.out)["set"]["TPUCTL_MAPPING"] == str(mapping)
-        assert cluster.tpuctl("down", task=0).code == 0
-    finally:
-        cluster.close()
-        processes.close()
+def test_init_and_env_and_sim_up_print_documents_with_a_schema(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster("v4-8")
+    state = cluster.state(0)
+    state.mkdir(mode=0o700)
+    mapping = tmp_path / "elsewhere" / "mapping.json"
+    done = cluster.tpuctl(
+        "init", "--config", str(cluster.spec), "--task-id", "0", "--out", str(mapping), "-o", "json", task=0
+    )
+    assert done.code == 0, done.err
+    document = json.loads(done.out)
+    assert document["schema"] == "tpuctl.init/v1"
+    assert (document["num_hosts"], document["tasks"]) == (1, [{"task": 0, "address": cluster.hosts[0]}])
+    assert (document["topology"], document["topology_name"]) == ([2, 2, 1], "2x2x1")
+    assert document["mapping"] == str(mapping) and stat.S_IMODE(mapping.stat().st_mode) == 0o644
+    env = cluster.tpuctl("env", "-o", "json", task=0)
+    assert env.code == 0, env.err
+    assert set(json.loads(env.out)) == {"schema", "set", "unset"}
+    assert json.loads(env.out)["set"]["TPUCTL_MAPPING"] == str(mapping)
+    assert cluster.tpuctl("down", task=0).code == 0
 
 
 @pytest.mark.slow
-def test_sim_up_prints_its_document(tmp_path: Path) -> None:
-    processes = Processes(tmp_path / "logs", name="sim up -o json")
-    root = tmp_path / "root"
-    try:
-        done = processes.run("sim-up", [*TPUCTL, "sim", "up", "v4-16", "--root", str(root), "-o", "json"], timeout=120)
-        assert done.code == 0, done.err
-        document = json.loads(done.out)
-        assert (document["schema"], document["num_hosts"], document["root"]) == ("tpuctl.sim.up/v1", 2, str(root))
-        assert [(t["task"], t["address"], t["state_dir"]) for t in document["tasks"]] == [
-            (0, "127.0.0.2", str(root / "host-0")),
-            (1, "127.0.0.3", str(root / "host-1")),
-        ]
-        assert all(Path(t["mapping"]).is_file() for t in document["tasks"])
-        status = processes.run("sim-status", [*TPUCTL, "sim", "status", "--root", str(root), "--json"], timeout=60)
-        assert status.code == 0 and json.loads(status.out)["schema"] == "tpuctl.sim.status/v1"
-    finally:
-        processes.run("sim-down", [*TPUCTL, "sim", "down", "--root", str(root)], timeout=60)
-        processes.close()
+def test_sim_up_prints_its_document(sim_cluster: Callable[..., SimCluster]) -> None:
+    cluster = sim_cluster("v4-16", "-o", "json")  # `sim down` and the agents' pids after the test
+    root = cluster.root
+    assert cluster.brought_up is not None
+    document = json.loads(cluster.brought_up.out)
+    assert (document["schema"], document["num_hosts"], document["root"]) == ("tpuctl.sim.up/v1", 2, str(root))
+    assert [(t["task"], t["address"], t["state_dir"]) for t in document["tasks"]] == [
+        (0, "127.0.0.2", str(root / "host-0")),
+        (1, "127.0.0.3", str(root / "host-1")),
+    ]
+    assert all(Path(t["mapping"]).is_file() for t in document["tasks"])
+    status = cluster.tpuctl("sim", "status", "--root", str(root), "--json", env=cluster.env)
+    assert status.code == 0 and json.loads(status.out)["schema"] == "tpuctl.sim.status/v1"

@@ -1,7 +1,7 @@
 """``tpuctl env`` and ``tpuctl run`` against a real simulated cluster (one per module), as real processes.
 
-The cluster's root folder has a space, a quote and a dollar sign in its name, so every path tpuctl hands
-to a shell exercises the quoting. Every process goes through the harness (``tests/harness``): log files
+The cluster's root is in a folder with a space, a quote and a dollar sign in its name, so every path tpuctl
+hands to a shell exercises the quoting. Every process goes through the harness (``tests/harness``): log files
 shown on failure, deadlines, SIGTERM then SIGKILL. The tests that use the cluster are marked slow.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from harness import TPUCTL, Finished, Proc, Processes, state, stop_pids, wait_until
-from harness.clusters import SimCluster
+from harness.clusters import Clusters, SimCluster
 
 from tpuctl.agent.protocol import AgentInfo
 from tpuctl.job.env import job_environment
@@ -33,15 +33,16 @@ HEAVY = ("grpc", "numpy", "tensorflow", "jax", "jaxlib", "yaml")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    """One simulated v4-16 for the module's tests, under ``odd dir's $x/``; afterwards every process it
+    started is stopped, by pid."""
     base = tmp_path_factory.mktemp("envrun")
     processes = Processes(base / "logs", name="the env/run cluster")
-    cluster = SimCluster(base / "odd dir's $x", "v4-16", processes)
+    clusters = Clusters(base / "odd dir's $x", processes)
     try:
-        cluster.up()
-        yield cluster
+        yield clusters.sim("v4-16")
     finally:
         try:
-            cluster.close()
+            clusters.close()
         finally:
             processes.close()
 

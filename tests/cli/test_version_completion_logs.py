@@ -7,11 +7,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from harness import TPUCTL, Processes
+from harness import TPUCTL
 from harness.clusters import LocalCluster
 
 from tpuctl import __version__
@@ -93,23 +93,15 @@ def test_logs_tail_reads_the_last_lines(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def one_host(tmp_path: Path) -> Iterator[LocalCluster]:
-    processes = Processes(tmp_path / "logs", name="the log-level host")
-    cluster = LocalCluster(tmp_path / "c", "v4-8", processes)
-    try:
-        yield cluster
-    finally:
-        try:
-            cluster.close()
-        finally:
-            processes.close()
+def one_host(make_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    """A one-host loopback cluster's spec (the shared ``make_cluster``: stopped by pid after the test)."""
+    return make_cluster("v4-8")
 
 
-def init(cluster: LocalCluster, *options: str, env: dict[str, str] | None = None) -> None:
-    state = cluster.state(0)
-    state.mkdir(parents=True, mode=0o700)
-    command = [*TPUCTL, "init", "--config", str(cluster.spec), "--task-id", "0", "--state-dir", str(state), *options]
-    done = cluster.processes.run("init", command, timeout=60, env=env)
+def init(cluster: LocalCluster, *options: str) -> None:
+    """``tpuctl init`` of host 0 to completion (the agent it leaves running: the cluster's to stop)."""
+    cluster.state(0).mkdir(parents=True, mode=0o700)
+    done = cluster.tpuctl("init", "--config", str(cluster.spec), "--task-id", "0", *options, task=0)
     assert done.code == 0, done.err
 
 
@@ -118,23 +110,26 @@ def test_the_agent_logs_at_the_level_init_was_given_and_logs_follows_it_to_its_e
     init(one_host, "--log-level", "warning")
     log = one_host.state(0) / "agent.log"
     assert log.exists() and " INFO " not in log.read_text()  # the agent's own info lines are not written
-    follower = one_host.processes.start(
+    follower = one_host.start(
         "logs-follow", [*TPUCTL, "logs", "--follow", "--timeout", "60s", "--state-dir", str(one_host.state(0))]
     )
     time.sleep(0.5)
     assert one_host.tpuctl("down", task=0).code == 0
-    done = one_host.processes.wait(follower.label, timeout=30)  # ends with the agent, long before --timeout
+    done = one_host.wait(follower.label, timeout=30)  # ends with the agent, long before --timeout
     assert done.code == 0 and done.seconds < 30, done.err
     assert done.out == log.read_text()  # everything it wrote, to the end
 
 
 @pytest.mark.slow
-def test_the_agent_logs_info_by_default_and_debug_with_vv_via_the_environment(one_host: LocalCluster) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TPUCTL_LOG_LEVEL"}
-    init(one_host, env=env)
+def test_the_agent_logs_info_by_default_and_debug_with_vv_via_the_environment(
+    one_host: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the harness adds a command's env to this process's: the default level needs the variable gone here
+    monkeypatch.delenv("TPUCTL_LOG_LEVEL", raising=False)
+    init(one_host)
     text = (one_host.state(0) / "agent.log").read_text()
     assert " INFO " in text and " DEBUG " not in text
-    status = one_host.tpuctl("status", "-vv", task=0, env=env)
+    status = one_host.tpuctl("status", "-vv", task=0)
     assert status.code == 0 and "tpuctl: debug: status: " in status.err and "agent socket" in status.err
-    quiet = one_host.tpuctl("status", task=0, env=env)
+    quiet = one_host.tpuctl("status", task=0)
     assert quiet.code == 0 and quiet.err == ""

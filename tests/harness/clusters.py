@@ -178,9 +178,11 @@ class SimCluster(_Cluster):
         """For ``sim up`` / ``sim down``: the record of simulated clusters' roots is the test's, not this user's."""
         return {"TPUCTL_STATE_DIR": str(self.root.parent / f"{self.root.name}-state")}
 
-    def up(self, timeout: float = 120.0) -> None:
+    def up(self, *options: str, timeout: float = 120.0) -> None:
+        """``tpuctl sim up ACCELERATOR --root ROOT OPTIONS`` (``"-o", "json"``: its document, in
+        ``brought_up.out``)."""
         done = self.brought_up = self.tpuctl(
-            "sim", "up", self.accelerator, "--root", str(self.root), timeout=timeout, env=self.env
+            "sim", "up", self.accelerator, "--root", str(self.root), *options, timeout=timeout, env=self.env
         )
         assert done.code == 0, f"tpuctl sim up {self.accelerator} failed:\n{self.logs()}"
         self.num_hosts = len(list(self.root.glob("host-*")))
@@ -221,11 +223,12 @@ class Clusters:
         self.made.append(cluster)
         return cluster
 
-    def sim(self, accelerator: str) -> SimCluster:
-        """``sim("v4-16")``: a simulated cluster that is up (closed with the others even if ``sim up`` failed)."""
+    def sim(self, accelerator: str, *options: str) -> SimCluster:
+        """``sim("v4-16")``: a simulated cluster that is up (closed with the others even if ``sim up`` failed);
+        ``options`` go to ``tpuctl sim up``."""
         cluster = SimCluster(self._folder(), accelerator, self.processes)
         self.made.append(cluster)
-        cluster.up()
+        cluster.up(*options)
         return cluster
 
     def close(self) -> None:

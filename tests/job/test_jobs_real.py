@@ -30,7 +30,6 @@ MakeCluster = Callable[[str], SimCluster]
 
 
 def test_jax_job_initialises_from_tpuctl_and_all_gathers(sim_cluster: MakeCluster) -> None:
-    pytest.importorskip("jax")
     c = sim_cluster("v4-32")  # 4 hosts
     assert c.num_hosts == 4
     env = {"JAX_PLATFORMS": "cpu"}
@@ -50,7 +49,6 @@ def test_jax_job_initialises_from_tpuctl_and_all_gathers(sim_cluster: MakeCluste
 def test_dtensor_job_initialises_from_tpuctl_and_round_trips_a_checkpoint(
     sim_cluster: MakeCluster, tmp_path: Path
 ) -> None:
-    pytest.importorskip("tensorflow")
     c = sim_cluster("v4-16")  # 2 hosts, 4 devices each
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()

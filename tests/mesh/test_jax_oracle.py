@@ -17,16 +17,18 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+import jax.experimental.topologies as jax_topologies
 import pytest
+
+# jax's own module, private: the dev extra pins the jax (0.10.2) that tpuctl's JAX mode reproduces, and the
+# test patches its _get_prime_factors; no skip, so a missing jax, or one without it, fails here
+from jax._src import mesh_utils
 
 from tpuctl.errors import InputError
 from tpuctl.mesh import jaxmode
 from tpuctl.tpu.slice import Device, TpuSlice, resolve_slice
 
 pytestmark = pytest.mark.oracle
-
-jax_topologies = pytest.importorskip("jax.experimental.topologies")
-mesh_utils = pytest.importorskip("jax._src.mesh_utils")
 
 
 def correct_prime_factors(n: int) -> list[int]:
