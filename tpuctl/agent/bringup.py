@@ -57,7 +57,6 @@ from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import InitSummary, Reporter
 from tpuctl.agent.statedir import StateDir
-from tpuctl.watchdog.judge import Verdict
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -66,6 +65,7 @@ from tpuctl.errors import (
     StateError,
     TpuctlError,
 )
+from tpuctl.watchdog.judge import Verdict
 
 if TYPE_CHECKING:
     from tpuctl.coordination.client import CoordinationClient

@@ -7,6 +7,7 @@ Client side: responses to core values, a failed call's status to the ``TpuctlErr
 from __future__ import annotations
 
 import lzma
+import math
 from collections.abc import Iterable, Sequence
 
 import grpc
@@ -27,6 +28,7 @@ from tpuctl.coordination.values import (
     TaskRef,
     TaskState,
     TaskStatus,
+    clip,
 )
 from tpuctl.errors import (
     ClusterError,
@@ -38,6 +40,12 @@ from tpuctl.errors import (
 )
 from tpuctl.messages import count
 from tpuctl.proto import coordination_pb2 as pb
+from tpuctl.watchdog.judge import SlowHost, Verdict, WatchdogView
+from tpuctl.watchdog.pace import PaceReport
+
+MAX_STEP = 10**15
+MAX_AGE_S = 10.0 * 365 * 86400  # a step age or step time beyond ten years is a mistake, not a measurement
+MAX_VERDICT_TASKS = 16
 
 HINT_KEY = "x-tpuctl-hint-bin"
 """Trailing metadata carrying a refusal's hint (``-bin``: UTF-8 bytes, as any text may end up there)."""
@@ -461,3 +469,57 @@ def hint_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> st
         if key == HINT_KEY:
             return value.decode(errors="replace") if isinstance(value, bytes) else value
     return None
+
+
+def pace_pb(report: PaceReport) -> pb.HeartbeatRequest:
+    """A host's job pace as the session stream carries it."""
+    return pb.HeartbeatRequest(
+        pace=pb.StepReport(
+            step=report.step,
+            step_age_seconds=report.step_age,
+            step_time_seconds=report.step_time,
+            window=report.window,
+            stalled=report.stalled,
+            checkpointed=report.checkpointed,
+        )
+    )
+
+
+def pace(message: pb.StepReport) -> PaceReport | None:
+    """The report, or None when a value is out of bounds (a negative step or age, a step time that is
+    not a finite number of seconds): a host's word is checked, not trusted."""
+    step, age, step_time = int(message.step), float(message.step_age_seconds), float(message.step_time_seconds)
+    finite = math.isfinite(age) and math.isfinite(step_time)
+    if not (finite and 0 <= step <= MAX_STEP and 0 <= age <= MAX_AGE_S and 0 <= step_time <= MAX_AGE_S):
+        return None
+    checkpointed = max(-1, min(int(message.checkpointed), MAX_STEP))
+    return PaceReport(step, age, step_time, min(int(message.window), 1_000_000), bool(message.stalled), checkpointed)
+
+
+def verdict_pb(verdict: Verdict) -> pb.WatchdogVerdict:
+    return pb.WatchdogVerdict(
+        kind=verdict.kind, message=clip(verdict.message), tasks=verdict.tasks[:MAX_VERDICT_TASKS], step=verdict.step
+    )
+
+
+def verdict(message: pb.WatchdogVerdict) -> Verdict:
+    return Verdict(
+        clip(message.kind, 32), clip(message.message), tuple(int(t) for t in message.tasks[:MAX_VERDICT_TASKS]),
+        int(message.step),
+    )  # fmt: skip
+
+
+def watchdog_pb(view: WatchdogView) -> pb.WatchdogStatus:
+    return pb.WatchdogStatus(
+        armed=view.armed, low=view.low, median=view.median, high=view.high, stalled=view.stalled,
+        slowest=[pb.SlowHost(task_id=h.task, step=h.step, step_age_seconds=h.step_age) for h in view.slowest],
+        verdicts=[verdict_pb(v) for v in view.verdicts],
+    )  # fmt: skip
+
+
+def watchdog(message: pb.WatchdogStatus) -> WatchdogView:
+    return WatchdogView(
+        int(message.armed), int(message.low), int(message.median), int(message.high), int(message.stalled),
+        tuple(SlowHost(int(h.task_id), int(h.step), float(h.step_age_seconds)) for h in message.slowest[:8]),
+        tuple(verdict(v) for v in message.verdicts[:8]),
+    )  # fmt: skip

@@ -39,6 +39,8 @@ from tpuctl.proto import coordination_pb2 as pb
 
 if TYPE_CHECKING:
     from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.watchdog.judge import Verdict
+    from tpuctl.watchdog.pace import PaceReport
 
 log = logging.getLogger("tpuctl.coordination")
 
@@ -92,6 +94,8 @@ class Session:
         self._failure: asyncio.Future[ClusterFailure] = asyncio.get_running_loop().create_future()
         self._ended: TpuctlError | None = None
         self._broke: TpuctlError | None = None  # why the last stream broke (its waiting barriers wait)
+        self.on_verdict: Callable[[Verdict], None] | None = None
+        """Called with each watchdog finding the service pushes (to a session that watches errors)."""
         self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
 
     @property
@@ -184,6 +188,17 @@ class Session:
         return await asyncio.shield(self._failure)
 
     # --- plumbing ------------------------------------------------------------------------------------
+
+    async def report_pace(self, report: PaceReport) -> bool:
+        """Send this host's job pace to the watchdog (never answered). False when it did not leave: the
+        stream is reconnecting or broke under the write (the caller sends it again later)."""
+        if not self._opened.is_set() or self._ended is not None:
+            return False
+        try:
+            return await self._write(convert.pace_pb(report), self._client.rpc_timeout, "StepReport", answer_if_ended=True)
+        except TpuctlError as exc:
+            log.debug("pace report not sent: %s", exc.message)
+            return False
 
     async def _arrive(
         self, build: Callable[[int], pb.HeartbeatRequest], call: str, wait: float
@@ -428,6 +443,9 @@ class Session:
                             future.set_exception(self._refusal(response, self._calls.get(response.request_id, "")))
                         else:
                             future.set_result(response)
+                elif response.HasField("watchdog"):
+                    if self.on_verdict is not None:
+                        self.on_verdict(convert.verdict(response.watchdog))
                 elif response.HasField("failure"):
                     if not self._failure.done():
                         self._failure.set_result(convert.cluster_failure(response.failure))
