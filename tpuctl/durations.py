@@ -1,8 +1,8 @@
 """Durations as people write them: ``250ms``, ``5s``, ``10m``, ``1h30m``, or a plain number of seconds.
 
-Every duration tpuctl takes has bounds (:class:`Bounds`, the constants below; the README's limits table
-lists them): a spec's waits are checked by ``tpuctl validate`` with the same bounds ``init`` relies on, and
-the command-line durations (``--timeout``, ``--grace``) are refused outside theirs with exit 2.
+Every duration tpuctl takes has bounds (:class:`Bounds`, the constants below; docs/reference/spec.md's
+limits table lists them): a spec's waits are checked by ``tpuctl validate`` with the same bounds ``init``
+relies on, and the command-line durations (``--timeout``, ``--grace``) are refused outside theirs with exit 2.
 
 Parsed by hand, and :class:`Bounds` is a record (:mod:`tpuctl.records`), not a dataclass: ``tpuctl barrier
 --timeout 5m`` imports this module, and ``re`` plus ``dataclasses`` (which brings ``inspect``) cost that

@@ -1,6 +1,6 @@
 """The error hierarchy: every user-visible failure is a ``TpuctlError`` carrying its exit code.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/reference/exit-codes.md):
 
 == ===========================================================================
 0  success
@@ -13,6 +13,9 @@ Exit codes (documented in the README):
 7  bad device mapping file (missing, truncated, wrong schema, inconsistent)
 130 interrupted (Ctrl-C)
 == ===========================================================================
+
+An error crosses a process boundary as JSON (the agent's control socket, its events to ``init``, the backend
+probe's answer): :func:`error_payload` writes it, :func:`error_from_payload` reads it back as its own class.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def detect(fmt: str, task_id: int | None) -> int:
     """Show the cluster spec `tpuctl init` builds without --config, and where every value came from.
 
     \b
-    Order (first found wins; see the README, "Without a spec file"):
+    Order (first found wins; see "Detection (no spec file)" in the docs, reference/detection.md):
       1. TPUCTL_HOSTS, TPU_PROCESS_ADDRESSES or TPU_WORKER_HOSTNAMES in the environment (GKE, JobSet,
          LeaderWorkerSet): the metadata server is not asked;
       2. the GCE metadata server of a Cloud TPU VM (agent-worker-number, worker-network-endpoints,

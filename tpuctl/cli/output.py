@@ -1,6 +1,6 @@
 """The data commands' options and output: ``--format``/``-o``/``--json``, ``--out FILE``, JSON documents.
 
-The convention (README, "CLI convention") is decided in :mod:`tpuctl.cli.formats` so that the light path
+The convention (docs/reference/cli/index.md, "CLI convention") is decided in :mod:`tpuctl.cli.formats` so that the light path
 shares it; this module adds the click options and writes the data: stdout, or ``--out FILE`` written
 atomically with the mapping's mode (:data:`tpuctl.files.SHARED_MODE`).
 """

@@ -66,9 +66,10 @@ MALLOC_ARENAS = 1
 """glibc malloc arenas the serving process may have in all (``M_ARENA_MAX``). By default a process gets
 one per thread up to 8 x cores; gRPC core grows its thread pool during a pod's registration burst and
 each new thread's arena keeps what it freed, so the service's memory per host after registration would
-depend on how many threads the burst happened to start (docs/PERFORMANCE.md, "Memory per host"). The
-service is one Python thread and gRPC's few, mostly waiting on each other: one arena costs
-no measurable contention."""
+depend on how many threads the burst happened to start (docs/development/performance-history-2.md,
+"Protocol v7 and gRPC channel arguments"; with the cap: docs/development/performance-history.md,
+"Malloc arenas"). The service is one Python thread and gRPC's few, mostly waiting on each other: one arena
+costs no measurable contention."""
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
 

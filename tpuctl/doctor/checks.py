@@ -54,7 +54,7 @@ DNS_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 1.0
 LISTED = 10  # names listed per problem; the rest are counted
 
-# Ports TPU software takes (README "Ports"); a coordinator port among them collides sooner or later.
+# Ports TPU software takes (docs/reference/ports.md); a coordinator port among them collides sooner or later.
 TPU_PORTS: dict[int, str] = {
     8476: "TPU_PROCESS_PORT of LeaderWorkerSet / torch_xla, JAX's coordinator up to 0.8.0",
     8482: "JAX's coordinator since 0.8.1",

@@ -1,6 +1,6 @@
 """The stable JSON document of a slice (``tpuctl topology show --format json``).
 
-Keys are part of tpuctl's interface (documented in the README); new keys may be added, none removed.
+Keys are part of tpuctl's interface (documented in docs/reference/json.md); new keys may be added, none removed.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ A spec, in full::
     output: /run/tpuctl/mapping.json
     auth: {token_file: /etc/tpuctl/token}
     restart: {policy: rejoin, timeout: 10m, max: 3}   # default policy fail: a failed host ends the cluster
-    watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py; armed by the job's first progress
+    watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py: read and checked; being wired in
     # or with TLS (client_cert + client_key: mutual TLS):
     # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
@@ -91,7 +91,7 @@ BACKENDS: tuple[Backend, ...] = BACKEND_NAMES
 DEFAULT_PORT = 8490
 """Clear of the ports TPU software uses: 8476 (TPU_PROCESS_PORT of LeaderWorkerSet and torch_xla, +1 per extra
 process; JAX's coordinator up to 0.8.0), 8482 (JAX's coordinator since 0.8.1), 8471 (libtpu's slice builder),
-8080/8081 (megascale), 8431-8438 (libtpu runtime metrics, one per chip); the README lists them all."""
+8080/8081 (megascale), 8431-8438 (libtpu runtime metrics, one per chip); docs/reference/ports.md lists them all."""
 DEFAULT_OUTPUT = "/run/tpuctl/mapping.json"
 
 
