@@ -196,7 +196,7 @@ def main() -> int:
                     if impl == "xla" and merge_failed(first) and args.xla_retry_paced and not xla_args.xla_merge_pace:
                         # XLA's service breaks connections when every host lists the table at once on
                         # this machine (4,608 hosts and up): run it again with its listing paced, which
-                        # makes its merge faster, not slower (docs/PERFORMANCE.md), and say so.
+                        # makes its merge faster, not slower (docs/development/performance-history.md, "4 December 2026, night": --xla-retry-paced), and say so.
                         print(
                             f"  xla    {hosts:6} failed ({first.error or 'errors'}); again, merge paced",
                             file=sys.stderr,

@@ -1,7 +1,7 @@
 """``bench/scale.py`` itself, at a size that takes seconds: every implementation it compares (tpuctl's
 service, XLA's from jaxlib with its listing paced, the bare grpc.aio floor) completes every phase with
 the calls the docstring describes, and the table reports the ratios, so ``make bench-scale`` does not rot
-between the runs that feed docs/PERFORMANCE.md."""
+between the runs that feed docs/development/performance.md."""
 
 from __future__ import annotations
 

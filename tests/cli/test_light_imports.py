@@ -74,7 +74,7 @@ def test_agent_commands_import_nothing_heavy(args: list[str], tmp_path: Path) ->
 
 
 # What barrier, status and env may import beyond what `python -S -c 'import os'` has loaded, besides tpuctl's own
-# modules: each costs a fraction of a millisecond (docs/PERFORMANCE.md, "The CLI's light path").
+# modules: each costs a fraction of a millisecond (docs/development/performance.md, "The CLI's light path").
 LIGHT_PATH_STDLIB = frozenset({"__future__", "_json", "_operator", "_socket"})
 # Named for the message: what the light path stopped importing, each a few milliseconds or more.
 LIGHT_PATH_FORBIDDEN = (

@@ -1,7 +1,7 @@
 """Hosts come back: a cluster with ``restart: {policy: rejoin}`` re-forms as a new generation when a host's
 agent is killed and its ``tpuctl init`` runs again, and ``tpuctl run --max-restarts`` restarts the job, which
 resumes from its checkpoint. Real ``tpuctl`` processes on loopback (4 simulated hosts), a real 4-process JAX
-CPU job; the time from the host's return to the job's restart is measured (docs/RELIABILITY.md).
+CPU job; the time from the host's return to the job's restart is measured (docs/development/reliability.md, "Hosts come back").
 """
 
 from __future__ import annotations
