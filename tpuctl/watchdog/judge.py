@@ -207,7 +207,7 @@ class Watchdog:
             parts.append(f"{len(behind) - SAMPLE_HOSTS:,} more hosts below {top:,}")
         parts.append(f"{at_top:,} {'host' if at_top == 1 else 'hosts'} at {top:,}")
         message = f"cluster hung at step {top:,} for {_span(quiet)}: " + "; ".join(parts)
-        named = tuple(task for _, task in behind[:SAMPLE_HOSTS]) or tuple(sorted(self._hosts))[:SAMPLE_HOSTS]
+        named = tuple(task for _, task in behind[:SAMPLE_HOSTS])  # none when every host is at the top step
         return Verdict("hang", message, named, top)
 
     def _behind(self, now: float) -> list[Verdict]:
