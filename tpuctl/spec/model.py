@@ -28,7 +28,6 @@ A spec, in full::
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from tpuctl.durations import (
     format_duration,
 )
 from tpuctl.errors import SpecError, TopologyError
+from tpuctl.hosts import normalize_host
 from tpuctl.mesh.model import MeshSpec as MeshSpec
 from tpuctl.messages import plural, suggestion
 from tpuctl.spec.checker import MAX_NAME, Checker, described
@@ -211,14 +211,6 @@ def cluster_name_problem(name: str) -> str | None:
         hint = f"; {suggestion(fixed)}" if fixed and _CLUSTER_RE.match(fixed) else ""
         return f"{name!r} is not a cluster name; expected lowercase letters, digits, '.', '_', '-'{hint}"
     return None
-
-
-def normalize_host(text: str) -> str:
-    """The form two spellings of one host share: lowercase, no trailing dot, compressed IPv6."""
-    try:
-        return ipaddress.ip_address(text).compressed
-    except ValueError:
-        return text.lower().rstrip(".")
 
 
 REPEAT_RULE = (
