@@ -54,6 +54,7 @@ CORE = (
     "tpuctl.watchdog.*",
     "tpuctl.errors",
     "tpuctl.durations",
+    "tpuctl.hosts",
     "tpuctl.messages",
     "tpuctl.files",
     "tpuctl.processes",

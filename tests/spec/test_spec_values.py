@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.errors import SpecError
+from tpuctl.hosts import normalize_host
 from tpuctl.spec.model import (
     DEFAULT_OUTPUT,
     AuthSpec,
@@ -17,7 +18,6 @@ from tpuctl.spec.model import (
     host_count_problem,
     host_problem,
     node_from,
-    normalize_host,
 )
 from tpuctl.spec.yamlfile import load_spec_text
 from tpuctl.tpu.slice import resolve_slice

@@ -44,10 +44,30 @@ _OWN_HINT = (
 )
 
 
+class _File:
+    """One file of the state directory, as a ``StateDir`` attribute: its path in that directory."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: "StateDir", owner: object = None) -> str:
+        return os.path.join(state.path, self.name)
+
+
 class StateDir:
     """One host's state directory and the files in it, as path strings (``StateDir(Path(...))`` works too)."""
 
     __slots__ = ("path",)
+
+    # The files (the module's docstring says what each holds), as path strings.
+    socket = _File("agent.sock")
+    pid_file = _File("agent.pid")
+    lock_file = _File("agent.lock")
+    info_file = _File("agent.json")
+    log_file = _File("agent.log")
+    registration_file = _File("registration.json")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path: str = os.fspath(path)
@@ -60,30 +80,6 @@ class StateDir:
 
     def __repr__(self) -> str:
         return f"StateDir({self.path!r})"
-
-    @property
-    def socket(self) -> str:
-        return os.path.join(self.path, "agent.sock")
-
-    @property
-    def pid_file(self) -> str:
-        return os.path.join(self.path, "agent.pid")
-
-    @property
-    def lock_file(self) -> str:
-        return os.path.join(self.path, "agent.lock")
-
-    @property
-    def info_file(self) -> str:
-        return os.path.join(self.path, "agent.json")
-
-    @property
-    def log_file(self) -> str:
-        return os.path.join(self.path, "agent.log")
-
-    @property
-    def registration_file(self) -> str:
-        return os.path.join(self.path, "registration.json")
 
     def write_registration(self, cluster: str, task: int, generation: int, credential: bytes) -> None:
         """Keep this host's registration (owner-only, atomically): what a new process on this state dir

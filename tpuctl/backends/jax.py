@@ -43,10 +43,7 @@ def core_ids_of_devices(devices: Iterable[TpuDeviceLike], slice: TpuSlice) -> li
 @dataclass(frozen=True)
 class JaxBackend:
     slice: TpuSlice
-
-    @property
-    def name(self) -> str:
-        return "jax"
+    name = "jax"  # as --backend spells it (a class attribute, not a field)
 
     def local_core_ids(self, task: int) -> list[int]:
         """This process's TPU devices (``task`` is not needed: the runtime knows its own host)."""

@@ -17,10 +17,7 @@ from tpuctl.tpu.topology import device_core_id
 @dataclass(frozen=True)
 class SimBackend:
     slice: TpuSlice
-
-    @property
-    def name(self) -> str:
-        return "sim"
+    name = "sim"  # as --backend spells it (a class attribute, not a field)
 
     def local_core_ids(self, task: int) -> list[int]:
         """Raises TopologyError for a task outside the slice. O(devices per host)."""

@@ -24,10 +24,7 @@ NO_TPU_HINT = "run tpuctl init on a TPU VM with a TPU build of TensorFlow, or se
 @dataclass(frozen=True)
 class TensorFlowBackend:
     slice: TpuSlice
-
-    @property
-    def name(self) -> str:
-        return "tensorflow"
+    name = "tensorflow"  # as --backend spells it (a class attribute, not a field)
 
     def local_core_ids(self, task: int) -> list[int]:
         import tensorflow as tf

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import click
@@ -17,7 +17,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class SliceRequest:
-    """What the slice options said; ``resolve()`` turns it into a slice."""
+    """What the slice options said; ``resolve()`` turns it into a slice. The fields are
+    :func:`~tpuctl.tpu.slice.resolve_slice`'s keyword arguments, one for one."""
 
     accelerator: str | None = None
     generation: str | None = None
@@ -40,15 +41,7 @@ class SliceRequest:
                 "--generation and --topology go together",
                 hint="e.g. --generation v4 --topology 2x2x4, or --accelerator v4-32",
             )
-        return resolve_slice(
-            accelerator=self.accelerator,
-            generation=self.generation,
-            topology=self.topology,
-            chips_per_host=self.chips_per_host,
-            num_slices=self.num_slices,
-            megacore=self.megacore,
-            device_kind=self.device_kind,
-        )
+        return resolve_slice(**asdict(self))
 
 
 def slice_options(func: F) -> F:

@@ -20,7 +20,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +76,8 @@ class Check:
     details: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "verdict": self.verdict,
-            "saw": self.saw,
-            "fix": self.fix,
-            "details": list(self.details),
-        }
+        """Every field under its name, in field order; ``details`` as a list."""
+        return {**asdict(self), "details": list(self.details)}
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,9 @@ def port_collisions(bindings: Sequence[tuple[str, str, int]]) -> list[str]:
 def tpu_process_ports(hosts: Sequence[str]) -> list[int] | None:
     """Each task's TPU process port (8476 + its rank among the tasks on its machine), or None when every task
     has a machine of its own. Machines are told apart by name (case, trailing dot and IPv6 spelling ignored)."""
-    keys = [_host_key(h) for h in hosts]
+    from tpuctl.hosts import normalize_host
+
+    keys = [normalize_host(h) for h in hosts]
     if len(set(keys)) == len(keys):
         return None
     seen: dict[str, int] = {}
@@ -183,15 +185,6 @@ def tpu_process_ports(hosts: Sequence[str]) -> list[int] | None:
         ports.append(TPU_PROCESS_BASE_PORT + seen.get(key, 0))
         seen[key] = seen.get(key, 0) + 1
     return ports
-
-
-def _host_key(host: str) -> str:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).compressed
-    except ValueError:
-        return host.lower().rstrip(".")
 
 
 def _coordinator_binding(info: AgentInfo) -> tuple[str, int] | None:

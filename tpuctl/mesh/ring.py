@@ -189,31 +189,21 @@ def build_all_reduce_ring(locs: Sequence[Location], rotate: bool = False) -> lis
     """
     if not locs:
         return []
+    if rotate:
+        locs = [(y, x, z, c) for x, y, z, c in locs]  # the same walk with x and y swapped
     fc = min(loc[0] for loc in locs)
     fr = min(loc[1] for loc in locs)
     z0 = locs[0][2]
     keys: list[tuple[int, ...]]
     if all(loc[2] == z0 for loc in locs):
-        if not rotate:
-            keys = [((f := int(x == fc and y != fr)), -y if f else y, -x if y % 2 else x, c) for x, y, _, c in locs]
-        else:
-            keys = [((f := int(y == fr and x != fc)), -x if f else x, -y if x % 2 else y, c) for x, y, _, c in locs]
-    elif not rotate:
+        keys = [((f := int(x == fc and y != fr)), -y if f else y, -x if y % 2 else x, c) for x, y, _, c in locs]
+    else:
         keys = [
             (1, -z, 0, 0, 0, c)
             if x == fc and y == fr
             else (0, z, (f := int(x == fc and y != fr)), -y if f else y, -x if y % 2 else x, c)
             if z % 2 == 0
             else (0, z, -(f := int(x == fc and y != fr)), y if f else -y, x if y % 2 else -x, -c)
-            for x, y, z, c in locs
-        ]
-    else:
-        keys = [
-            (1, -z, 0, 0, 0, c)
-            if x == fc and y == fr
-            else (0, z, (f := int(y == fr and x != fc)), -x if f else x, -y if x % 2 else y, c)
-            if z % 2 == 0
-            else (0, z, -(f := int(y == fr and x != fc)), x if f else -x, y if x % 2 else -y, -c)
             for x, y, z, c in locs
         ]
     return sorted(range(len(locs)), key=keys.__getitem__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -227,6 +227,18 @@ class Checker:
             why = f" (YAML reads an unquoted {node.text} as a boolean: quote it)"
         self.add(node, path, f"got {described(node)}{why}; expected {expected}")
         return None
+
+    def choice(
+        self, node: Node, path: str, choices: Sequence[str], what: str, hint: Callable[[str], str] | None = None
+    ) -> str | None:
+        """One of ``choices``, a string as :meth:`string` reads it; another word is "'x' is not ``what``; "
+        and ``hint(word)``, by default a "did you mean" or the list of choices."""
+        value = self.string(node, path, ", ".join(choices[:-1]) + " or " + choices[-1])
+        if value is not None and value not in choices:
+            tail = hint(value) if hint is not None else did_you_mean(value, choices)
+            self.add(node, path, f"{value!r} is not {what}; {tail}")
+            return None
+        return value
 
     def integer(self, node: Node, path: str, low: int, high: int | None = None) -> int | None:
         bounds = f"from {low} to {high}" if high is not None else f">= {low}"

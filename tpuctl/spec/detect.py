@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from tpuctl.errors import InputError, SpecError, TopologyError
+from tpuctl.hosts import normalize_host
 from tpuctl.spec.metadata import MetadataUnavailable, parse_tpu_env
 from tpuctl.spec.model import (
     DEFAULT_PORT,
@@ -48,7 +49,6 @@ from tpuctl.spec.model import (
     cluster_name_problem,
     host_count_problem,
     host_problem,
-    normalize_host,
     repeated_hosts,
     topology_problem,
 )

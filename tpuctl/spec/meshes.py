@@ -232,12 +232,7 @@ def check_meshes(ck: Checker, node: Node, tpu: TpuSlice | None) -> tuple[MeshSpe
         elif name is not None:
             first[name] = index
         axes = _shape(ck, keys["shape"], f"{path}.shape", tpu) if "shape" in keys else None
-        mode: str | None = "ring"
-        if "mode" in keys:
-            mode = ck.string(keys["mode"], f"{path}.mode", "ring or jax")
-            if mode is not None and mode not in MESH_MODES:
-                ck.add(keys["mode"], f"{path}.mode", f"{mode!r} is not a mesh mode; {did_you_mean(mode, MESH_MODES)}")
-                mode = None
+        mode = ck.choice(keys["mode"], f"{path}.mode", MESH_MODES, "a mesh mode") if "mode" in keys else "ring"
         options = _options(ck, keys["options"], f"{path}.options", mode, axes, tpu) if "options" in keys else ()
         if name is not None and axes is not None and mode is not None and options is not None:
             mesh = MeshSpec(name, axes, mode, options)

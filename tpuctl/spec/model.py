@@ -28,7 +28,6 @@ A spec, in full::
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,8 +45,9 @@ from tpuctl.durations import (
     format_duration,
 )
 from tpuctl.errors import SpecError, TopologyError
+from tpuctl.hosts import normalize_host
 from tpuctl.mesh.model import MeshSpec as MeshSpec
-from tpuctl.messages import plural, suggestion
+from tpuctl.messages import closest, plural, suggestion
 from tpuctl.spec.checker import MAX_NAME, Checker, described
 from tpuctl.spec.checker import Node as Node
 from tpuctl.spec.checker import Problem as Problem
@@ -211,14 +211,6 @@ def cluster_name_problem(name: str) -> str | None:
         hint = f"; {suggestion(fixed)}" if fixed and _CLUSTER_RE.match(fixed) else ""
         return f"{name!r} is not a cluster name; expected lowercase letters, digits, '.', '_', '-'{hint}"
     return None
-
-
-def normalize_host(text: str) -> str:
-    """The form two spellings of one host share: lowercase, no trailing dot, compressed IPv6."""
-    try:
-        return ipaddress.ip_address(text).compressed
-    except ValueError:
-        return text.lower().rstrip(".")
 
 
 REPEAT_RULE = (
@@ -536,11 +528,10 @@ def _restart(ck: Checker, node: Node) -> RestartSpec | None:
     default = RestartSpec()
     policy: str | None = default.policy
     if "policy" in keys:
-        policy = ck.string(keys["policy"], "restart.policy", "fail or rejoin")
-        if policy is not None and policy not in RESTART_POLICIES:
-            near = suggestion_for(policy, RESTART_POLICIES)
-            ck.add(keys["policy"], "restart.policy", f"{policy!r} is not a restart policy; expected fail or rejoin{near}")
-            policy = None
+        policy = ck.choice(
+            keys["policy"], "restart.policy", RESTART_POLICIES, "a restart policy",
+            hint=lambda word: "expected fail or rejoin" + suggestion_for(word, RESTART_POLICIES),
+        )  # fmt: skip
     timeout = ck.duration(keys["timeout"], "restart.timeout", RESTART_TIMEOUT) if "timeout" in keys else default.timeout
     most = ck.integer(keys["max"], "restart.max", 1, MAX_RESTARTS) if "max" in keys else default.max_restarts
     if policy is None or timeout is None or most is None:
@@ -550,10 +541,8 @@ def _restart(ck: Checker, node: Node) -> RestartSpec | None:
 
 def suggestion_for(word: str, choices: Sequence[str]) -> str:
     """ "; did you mean 'rejoin'?" when ``word`` is close to one of ``choices``, else ""."""
-    import difflib
-
-    near = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
-    return f"; did you mean {near[0]!r}?" if near else ""
+    near = closest(word.lower(), choices)
+    return f"; {suggestion(near)}" if near else ""
 
 
 # --- the whole spec --------------------------------------------------------------------------------

@@ -43,14 +43,8 @@ def check_watchdog(ck: Checker, node: Node, rejoin: bool | None) -> WatchdogSett
         every = ck.duration(keys["report_every"], "watchdog.report_every", REPORT_EVERY)
     on_hang: str | None = default.on_hang
     if "on_hang" in keys:
-        on_hang = ck.string(keys["on_hang"], "watchdog.on_hang", "warn, restart or fail")
-        if on_hang is not None and on_hang not in ON_HANG:
-            from tpuctl.messages import did_you_mean
-
-            hint = did_you_mean(on_hang, ON_HANG)
-            ck.add(keys["on_hang"], "watchdog.on_hang", f"{on_hang!r} is not an action; {hint}")
-            on_hang = None
-        elif on_hang == "restart" and rejoin is False:
+        on_hang = ck.choice(keys["on_hang"], "watchdog.on_hang", ON_HANG, "an action")
+        if on_hang == "restart" and rejoin is False:
             ck.add(
                 keys["on_hang"], "watchdog.on_hang",
                 "restart needs the cluster to re-form after a generation ends; expected restart: {policy: rejoin} "
