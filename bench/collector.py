@@ -35,7 +35,7 @@ def serve(hosts: int, mode: str) -> None:
 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     if mode == "off":
         gc.disable()

@@ -68,7 +68,7 @@ async def serve(hosts: int, traced: bool, trim: bool, options: tuple[tuple[str, 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination import server as server_module
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     server_module._SERVER_OPTIONS += options
     tasks = tuple(TaskSpec(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}") for i in range(hosts))
