@@ -90,11 +90,11 @@ async def drive(
     hosts: int, service: subprocess.Popen[str], port: int, options: tuple[tuple[str, int | str], ...]
 ) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO))
-    from tpuctl.coordination import client as client_module
+    from tpuctl.coordination import channel as channel_module
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.session import Session
 
-    client_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1), *options)  # a connection per host
+    channel_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1), *options)  # a connection per host
     assert service.stdin is not None and service.stdout is not None
     rows: list[dict[str, Any]] = []
 
