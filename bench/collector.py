@@ -35,7 +35,7 @@ def serve(hosts: int, mode: str) -> None:
 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     if mode == "off":
         gc.disable()
@@ -61,7 +61,7 @@ def service_cpu(pid: int) -> float:
 async def one_run(hosts: int, rounds: int, mode: str) -> tuple[float, float]:
     """(service CPU us per host and barrier, driver CPU us per host and barrier) for one mode."""
     sys.path.insert(0, str(REPO))
-    from tpuctl.coordination import client as client_module
+    from tpuctl.coordination import channel as channel_module
     from tpuctl.coordination.client import CoordinationClient
 
     service = subprocess.Popen(
@@ -70,7 +70,7 @@ async def one_run(hosts: int, rounds: int, mode: str) -> tuple[float, float]:
     try:
         assert service.stdout is not None and service.stdin is not None
         port = int(service.stdout.readline())
-        client_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1),)  # a connection per host
+        channel_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1),)  # a connection per host
         clients = [CoordinationClient(f"127.0.0.1:{port}", rpc_timeout=300.0) for _ in range(hosts)]
         sessions = await asyncio.gather(
             *(c.open_session("collector", t, connect_timeout=60.0, interval=3600.0) for t, c in enumerate(clients))

@@ -68,7 +68,7 @@ async def serve(hosts: int, traced: bool, trim: bool, options: tuple[tuple[str, 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination import server as server_module
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     server_module._SERVER_OPTIONS += options
     tasks = tuple(TaskSpec(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}") for i in range(hosts))
@@ -90,11 +90,11 @@ async def drive(
     hosts: int, service: subprocess.Popen[str], port: int, options: tuple[tuple[str, int | str], ...]
 ) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO))
-    from tpuctl.coordination import client as client_module
+    from tpuctl.coordination import channel as channel_module
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.session import Session
 
-    client_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1), *options)  # a connection per host
+    channel_module._CHANNEL_OPTIONS += (("grpc.use_local_subchannel_pool", 1), *options)  # a connection per host
     assert service.stdin is not None and service.stdout is not None
     rows: list[dict[str, Any]] = []
 

@@ -147,7 +147,7 @@ class FloorDriver(AsyncDriver):
         import grpc
 
         sys.path.insert(0, str(REPO))
-        from tpuctl.coordination.client import _CHANNEL_OPTIONS
+        from tpuctl.coordination.channel import _CHANNEL_OPTIONS
 
         ping_ms = round(cfg["heartbeat_interval"] * 1000)
         options = _CHANNEL_OPTIONS + (

@@ -19,7 +19,7 @@ def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str, heartbeat
 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     handler = logging.FileHandler(log_path)  # as task 0 of `tpuctl init` logs: INFO, to a file
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -72,7 +72,7 @@ def serve_floor(hosts: int, bind: str, heartbeat_timeout: float) -> None:
 
     sys.path.insert(0, str(REPO))
     from tpuctl.coordination.server import _SERVER_OPTIONS, keepalive_options
-    from tpuctl.coordination.state import ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import ServiceConfig, TaskSpec
 
     async def main() -> None:
         config = ServiceConfig(

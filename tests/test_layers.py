@@ -50,6 +50,7 @@ CORE = (
     "tpuctl.coordination.taskset",
     "tpuctl.coordination.rendezvous",
     "tpuctl.coordination.kv",
+    "tpuctl.coordination.generations",
     "tpuctl.mapping.model",
     "tpuctl.watchdog.*",
     "tpuctl.errors",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import CoordinationServer, start_server
-from tpuctl.coordination.state import Membership, ServiceConfig, TaskSpec
+from tpuctl.coordination.values import Membership, ServiceConfig, TaskSpec
 from tpuctl.errors import DeadlineError, TpuctlError
 
 T = TypeVar("T")

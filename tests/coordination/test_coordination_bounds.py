@@ -12,22 +12,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuctl.coordination.convert import MAX_DETAILS_WIRE, fit_text, status_details
-from tpuctl.coordination.state import (
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.taskset import Missing
+from tpuctl.coordination.values import (
+    MAX_NAME_CHARS,
     PROTOCOL_VERSION,
     REGISTRATION,
+    SAMPLE,
     BarrierId,
-    CoordinationState,
+    ClusterFailure,
     Gathered,
     Pending,
     Reason,
     Refused,
     Registration,
+    TaskFailure,
+    TaskInfo,
     TaskRef,
     Wakeup,
     barrier_key,
 )
-from tpuctl.coordination.taskset import Missing
-from tpuctl.coordination.values import MAX_NAME_CHARS, SAMPLE, ClusterFailure, TaskFailure, TaskInfo
 
 BIG = 10_000
 

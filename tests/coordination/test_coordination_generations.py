@@ -6,16 +6,8 @@ from __future__ import annotations
 import pytest
 from test_coordination_state import credential, new_state, refusal, register, registration
 
-from tpuctl.coordination.state import (
-    BarrierId,
-    CoordinationState,
-    Pending,
-    Reason,
-    Refused,
-    RestartPolicy,
-    TaskRef,
-    TaskState,
-)
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.values import BarrierId, Pending, Reason, Refused, RestartPolicy, TaskRef, TaskState
 
 REJOIN = RestartPolicy(rejoin=True, timeout=30.0, max_restarts=2)
 
@@ -162,7 +154,7 @@ def test_restarts_run_out_after_max_then_the_failure_is_final() -> None:
     text = str(failure)
     assert "crash 3" in text and "generation 1 ended" in text and "generation 2 ended" in text
     assert "no restarts left (2 of 2 used)" in text
-    assert state.restarts == 2
+    assert state.generations.restarts == 2
 
 
 def test_a_registrant_that_fails_while_its_generation_forms_is_only_missing_again() -> None:
@@ -197,7 +189,7 @@ def test_a_new_process_with_the_credential_reclaims_its_task_at_once(policy: Res
         return
     new = state.register(fresh, now=0.3).task
     assert new.generation == 2 and state.generation == 2
-    ended = state.ended(1)
+    ended = state.generations.ended(1)
     assert ended is not None and "restarted" in str(ended)
     assert state.status(now=0.3).tasks[2].state is TaskState.CONNECTED
 
@@ -205,7 +197,7 @@ def test_a_new_process_with_the_credential_reclaims_its_task_at_once(policy: Res
 def test_a_restarted_coordinator_starts_above_the_last_generation() -> None:
     state = new_state(2, restart=REJOIN, first_generation=3)
     ref = state.register(registration(0), now=0.0).task
-    assert ref.generation == 3 and state.restarts == 2
+    assert ref.generation == 3 and state.generations.restarts == 2
     with pytest.raises(Refused) as excinfo:
         state.poll_error(TaskRef(1, 1001, b"x", 2), now=0.0)  # a worker still in generation 2
     reason, message = refusal(excinfo)
@@ -230,7 +222,7 @@ def test_a_remembered_generation_beyond_the_restart_limit_is_not_continued() -> 
     stranger on an auth-none port, a stale file) would make the first failure final."""
     state = new_state(2, restart=REJOIN)
     ref = state.register(registration(1, generation=10**9), now=0.0).task
-    assert ref.generation == 1 and state.generation == 1 and state.restarts == 0
+    assert ref.generation == 1 and state.generation == 1 and state.generations.restarts == 0
 
 
 def test_a_survivor_silent_for_the_heartbeat_timeout_while_re_forming_frees_its_place() -> None:
@@ -253,7 +245,7 @@ def test_a_survivor_silent_for_the_heartbeat_timeout_while_re_forming_frees_its_
     assert state.generation == 2 and state.failure is None  # still re-forming, not failed
     new = state.register(registration(3, 7777), now=1.7).task
     assert new.generation == 2 and new.credential == credential(3, 7777)
-    ended = state.ended(1)
+    ended = state.generations.ended(1)
     assert ended is not None and ended.total == 2 and [f.task.task_id for f in ended.failures] == [2, 3]
     assert "no heartbeat for 1.1 s (timeout 1 s), while generation 2 formed" in str(ended)
     # the old process of task 3, if it was alive after all, finds its place taken
@@ -269,7 +261,7 @@ def test_a_fresh_registration_frees_a_silent_survivors_place_without_waiting_for
     state.report_error(refs[2], "preempted", now=0.5)  # generation 1 ends; task 3 last heard at 0.0
     new = state.register(registration(3, 8888), now=1.2).task  # no expire ran since: decided on the spot
     assert new.generation == 2 and new.credential == credential(3, 8888)
-    ended = state.ended(1)
+    ended = state.generations.ended(1)
     assert ended is not None and "task 3 (127.0.0.4): no heartbeat for 1.2 s" in str(ended)
 
 

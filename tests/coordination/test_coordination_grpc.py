@@ -17,8 +17,7 @@ from coordination_harness import make_config, run, serving
 from tpuctl.coordination import client as client_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import start_server
-from tpuctl.coordination.state import PROTOCOL_VERSION, TaskInfo, TaskState
-from tpuctl.coordination.values import fingerprint
+from tpuctl.coordination.values import PROTOCOL_VERSION, TaskInfo, TaskState, fingerprint
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, StateError
 
 pytestmark = pytest.mark.timeout(60)

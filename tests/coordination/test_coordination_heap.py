@@ -11,7 +11,7 @@ import pytest
 from coordination_harness import make_config, run, serving
 
 from tpuctl.coordination.heap import Heap
-from tpuctl.coordination.state import RestartPolicy
+from tpuctl.coordination.values import RestartPolicy
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,8 +19,17 @@ from coordination_harness import make_config, run, serving
 from tpuctl.coordination.convert import gather_response, gather_values
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.logs import RateLimitedLog, peer_host
-from tpuctl.coordination.state import CoordinationState, Reason, Refused, Registration
-from tpuctl.coordination.values import PROTOCOL_VERSION, Counters, KvLimits, TaskRef, fingerprint
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.values import (
+    PROTOCOL_VERSION,
+    Counters,
+    KvLimits,
+    Reason,
+    Refused,
+    Registration,
+    TaskRef,
+    fingerprint,
+)
 from tpuctl.errors import ClusterError, InputError
 from tpuctl.proto import coordination_pb2 as pb
 

@@ -17,11 +17,10 @@ from coordination_harness import check_bounded_registration_timeout, make_config
 from tpuctl.coordination import calls, convert
 from tpuctl.coordination import client as client_module
 from tpuctl.coordination import fanout as fanout_module
-from tpuctl.coordination import service as service_module
+from tpuctl.coordination import stream_answers as stream_answers_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.session import Session
-from tpuctl.coordination.state import RestartPolicy, TaskInfo
-from tpuctl.coordination.values import PROTOCOL_VERSION, Membership, TaskRef, TaskState
+from tpuctl.coordination.values import PROTOCOL_VERSION, Membership, RestartPolicy, TaskInfo, TaskRef, TaskState
 from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
@@ -367,7 +366,7 @@ def test_a_gather_on_sessions_returns_every_value_with_no_call_of_its_own() -> N
                 streamed = await asyncio.gather(*(s.gather("cores", b"s", timeout=5.0) for s in opened[1:]))
                 assert streamed == [[b"u", b"s", b"s", b"s"]] * 3
                 assert await unary == streamed[0]
-                assert not service._stream_barriers
+                assert not service._streams._barriers
             finally:
                 await close(runs)
 
@@ -447,13 +446,13 @@ def count_writers(monkeypatch: pytest.MonkeyPatch, width: int) -> list[int]:
         writers.append(len(fan.answers))
         await write_answers(fan)
 
-    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", width)
+    monkeypatch.setattr(stream_answers_module, "RELEASE_WIDTH", width)
     monkeypatch.setattr(fanout_module, "write_answers", counted)
     return writers
 
 
 def test_a_passed_barrier_is_written_by_a_few_writers_not_a_task_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A pod's release: at most _RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
+    # A pod's release: at most RELEASE_WIDTH writer tasks take the answers in turn (a task per host was
     # about 1 kB each, 10 MB at 10,000 hosts for every barrier), and every host is still answered.
     writers = count_writers(monkeypatch, width=3)
     monkeypatch.setattr(fanout_module, "FANOUT_BYTES", 1)  # a gather's width: at least FANOUT_MIN (16)
@@ -525,7 +524,7 @@ def test_stopping_the_service_right_after_an_error_still_tells_every_watching_ho
 ) -> None:
     # Task 0's agent stops its service as soon as it has heard the cluster's error itself; the pushes
     # the fan-out's writers have not reached yet go to the sessions' own outboxes, flushed in the grace.
-    monkeypatch.setattr(service_module, "_RELEASE_WIDTH", 2)
+    monkeypatch.setattr(stream_answers_module, "RELEASE_WIDTH", 2)
     hosts = 60
 
     async def body() -> None:

@@ -10,11 +10,11 @@ from coordination_harness import make_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuctl.coordination.state import (
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.values import (
     PROTOCOL_VERSION,
     REGISTRATION,
     BarrierId,
-    CoordinationState,
     Pending,
     Reason,
     Refused,
@@ -25,9 +25,9 @@ from tpuctl.coordination.state import (
     TaskState,
     Wakeup,
     barrier_key,
+    fingerprint,
     kv_key,
 )
-from tpuctl.coordination.values import fingerprint
 from tpuctl.errors import InputError
 
 

@@ -18,8 +18,8 @@ from tls_certs import Pki, make_pki
 
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import CoordinationServer, start_server
-from tpuctl.coordination.state import ServiceConfig, TaskState
 from tpuctl.coordination.tls import ClientTls, load_client_tls, load_server_tls, read_pem
+from tpuctl.coordination.values import ServiceConfig, TaskState
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, InputError
 
 

@@ -27,16 +27,8 @@ from coordination_harness import make_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpuctl.coordination.state import (
-    PROTOCOL_VERSION,
-    BarrierId,
-    CoordinationState,
-    Reason,
-    Refused,
-    Registration,
-    TaskRef,
-    TaskState,
-)
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.values import PROTOCOL_VERSION, BarrierId, Reason, Refused, Registration, TaskRef, TaskState
 
 TASKS = 3
 CLUSTER = "test"

@@ -75,7 +75,7 @@ async def init_sequence(hosts: int) -> dict[str, Any]:
         service = server.service
         parked = sum(len(slot) for slot in service._parking._slots.values())
         assert parked == 0, f"{parked} calls parked after init"
-        assert not service._stream_barriers
+        assert not service._streams._barriers
         assert all(table == [core_ids(t) for t in range(hosts)] for table in tables)
         work = {name: end[name] - start[name] for name in end}
         work["gather_bytes"] = hosts * len(gather_response(1, tables[0]).SerializeToString())  # as sent

@@ -25,7 +25,7 @@ def load_token(spec: ClusterSpec) -> str | None:
 async def start_service(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> CoordinationServer:
     """Task 0's coordination service for the spec's cluster, listening at the spec's address."""
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.state import RestartPolicy, ServiceConfig, TaskSpec
+    from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
 
     config = ServiceConfig(
         cluster=spec.cluster,

@@ -12,10 +12,11 @@ The public client API::
         values = await session.gather("cores", b"[0, 1, 2, 3]", timeout=60)  # every task's value, by task id
         await session.barrier("ready", timeout=60)
 
-Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv`` and
-``rendezvous`` (parts of the state), ``state`` (the pure state machine; no grpc, asyncio or clock),
-``convert`` (protobuf and gRPC status <-> core values and errors), ``service`` (the gRPC servicer that
-parks waiting calls), ``server`` (start/stop), ``client``, ``auth`` (token file and server check).
+Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv``,
+``rendezvous`` and ``generations`` (parts of the state), ``state`` (the pure state machine; no grpc,
+asyncio or clock), ``convert`` (protobuf and gRPC status <-> core values and errors), ``service`` (the gRPC
+servicer that parks waiting calls; ``stream_answers`` answers those on session streams), ``server``
+(start/stop), ``channel`` and ``client``, ``auth`` (token file and server check).
 
 Importing this package imports nothing: each public name is imported on first use (``__getattr__``),
 so ``CoordinationClient``, ``start_server`` and ``CoordinationServer`` load grpc only then.

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypedDict, TypeVar
 
 import grpc
+
+from tpuctl.coordination.values import RendezvousProgress
 
 _T = TypeVar("_T")
 
@@ -27,6 +29,19 @@ bigger cluster: every 2 s up to 200 hosts, and hosts / 100 s beyond). A poll is 
 not free: the cluster's rate, not each host's, is what must stay a small share of its core."""
 STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 """gRPC status codes by their number, as a refusal on the session stream carries them."""
+PROGRESS_EVERY_S = 5.0
+"""Default seconds between a barrier's or gather's progress reports."""
+
+
+class Waiting(TypedDict, total=False):
+    """How a barrier or gather waits (``CoordinationClient.barrier`` and ``gather``, and a session's)."""
+
+    timeout: float | None
+    """Seconds to wait (None, the default: the service's default barrier timeout)."""
+    progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None
+    """Called (or awaited) with a ``RendezvousProgress`` about every ``progress_every`` s still waiting."""
+    progress_every: float
+    """Default ``PROGRESS_EVERY_S``."""
 
 
 async def report(outcome: Awaitable[None] | None) -> None:

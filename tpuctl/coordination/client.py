@@ -23,16 +23,14 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 
 import grpc
 
 from tpuctl.coordination import convert
-from tpuctl.coordination.auth import TOKEN_KEY
-from tpuctl.coordination.calls import RETRY_DELAYS_S, finished, progress_interval, report
+from tpuctl.coordination.calls import PROGRESS_EVERY_S, RETRY_DELAYS_S, Waiting, finished, progress_interval, report
+from tpuctl.coordination.channel import Channel
 from tpuctl.coordination.session import Session
-from tpuctl.coordination.tls import ClientTls, channel_credentials
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
     PROTOCOL_VERSION,
@@ -44,61 +42,22 @@ from tpuctl.coordination.values import (
     RendezvousProgress,
     TaskRef,
 )
-from tpuctl.errors import (
-    ClusterError,
-    CoordinatorUnreachable,
-    DeadlineError,
-    GenerationOver,
-    InputError,
-    TpuctlError,
-)
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, InputError, TpuctlError
 from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
-from tpuctl.proto import coordination_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("tpuctl.coordination")
 _T = TypeVar("_T")
 
-RPC_TIMEOUT_S = 10.0
-MAX_WAIT_S = 3600.0
-"""Client-side bound on a wait the caller left to the service's default (a barrier without a timeout)."""
 WATCH_POLL_S = 55.0
 """How long one error poll is held by the service (it caps polls at 60 s). Each host's watch costs the
 service one answer per poll, so a long poll keeps a pod's polls few a second. A dropped connection fails the poll at
 once; a silent one after the poll plus ``rpc_timeout`` (the heartbeat loop notices sooner)."""
 RESTART_PROBE_S = 2.0
 """How long a refused call waits for the coordinator's status, to tell a restarted coordinator's refusal."""
-MAX_RECEIVE_BYTES = 64 * 1024 * 1024
-"""Largest answer accepted: a gather's table is at most 32 MiB (``values.MAX_GATHER_TABLE``)."""
-
-KEEPALIVE_S = 5.0
-"""Default seconds between this client's HTTP/2 keepalive pings (and how long it waits for each answer):
-the spec's default heartbeat interval. A session whose pings vouch for the coordinator within half its
-``give_up_after`` sends no heartbeat messages; see ``Session``."""
-MIN_KEEPALIVE_S = 0.2
-"""Pings closer than the service's abuse limit (``server.MIN_CLIENT_PING_MS``) would get the connection closed."""
-
-CONNECT_TIMEOUT_MS = 20_000
-"""How long one connection attempt may take before the channel gives it up and dials again (gRPC's
-default minimum connect timeout): a coordinator busy with thousands of handshakes answers late, not
-never."""
-
-_CHANNEL_OPTIONS = (
-    # Coordination traffic stays inside the cluster; an http_proxy in the environment would route it
-    # through a proxy and hang (jax-ml/jax#22995).
-    ("grpc.enable_http_proxy", 0),
-    # Hosts start in any order: once the coordinator is up, reconnect within 250 ms, not after
-    # gRPC's default backoff of up to two minutes.
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 250),
-    # gRPC reads ``grpc.min_reconnect_backoff_ms`` as the *connect timeout* (a connection attempt's
-    # deadline is at least this): a short one makes every host abandon and redial a connection whose
-    # handshake a busy coordinator has not finished yet, the abandoned ones fill its accept queue, and a
-    # pod's registration burst stalls on the kernel's SYN retries. A refused connection still fails at
-    # once and is retried after the backoff above.
-    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
-    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-)
 
 
 def new_incarnation() -> int:
@@ -106,18 +65,29 @@ def new_incarnation() -> int:
     return secrets.randbelow(2**64 - 1) + 1
 
 
-class CoordinationClient:
-    """A client of the coordination service at ``target`` ("host:port").
+class Registering(TypedDict, total=False):
+    """What a registration says beyond its cluster and task id (``register``, ``open_session``)."""
 
-    Create it inside the event loop that uses it; ``close`` it (or use ``async with``). Task-scoped calls
-    take the ``TaskRef`` that ``register`` returned (``Membership.task``): only the process holding it (or
-    one it handed it to) may act for the task.
+    incarnation: int | None
+    """This process's (default: a new random one)."""
+    hostname: str | None
+    """This host's name, shown in status and refusals (default: ``socket.gethostname()``)."""
+    connect_timeout: float
+    """Seconds to retry while nobody answers (default: 0, one attempt)."""
+    with_tasks: bool
+    """Also fetch every task's address into ``Membership.tasks``."""
+    generation: int
+    """The last generation this host was in (default: 0, none)."""
+    previous_credential: bytes
+    """The credential of this host's previous registration."""
 
-    ``token``: the cluster's shared token, if the service requires one. ``tls``: talk TLS (``tls.
-    load_client_tls``: the CA that signed the service's certificate, and for mutual TLS this host's
-    certificate and key). ``rpc_timeout``: the deadline of a call that does not wait in the service, and
-    the slack added to one that does. ``max_wait``: the client-side bound on a barrier or gather left to
-    the service's default timeout.
+
+class CoordinationClient(Channel):
+    """A client of the coordination service at ``target`` ("host:port"): the channel's arguments
+    (``channel.Channel``: token, TLS, call deadlines, keepalive), and async methods for every call.
+
+    Task-scoped calls take the ``TaskRef`` that ``register`` returned (``Membership.task``): only the
+    process holding it (or one it handed it to) may act for the task.
 
     Identity: ``register`` returns a ``Membership`` whose ``task`` carries the registration's credential
     (a secret only this registration got); task-scoped calls send it, so pass that ``TaskRef`` on. A
@@ -125,70 +95,15 @@ class CoordinationClient:
     its latest registration for ``kv_set``.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str | None = None,
-        rpc_timeout: float = RPC_TIMEOUT_S,
-        max_wait: float = MAX_WAIT_S,
-        tls: ClientTls | None = None,
-        keepalive: float | None = KEEPALIVE_S,
-    ) -> None:
-        self.target = target
-        self.keepalive = max(MIN_KEEPALIVE_S, keepalive) if keepalive else None
-        """Seconds between the channel's keepalive pings (None: none), each answered within as long."""
-        self.rpc_timeout = rpc_timeout
-        self.max_wait = max_wait
-        self.metadata = ((TOKEN_KEY, token),) if token else None
-        self._tls = tls
-        self.membership: Membership | None = None
-        """The latest registration this client made (``register``'s answer)."""
-        self._retry_secret: tuple[int, bytes] = (0, b"")
-        """The incarnation this client last registered with and the random bytes that prove a retry is
-        this client's (another process that learns the incarnation cannot replay the registration)."""
-        options: tuple[tuple[str, Any], ...] = _CHANNEL_OPTIONS
-        if self.keepalive:
-            ping_ms = round(self.keepalive * 1000)
-            options += (
-                ("grpc.keepalive_time_ms", ping_ms),
-                ("grpc.keepalive_timeout_ms", ping_ms),
-                ("grpc.http2.ping_timeout_ms", ping_ms),
-                ("grpc.http2.max_pings_without_data", 0),
-            )
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
-        else:
-            if tls.server_name:
-                options += (("grpc.ssl_target_name_override", tls.server_name),)
-            self._channel = grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
-        self.stub = pb_grpc.CoordinationServiceStub(self._channel)
-
-    async def __aenter__(self) -> CoordinationClient:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
+    membership: Membership | None = None
+    """The latest registration this client made (``register``'s answer)."""
+    _retry_secret: tuple[int, bytes] = (0, b"")
+    """The incarnation this client last registered with and the random bytes that prove a retry is
+    this client's (another process that learns the incarnation cannot replay the registration)."""
 
     # --- membership ----------------------------------------------------------------------------------
 
-    async def register(
-        self,
-        cluster: str,
-        task_id: int,
-        *,
-        incarnation: int | None = None,
-        hostname: str | None = None,
-        connect_timeout: float = 0.0,
-        with_tasks: bool = False,
-        generation: int = 0,
-        previous_credential: bytes = b"",
-    ) -> Membership:
+    async def register(self, cluster: str, task_id: int, **registering: Unpack[Registering]) -> Membership:
         """Register as ``task_id`` of ``cluster``; retry for ``connect_timeout`` s while nobody answers.
 
         ``incarnation``: this process's (default: a new random one); registering again with the same one
@@ -202,15 +117,13 @@ class CoordinationClient:
         ended, or a new process replacing its dead predecessor, whose registration then fails at once).
         The answer's ``Membership.generation`` is the generation registered into.
         """
-        task, request = self._registration(
-            cluster, task_id, incarnation, hostname, with_tasks, generation, previous_credential
-        )
+        task, request = self._registration(cluster, task_id, registering)
 
         async def attempt() -> Membership:
             response = await self._call(self.stub.RegisterTask, request, "RegisterTask", self.rpc_timeout)
             return convert.membership(response, task)
 
-        self.membership = await self._retrying(attempt, connect_timeout)
+        self.membership = await self._retrying(attempt, registering.get("connect_timeout", 0.0))
         return self.membership
 
     async def open_session(
@@ -218,23 +131,16 @@ class CoordinationClient:
         cluster: str,
         task_id: int,
         *,
-        incarnation: int | None = None,
-        hostname: str | None = None,
-        connect_timeout: float = 0.0,
-        with_tasks: bool = False,
-        generation: int = 0,
-        previous_credential: bytes = b"",
         interval: float | None = None,
         give_up_after: float | None = None,
+        **registering: Unpack[Registering],
     ) -> Session:
         """``register`` and ``session`` in one: the registration is the first message of
         the session's stream, so a host costs the service one call instead of two, and the answer is the
         session's first confirmed heartbeat. The same arguments, retries, answers and errors as
         ``register``; ``session.membership`` is the registration. ``await session.run()`` next (in a task
         of its own), then ``session.wait_for_all(...)``."""
-        task, request = self._registration(
-            cluster, task_id, incarnation, hostname, with_tasks, generation, previous_credential
-        )
+        task, request = self._registration(cluster, task_id, registering)
         first = pb.HeartbeatRequest(register=request)
         contact = _Contact()
 
@@ -270,6 +176,7 @@ class CoordinationClient:
                 call.cancel()
                 raise
 
+        connect_timeout = registering.get("connect_timeout", 0.0)
         membership, call = await self._retrying(attempt, connect_timeout, contact, give_up_after)
         self.membership = membership
         session = Session(self, membership, interval=interval, give_up_after=give_up_after)
@@ -277,16 +184,9 @@ class CoordinationClient:
         return session
 
     def _registration(
-        self,
-        cluster: str,
-        task_id: int,
-        incarnation: int | None,
-        hostname: str | None,
-        with_tasks: bool,
-        generation: int,
-        previous_credential: bytes,
+        self, cluster: str, task_id: int, registering: Registering
     ) -> tuple[TaskRef, pb.RegisterTaskRequest]:
-        task = TaskRef(task_id, incarnation or new_incarnation())
+        task = TaskRef(task_id, registering.get("incarnation") or new_incarnation())
         if task.incarnation != self._retry_secret[0]:  # a new registration: new secret; a retry: the same
             self._retry_secret = (task.incarnation, secrets.token_bytes(CREDENTIAL_BYTES))
         request = pb.RegisterTaskRequest(
@@ -294,11 +194,11 @@ class CoordinationClient:
             cluster_name=cluster,
             task_id=task_id,
             incarnation=task.incarnation,
-            hostname=hostname or socket.gethostname(),
-            with_tasks=with_tasks,
+            hostname=registering.get("hostname") or socket.gethostname(),
+            with_tasks=registering.get("with_tasks", False),
             retry_secret=self._retry_secret[1],
-            generation=generation,
-            previous_credential=previous_credential,
+            generation=registering.get("generation", 0),
+            previous_credential=registering.get("previous_credential", b""),
         )
         return task, request
 
@@ -423,20 +323,6 @@ class CoordinationClient:
         """
         await self.session(membership, interval=interval, give_up_after=give_up_after).run()
 
-    def unconfirmed(self, silent: float, give_up_after: float, exc: TpuctlError) -> CoordinatorUnreachable:
-        return CoordinatorUnreachable(
-            f"coordinator at {self.target} unreachable/frozen: no heartbeat confirmed for {silent:.1f} s "
-            f"(heartbeat timeout {give_up_after:g} s): {exc.message}",
-            hint=exc.hint,
-        )
-
-    def restart_error(self, now: int, was: int) -> ClusterError:
-        return GenerationOver(  # this host's generation is gone: under restart policy rejoin it re-registers
-            f"the coordinator at {self.target} restarted (service incarnation {now}, was {was}); this host's "
-            "registration is gone",
-            hint="restart `tpuctl init` on every host",
-        )
-
     async def raise_if_restarted(self, service_incarnation: int, refusal: TpuctlError) -> None:
         """Raise the error naming a restarted coordinator when the one answering at ``target`` is not the
         one registered with (``service_incarnation``; its status says which it is); return when it is, or
@@ -520,15 +406,7 @@ class CoordinationClient:
 
     # --- barriers and key-value ----------------------------------------------------------------------
 
-    async def barrier(
-        self,
-        task: TaskRef,
-        name: str,
-        *,
-        timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
-        progress_every: float = 5.0,
-    ) -> int:
+    async def barrier(self, task: TaskRef, name: str, **waiting: Unpack[Waiting]) -> int:
         """Wait until every task made as many calls to barrier ``name`` as this one; returns the instance
         (1 for the first call). ``timeout`` None: the service's default barrier timeout.
 
@@ -536,44 +414,24 @@ class CoordinationClient:
         the first ten missing hosts, ``.describe()``) about every ``progress_every`` s still waiting. A timeout raises ``DeadlineError``
         naming how many hosts are missing and the first ten; the cluster in error (or a host that left)
         raises ``ClusterError`` at once; a name over 1,024 characters raises ``InputError``."""
-        request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout or 0.0)
-        wait = self.max_wait if timeout is None else timeout
+        timeout = waiting.get("timeout") or 0.0
+        request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout)
         response = await self._waiting_call(
-            self.stub.Barrier, request, f"barrier {shown(name)}", wait, task, name, "barrier", progress, progress_every
+            self.stub.Barrier, request, f"barrier {shown(name)}", task, name, "barrier", waiting
         )
         return int(response.instance)
 
-    async def gather(
-        self,
-        task: TaskRef,
-        name: str,
-        value: bytes,
-        *,
-        timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
-        progress_every: float = 5.0,
-    ) -> list[bytes]:
+    async def gather(self, task: TaskRef, name: str, value: bytes, **waiting: Unpack[Waiting]) -> list[bytes]:
         """Publish ``value`` and wait for every task's: returns every task's value, by task id.
 
         A barrier that carries values (counted per name and task like one, in names of its own): the
         k-th call of every task to ``name`` forms instance k. The service assembles the table once and
         sends every host the same bytes. Failures and ``progress`` as for ``barrier``; a value longer than
         ``min(64 KiB, 32 MiB / hosts)`` raises ``InputError``."""
-        request = pb.GatherRequest(
-            task=convert.task_ref_pb(task), name=name, value=value, timeout_seconds=timeout or 0.0
-        )
-        wait = self.max_wait if timeout is None else timeout
+        timeout = waiting.get("timeout") or 0.0
+        request = pb.GatherRequest(task=convert.task_ref_pb(task), name=name, value=value, timeout_seconds=timeout)
         response = await self._waiting_call(
-            self.stub.Gather,
-            request,
-            f"gather {shown(name)}",
-            wait,
-            task,
-            name,
-            "gather",
-            progress,
-            progress_every,
-            streamed=True,
+            self.stub.Gather, request, f"gather {shown(name)}", task, name, "gather", waiting, streamed=True
         )
         return convert.gather_values(response)  # inflated to at most the size the service allows
 
@@ -630,77 +488,40 @@ class CoordinationClient:
 
     # --- plumbing ------------------------------------------------------------------------------------
 
-    async def _call(self, rpc: Any, request: Any, call: str, timeout: float, *, wait_for_ready: bool = False) -> Any:
-        try:
-            return await rpc(request, timeout=timeout, metadata=self.metadata, wait_for_ready=wait_for_ready)
-        except grpc.aio.AioRpcError as exc:
-            raise self.error_of(exc, call, timeout) from exc
-
-    async def _call_streamed(self, rpc: Any, request: Any, call: str, timeout: float) -> Any:
-        """A call whose one answer comes on a server stream (``Gather``)."""
-        stream = rpc(request, timeout=timeout, metadata=self.metadata, wait_for_ready=False)
-        try:
-            response = await stream.read()
-        except grpc.aio.AioRpcError as exc:
-            raise self.error_of(exc, call, timeout) from exc
-        except asyncio.CancelledError:
-            stream.cancel()
-            raise
-        if response is grpc.aio.EOF:
-            ended = await finished(stream)
-            if ended.code() is not grpc.StatusCode.OK:
-                raise self.error_of(ended, call, timeout)
-            raise ClusterError(f"the coordinator at {self.target} ended {call} without an answer")
-        return response
-
-    def error_of(self, exc: grpc.aio.AioRpcError, call: str, timeout: float) -> TpuctlError:
-        hint = convert.hint_from_metadata(exc.trailing_metadata())
-        if hint is None and self._tls is not None and exc.code() is grpc.StatusCode.UNAVAILABLE:
-            hint = (
-                f"this host talks TLS to {self.target}: check that the coordinator serves TLS, that its "
-                "certificate is signed by auth.tls.ca and names that address (or auth.tls.server_name), and "
-                "for mutual TLS that this host's client certificate is signed by the same CA"
-            )
-        return convert.error_from_status(
-            exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
-        )
-
     async def _waiting_call(
         self,
         rpc: Any,
         request: Any,
         call: str,
-        wait: float,
         task: TaskRef,
         name: str,
         kind: RendezvousKind,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
-        progress_every: float,
+        waiting: Waiting,
         *,
         streamed: bool = False,
     ) -> Any:
         """A barrier or gather call; with ``progress``, ask where it stands while it waits."""
         calling = self._call_streamed if streamed else self._call
-        waiting = calling(rpc, request, call, wait + self.rpc_timeout)
-        return await self.with_progress(waiting, call, task, name, kind, progress, progress_every)
+        answer = calling(rpc, request, call, self.wait_bound(waiting.get("timeout")))
+        return await self.with_progress(answer, call, task, name, kind, waiting)
+
+    def wait_bound(self, timeout: float | None) -> float:
+        """The deadline of a barrier or gather that waits ``timeout`` s in the service (None: the
+        service's default, bounded here by ``max_wait``): the wait plus ``rpc_timeout``."""
+        return (self.max_wait if timeout is None else timeout) + self.rpc_timeout
 
     async def with_progress(
-        self,
-        waiting: Awaitable[_Answer],
-        call: str,
-        task: TaskRef,
-        name: str,
-        kind: RendezvousKind,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
-        progress_every: float,
+        self, answer: Awaitable[_Answer], call: str, task: TaskRef, name: str, kind: RendezvousKind, waiting: Waiting
     ) -> _Answer:
-        """Await ``waiting``; with ``progress``, ask where the rendezvous stands while it waits: paced by
+        """Await ``answer``; with ``waiting``'s ``progress``, ask where the rendezvous stands while it waits: paced by
         the cluster's size from the first poll on (a pod's hosts all start their waits together: polling
         every ``progress_every`` s at first was 2,304 calls in the service's busiest second), the first
         poll at a random point of the second half of the interval, so they do not come all at once."""
+        progress = waiting.get("progress")
+        progress_every = waiting.get("progress_every", PROGRESS_EVERY_S)
         if progress is None:
-            return await waiting
-        running = asyncio.ensure_future(waiting)
+            return await answer
+        running = asyncio.ensure_future(answer)
         hosts = self.membership.num_tasks if self.membership is not None else 0
         every = progress_interval(progress_every, hosts)
         first = every * (0.5 + 0.5 * random.random())

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tpuctl.coordination.values import Counters, TaskRef
 
 if TYPE_CHECKING:
-    from tpuctl.coordination.service import WaitForAll
+    from tpuctl.coordination.stream_answers import WaitForAll
     from tpuctl.proto import coordination_pb2 as pb
 
 log = logging.getLogger("tpuctl.coordination")

@@ -15,9 +15,9 @@ import grpc
 
 from tpuctl.coordination.auth import TokenCheck
 from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
-from tpuctl.coordination.state import CoordinationState, ServiceConfig
+from tpuctl.coordination.state import CoordinationState
 from tpuctl.coordination.tls import ServerTls, server_credentials
-from tpuctl.coordination.values import keepalive_interval
+from tpuctl.coordination.values import ServiceConfig, keepalive_interval
 from tpuctl.errors import StateError
 from tpuctl.proto import coordination_pb2 as pb
 

@@ -9,7 +9,8 @@ Answers that are the same for every caller (registration, "all registered", the 
 passed gather, a key listing until the next write) are serialized once and sent as the same bytes:
 ``encode`` is the response serializer of every method (``server.py``) and passes bytes through.
 
-Beside it: the session streams' outboxes and the fan-out writers (``fanout.py``), the session answers
+Beside it: the calls waiting on session streams (``stream_answers.py``), the answers encoded once
+(``shared.py``), the session streams' outboxes and the fan-out writers (``fanout.py``), the session answers
 written as wire bytes (``wire.py``), the garbage collector's policy while serving (``heap.py``).
 """
 
@@ -20,49 +21,45 @@ import contextlib
 import functools
 import itertools
 import logging
-import math
 import secrets
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 from google.protobuf.message import Message
 
 from tpuctl.coordination import convert, wire
-from tpuctl.coordination.fanout import Answers, Fanned, FanOuts, SessionStream, fanout_width
+from tpuctl.coordination.fanout import Fanned, FanOuts, SessionStream
 from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.parking import Parking
-from tpuctl.coordination.state import (
+from tpuctl.coordination.shared import SharedAnswers, poll_seconds
+from tpuctl.coordination.state import CoordinationState
+from tpuctl.coordination.stream_answers import StreamAnswers
+from tpuctl.coordination.values import (
+    CREDENTIAL_BYTES,
     ERRORS,
     REGISTRATION,
-    BarrierId,
+    SAMPLE,
     ClusterFailure,
-    CoordinationState,
-    Gathered,
+    Membership,
     Pending,
     Reason,
     Refused,
     TaskFailure,
-    TaskRef,
     WaitKey,
     barrier_key,
     kv_key,
 )
-from tpuctl.coordination.values import CREDENTIAL_BYTES, SAMPLE, Membership
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.protowire import length_delimited
 
 log = logging.getLogger("tpuctl.coordination")
 
-MAX_POLL_S = 60.0
-"""Longest a long poll (registration progress, error poll) is held before answering "nothing yet"."""
 CHECK_INTERVAL_S = 0.25
 """How often the watchdog looks for silent tasks: failure detection lags the timeout by at most this."""
 STALL_S = 0.1
 """A watchdog wake-up later than this counts as the service stalled (its own backlog) for that long."""
-_RELEASE_WIDTH = 256
-"""How many answers of a passed barrier are being written at once (a few bytes each)."""
 _KV_DIR_CACHE = 64
 """Key listings kept encoded (by prefix) until the next key-value write."""
 
@@ -82,20 +79,6 @@ _Response = TypeVar("_Response")
 _Method = Callable[["CoordinationServicer", _Request, Any], Awaitable[_Response]]
 Answer = Message | bytes
 """What a handler returns: a message, or an answer already serialized (shared by many callers)."""
-
-
-class WaitForAll:
-    """A session's ``StreamWaitForAll``: whose, its request id, when it answers with progress at the
-    latest, and its timer."""
-
-    __slots__ = ("answer_by", "caller", "request_id", "session", "timer")
-
-    def __init__(self, session: SessionStream, caller: TaskRef, request_id: int, answer_by: float) -> None:
-        self.session = session
-        self.caller = caller
-        self.request_id = request_id
-        self.answer_by = answer_by
-        self.timer: asyncio.TimerHandle | None = None
 
 
 def _refusals_as_status(method: _Method[_Request, _Response]) -> _Method[_Request, _Response]:
@@ -140,22 +123,12 @@ class CoordinationServicer:
         self.counters = state.counters
         self._parking = Parking(self.counters)
         self._watchdog: asyncio.Task[None] | None = None
-        self._shared: dict[str, bytes] = {}
-        self._error: tuple[ClusterFailure, bytes, bytes] | None = None
-        """The cluster's error as an error poll's answer and as a session's push, encoded once."""
-        self._gathered: dict[str, tuple[Gathered, bytes, asyncio.Semaphore]] = {}
+        self._shared = SharedAnswers(self.counters)
         self._kv_dirs: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self.refusal_log = RateLimitedLog(log)
-        # Barrier arrivals on session streams, by wait key: (session, request id, barrier), answered once
-        # each when the key is woken and decided; one timer per key for its deadline, not one per host.
-        self._stream_barriers: dict[WaitKey, list[tuple[SessionStream, int, BarrierId]]] = {}
-        self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
-        self._watchers: set[SessionStream] = set()
         self._fan_outs = FanOuts()
+        self._streams = StreamAnswers(state, clock=clock, shared=self._shared, fan_outs=self._fan_outs, wake=self._wake)
         self._session_ids = itertools.count(1)
-        self._waiting_for_all: set[SessionStream] = set()
-        """Session streams waiting for every task to register (``StreamWaitForAll``), one wait each."""
-        """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
 
     @property
     def state(self) -> CoordinationState:
@@ -214,13 +187,13 @@ class CoordinationServicer:
             self._state.status_fingerprint(request.task_id),
         )
         key = f"register+tasks/{membership.generation}" if request.with_tasks else f"register/{membership.generation}"
-        shared = self._share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
+        shared = self._shared.share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
         return membership, shared + convert.credential_answer(membership.task.credential)
 
     @_refusals_as_status
     async def WaitForAllTasks(self, request: pb.WaitForAllTasksRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
-        answer_by = self._clock() + _poll_seconds(request.max_wait_seconds)
+        answer_by = self._clock() + poll_seconds(request.max_wait_seconds)
 
         def check(now: float) -> bool | Pending:
             left = self._state.registration_waiting(caller, now=now)
@@ -230,7 +203,7 @@ class CoordinationServicer:
 
         if await self._wait(REGISTRATION, check):
             total = len(self._state.tasks)
-            return self._share(
+            return self._shared.share(
                 "registered",
                 lambda: pb.WaitForAllTasksResponse(complete=True, registered=total, total=total),
             )
@@ -242,7 +215,7 @@ class CoordinationServicer:
         self._state.heartbeat(
             convert.task_ref(request.task), now=self._clock(), service_incarnation=request.service_incarnation
         )
-        return self._heartbeat_answer()
+        return self._shared.heartbeat(self._state.service_incarnation)
 
     @_refusals_as_status
     async def HeartbeatStream(self, requests: AsyncIterator[pb.HeartbeatRequest], context: Any) -> None:
@@ -288,16 +261,16 @@ class CoordinationServicer:
                         hint="open one stream per task",
                     )
                 if request.HasField("barrier"):
-                    self._stream_barrier(session, caller, request.barrier)
+                    self._streams.barrier(session, caller, request.barrier)
                     self._wake()  # the last arrival passes the barrier for every waiting session now
                 elif request.HasField("gather"):
-                    self._stream_gather(session, caller, request.gather)
+                    self._streams.gather(session, caller, request.gather)
                     self._wake()
                 elif request.HasField("wait_for_all"):
-                    self._stream_wait_for_all(session, caller, request.wait_for_all)
+                    self._streams.wait_for_all(session, caller, request.wait_for_all)
                     self._wake()
                 elif request.watch_errors:
-                    self._watch(session, caller)
+                    self._streams.watch(session, caller)
                     self._wake()
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
@@ -305,238 +278,16 @@ class CoordinationServicer:
                         state.session_opened(caller, session.id, now=clock())
                         session.vouched = caller
                     if request.ack:
-                        await session.write(self._heartbeat_answer())
+                        await session.write(self._shared.heartbeat(self._state.service_incarnation))
         except Refused:
             await session.flush()
             raise
         finally:
             session.closed = True
-            self._watchers.discard(session)
-            self._drop_wait_for_all(session)
+            self._streams.closed(session)
             if session.vouched is not None:
                 state.session_closed(session.vouched, session.id, now=clock())
         await session.flush()
-
-    def _stream_wait_for_all(self, session: SessionStream, caller: TaskRef, request: pb.StreamWaitForAll) -> None:
-        """``WaitForAllTasks`` on a session: answered at once when registration is complete (or refused),
-        else when it completes (one answer encoded for every waiter), fails, or this wait's own
-        ``max_wait_seconds`` passes (the progress so far, bounded). One wait per session."""
-        self._drop_wait_for_all(session)
-        now = self._clock()
-        waiter = WaitForAll(session, caller, request.request_id, now + _poll_seconds(request.max_wait_seconds))
-        answer = self._answer_wait_for_all(waiter, now)
-        if answer is not None:
-            session.send(answer)
-            return
-        session.wait_for_all = waiter
-        self._waiting_for_all.add(session)
-
-    def _answer_wait_for_all(self, waiter: WaitForAll, now: float) -> bytes | None:
-        """``waiter``'s answer if its wait is over (the caller sends it); else None, its timer (re)armed."""
-        request_id = waiter.request_id
-        try:
-            left = self._state.registration_waiting(waiter.caller, now=now)
-            if left is None:
-                total = len(self._state.tasks)
-                complete = self._share(
-                    "registered/stream",
-                    lambda: pb.HeartbeatResponse(
-                        registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
-                    ),
-                )
-                return wire.request_id_prefix(request_id) + complete
-            if now >= waiter.answer_by:
-                self.counters.built += 1
-                progress = convert.progress_response(self._state.registration_progress(waiter.caller, now=now))
-                response = pb.HeartbeatResponse(request_id=request_id, registration=progress)
-                return response.SerializeToString()
-        except Refused as refused:
-            return wire.outcome_refused(request_id, refused)
-        finally:
-            self.counters.touched += 1
-        if waiter.timer is not None:
-            waiter.timer.cancel()
-        delay = max(0.0, min(waiter.answer_by, now + left) - now)
-        waiter.timer = asyncio.get_running_loop().call_later(delay, self._wait_for_all_due, waiter)
-        return None
-
-    def _wait_for_all_due(self, waiter: WaitForAll) -> None:
-        waiter.timer = None
-        session = waiter.session
-        if session.wait_for_all is not waiter:
-            return
-        answer = self._answer_wait_for_all(waiter, self._clock())
-        if answer is not None:
-            session.send(answer)
-            self._drop_wait_for_all(session)
-        self._wake()  # deciding may have changed the state (the registration timeout)
-
-    def _answer_waits_for_all(self) -> None:
-        """Answer every wait that is over, the completion most of all (the same bytes for every host but
-        its request id): written by a few writer tasks in turn, not a task per host (every host of a pod
-        at once when its last host registers)."""
-        now = self._clock()
-        answers: Answers = deque()
-        for session in list(self._waiting_for_all):
-            waiter = session.wait_for_all
-            answer = None if waiter is None else self._answer_wait_for_all(waiter, now)
-            if answer is not None:
-                answers.append((session, answer))
-                self._drop_wait_for_all(session)
-        if answers:
-            self._fan_outs.send(answers, _RELEASE_WIDTH)
-
-    def _drop_wait_for_all(self, session: SessionStream) -> None:
-        waiter = session.wait_for_all
-        if waiter is None:
-            return
-        session.wait_for_all = None
-        self._waiting_for_all.discard(session)
-        if waiter.timer is not None:
-            waiter.timer.cancel()
-            waiter.timer = None
-
-    def _stream_barrier(self, session: SessionStream, caller: TaskRef, arrival: pb.StreamBarrier) -> None:
-        """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
-        pass, a failure) or at its deadline. Refusals answer the arrival; the stream goes on."""
-        try:
-            barrier = self._state.barrier_arrive(caller, arrival.name, arrival.timeout_seconds, now=self._clock())
-        except Refused as refused:
-            session.send(wire.outcome_refused(arrival.request_id, refused))
-            return
-        self._stream_rendezvous(session, arrival.request_id, barrier)
-
-    def _stream_gather(self, session: SessionStream, caller: TaskRef, arrival: pb.StreamGather) -> None:
-        """A gather arrival on a session: as a barrier's, answered with the table every host gets."""
-        try:
-            gather = self._state.gather_arrive(
-                caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock()
-            )
-        except Refused as refused:
-            session.send(wire.outcome_refused(arrival.request_id, refused))
-            return
-        self._stream_rendezvous(session, arrival.request_id, gather)
-
-    def _stream_rendezvous(self, session: SessionStream, request_id: int, barrier: BarrierId) -> None:
-        """Answer an arrival that is decided; else keep it with its key's other waiting sessions, under
-        one deadline timer per key (not one per host)."""
-        key = barrier_key(barrier)
-        waiting = self._stream_barriers.get(key)
-        if waiting is None:
-            waiting = self._stream_barriers[key] = []
-        waiting.append((session, request_id, barrier))
-        if key in self._barrier_timers:
-            return  # undecided: its timer is set (a decided key has none and is answered below)
-        self._answer_barriers([key])
-
-    def _barrier_due(self, key: WaitKey) -> None:
-        self._barrier_timers.pop(key, None)
-        self._answer_barriers([key])
-        self._wake()
-
-    def _answer_barriers(self, keys: list[WaitKey] | frozenset[WaitKey]) -> None:
-        """Answer every session waiting on ``keys`` whose barrier or gather is decided: the outcome is
-        decided and encoded once per key, then written to each waiting stream (O(1) each: a gather's
-        table is the same bytes for every host, joined to each host's request id only as it is written)."""
-        now = self._clock()
-        for key in keys:
-            waiting = self._stream_barriers.get(key)
-            if not waiting:
-                continue
-            barrier = waiting[0][2]
-            gate: asyncio.Semaphore | None = None
-            try:
-                if barrier.kind == "gather":
-                    outcome: int | Gathered | Pending = self._state.gather_outcome(barrier, now=now)
-                else:
-                    outcome = self._state.barrier_outcome(barrier, now=now)
-            except Refused as refused:
-                tail = wire.outcome_refused(0, refused)
-            else:
-                if isinstance(outcome, Pending):
-                    timer = self._barrier_timers.pop(key, None)
-                    if timer is not None:
-                        timer.cancel()
-                    self._barrier_timers[key] = asyncio.get_running_loop().call_later(
-                        max(0.0, outcome.deadline - now), self._barrier_due, key
-                    )
-                    continue
-                if isinstance(outcome, Gathered):
-                    _, data, gate = self._gathered_answer(barrier.name, outcome)
-                    tail = length_delimited(wire.GATHERED_FIELD, data)
-                else:
-                    tail = wire.outcome_passed(0, outcome)
-            del self._stream_barriers[key]
-            timer = self._barrier_timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
-            self.counters.touched += len(waiting)
-            self.counters.woken += len(waiting)
-            if gate is None:
-                answers: Answers = deque(
-                    (session, wire.request_id_prefix(request_id) + tail) for session, request_id, _ in waiting
-                )
-                width = _RELEASE_WIDTH
-            else:
-                answers = deque(
-                    (session, Fanned(wire.request_id_prefix(request_id), tail, gate)) for session, request_id, _ in waiting
-                )
-                width = fanout_width(len(tail))
-            self._fan_outs.send(answers, width)
-
-    def _gathered_answer(self, name: str, gathered: Gathered) -> tuple[Gathered, bytes, asyncio.Semaphore]:
-        """A passed gather's ``GatherResponse``, encoded once for every caller (unary and stream alike),
-        and the gate that bounds how many bytes of its copies are being written at once."""
-        cached = self._gathered.get(name)
-        if cached is None or cached[0] is not gathered:
-            self.counters.built += 1
-            self.counters.encoded += 1
-            self.counters.touched += len(gathered.values)
-            data = convert.gather_response(gathered.instance, gathered.values).SerializeToString()  # once, for all
-            gate = asyncio.Semaphore(fanout_width(len(data)))
-            cached = self._gathered[name] = (gathered, data, gate)
-        return cached
-
-    def _watch(self, session: SessionStream, caller: TaskRef) -> None:
-        """Push the cluster's error on ``session`` once there is one (at once if there is)."""
-        if session.watching:
-            return
-        session.watching = True
-        self._watchers.add(session)
-        self._push_error(session, caller)
-
-    def _push_error(
-        self, session: SessionStream, caller: TaskRef, out: Answers | None = None
-    ) -> None:
-        """Send ``session`` the cluster's error if there is one (with ``out``: add it there, for one
-        fan-out to every watcher)."""
-        try:
-            failure = self._state.poll_error(caller, now=self._clock())
-        except Refused as refused:
-            self._watchers.discard(session)
-            data = wire.outcome_refused(0, refused)
-        else:
-            if failure is None:
-                return
-            self._watchers.discard(session)
-            if self._error is None or self._error[0] is not failure:
-                self._encode_error(failure)
-            assert self._error is not None
-            data = self._error[2]
-        if out is None:
-            session.send(data)
-        else:
-            out.append((session, data))
-
-    def _encode_error(self, failure: ClusterFailure) -> None:
-        self.counters.built += 1
-        self.counters.encoded += 2
-        message = convert.cluster_failure_pb(failure)
-        self._error = (
-            failure,
-            pb.PollForErrorResponse(failure=message).SerializeToString(),
-            pb.HeartbeatResponse(failure=message).SerializeToString(),
-        )
 
     @_refusals_as_status
     async def ReportError(self, request: pb.ReportErrorRequest, context: Any) -> Answer:
@@ -544,12 +295,12 @@ class CoordinationServicer:
             convert.task_ref(request.task), request.cause, now=self._clock(), shutdown=request.shutdown
         )
         self._log_failures(failures)
-        return self._share("empty", lambda: pb.ReportErrorResponse())
+        return self._shared.share("empty", lambda: pb.ReportErrorResponse())
 
     @_refusals_as_status
     async def PollForError(self, request: pb.PollForErrorRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
-        answer_by = self._clock() + _poll_seconds(request.max_wait_seconds)
+        answer_by = self._clock() + poll_seconds(request.max_wait_seconds)
 
         def check(now: float) -> ClusterFailure | Pending | None:
             failure = self._state.poll_error(caller, now=now)
@@ -560,10 +311,7 @@ class CoordinationServicer:
         failure = await self._wait(ERRORS, check)
         if failure is None:
             return b""  # an empty PollForErrorResponse
-        if self._error is None or self._error[0] is not failure:
-            self._encode_error(failure)
-        assert self._error is not None
-        return self._error[1]
+        return self._shared.error(failure)[0]
 
     @_refusals_as_status
     async def Barrier(self, request: pb.BarrierRequest, context: Any) -> Answer:
@@ -582,7 +330,7 @@ class CoordinationServicer:
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
         )
         gathered = await self._wait(barrier_key(gather), lambda now: self._state.gather_outcome(gather, now=now))
-        _, data, gate = self._gathered_answer(gather.name, gathered)
+        data, gate = self._shared.gathered(gather.name, gathered)
         async with gate:
             await context.write(data)
 
@@ -625,7 +373,7 @@ class CoordinationServicer:
     @_refusals_as_status
     async def KeyValueDir(self, request: pb.KeyValueDirRequest, context: Any) -> Answer:
         prefix, version = request.prefix, self._state.kv_version
-        self._state.check_kv_generation(request.generation)  # the cached listing is the current generation's
+        self._state.generations.check_kv(request.generation)  # the cached listing is the current generation's
         cached = self._kv_dirs.get(prefix)
         if cached is not None and cached[0] == version:
             self._kv_dirs.move_to_end(prefix)
@@ -670,34 +418,9 @@ class CoordinationServicer:
         if not wakeup.everyone and not wakeup.keys:
             return
         self._parking.wake(wakeup)
-        if self._stream_barriers:
-            self._answer_barriers(list(self._stream_barriers) if wakeup.everyone else wakeup.keys)
-        if self._waiting_for_all and (wakeup.everyone or REGISTRATION in wakeup.keys):
-            self._answer_waits_for_all()
+        self._streams.woken(wakeup)
         self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
-        if self._watchers and (wakeup.everyone or ERRORS in wakeup.keys):
-            # The error reaches every host at once: written by a few writer tasks in turn, as a passed
-            # barrier is, not a task per host (a pod's worth, when it matters most).
-            pushed: Answers = deque()
-            for session in list(self._watchers):
-                self.counters.touched += 1
-                if session.task is not None:
-                    self._push_error(session, session.task, pushed)
-            if pushed:
-                self._fan_outs.send(pushed, _RELEASE_WIDTH)
-
-    def _share(self, key: str, build: Callable[[], Message]) -> bytes:
-        """An answer that is the same for every caller, serialized once."""
-        data = self._shared.get(key)
-        if data is None:
-            self.counters.built += 1
-            self.counters.encoded += 1
-            data = self._shared[key] = build().SerializeToString()
-        return data
-
-    def _heartbeat_answer(self) -> bytes:
-        incarnation = self._state.service_incarnation
-        return self._share("heartbeat", lambda: pb.HeartbeatResponse(service_incarnation=incarnation))
+        self._streams.push_errors(wakeup)
 
     async def _abort(self, context: Any, refused: Refused) -> NoReturn:
         details = convert.status_details(refused.message)
@@ -726,7 +449,3 @@ class CoordinationServicer:
             log.warning("%s failed: %s", failure.task, failure.cause)
         if len(failures) > SAMPLE:
             log.warning("... and %d more tasks failed (`tpuctl status --json` lists all)", len(failures) - SAMPLE)
-
-
-def _poll_seconds(requested: float) -> float:
-    return min(max(requested, 0.0), MAX_POLL_S) if math.isfinite(requested) else MAX_POLL_S

@@ -19,6 +19,7 @@ from tpuctl.coordination.calls import (
     CONFIRM_GRACE_S,
     RETRY_DELAYS_S,
     STATUS_BY_VALUE,
+    Waiting,
     finished,
     progress_interval,
     report,
@@ -30,7 +31,6 @@ from tpuctl.coordination.values import (
     Membership,
     RegistrationProgress,
     RendezvousKind,
-    RendezvousProgress,
     keepalive_window,
 )
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
@@ -38,6 +38,8 @@ from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.watchdog.judge import Verdict
     from tpuctl.watchdog.pace import PaceReport
@@ -129,52 +131,31 @@ class Session:
             self._end(ClusterError(f"task {membership.task.task_id}: the session with {client.target} was closed"))
             raise
 
-    async def barrier(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
-        progress_every: float = 5.0,
-    ) -> int:
+    async def barrier(self, name: str, **waiting: Unpack[Waiting]) -> int:
         """``CoordinationClient.barrier`` for this session's task, on the stream: the same outcomes and
         errors. Waits up to ``rpc_timeout`` for the stream to be up."""
-        arrival = _barrier_arrival(name, timeout or 0.0)
-        response = await self._rendezvous("barrier", name, arrival, timeout, progress, progress_every)
+        arrival = _barrier_arrival(name, waiting.get("timeout") or 0.0)
+        response = await self._rendezvous("barrier", name, arrival, waiting)
         return int(response.instance)
 
-    async def gather(
-        self,
-        name: str,
-        value: bytes,
-        *,
-        timeout: float | None = None,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None = None,
-        progress_every: float = 5.0,
-    ) -> list[bytes]:
+    async def gather(self, name: str, value: bytes, **waiting: Unpack[Waiting]) -> list[bytes]:
         """``CoordinationClient.gather`` for this session's task, on the stream: the same
         values, checks, progress and errors, without a call of its own in the service while it waits."""
-        arrival = _gather_arrival(name, value, timeout or 0.0)
-        response = await self._rendezvous("gather", name, arrival, timeout, progress, progress_every)
+        arrival = _gather_arrival(name, value, waiting.get("timeout") or 0.0)
+        response = await self._rendezvous("gather", name, arrival, waiting)
         if not response.HasField("gathered"):
             raise ClusterError(f"the coordinator at {self._client.target} answered gather {shown(name)} without its table")
         return convert.gather_values(response.gathered)  # inflated to at most the size the service allows
 
     async def _rendezvous(
-        self,
-        kind: RendezvousKind,
-        name: str,
-        arrival: Callable[[int], pb.HeartbeatRequest],
-        timeout: float | None,
-        progress: Callable[[RendezvousProgress], Awaitable[None] | None] | None,
-        progress_every: float,
+        self, kind: RendezvousKind, name: str, arrival: Callable[[int], pb.HeartbeatRequest], waiting: Waiting
     ) -> pb.HeartbeatResponse:
         """A barrier or gather arrival on the stream, with the unary calls' deadline and progress polls."""
         client = self._client
         call = f"{kind} {shown(name)}"
-        wait = (client.max_wait if timeout is None else timeout) + client.rpc_timeout
+        wait = client.wait_bound(waiting.get("timeout"))
         response: pb.HeartbeatResponse = await client.with_progress(
-            self._arrive(arrival, call, wait), call, self.membership.task, name, kind, progress, progress_every
+            self._arrive(arrival, call, wait), call, self.membership.task, name, kind, waiting
         )
         return response
 

@@ -23,18 +23,9 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
 * Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error.
 * Key-value (``kv.py``): values are bytes; a blocking get waits for the key up to the caller's timeout.
   Writes are charged to the writing task, under per-task and total quotas (``KvLimits``).
-* Generations (``ServiceConfig.restart``): under policy fail (the default) the first failure is final,
-  as above. Under policy rejoin, a failure of a formed generation g (no heartbeat, an error report, a
-  disconnect) *ends* g instead, while restarts are left: every wait of g fails at once with the
-  failure (``ClusterFailure.rejoin``), and generation g + 1 starts forming at once. Every task registers
-  into g + 1: a survivor with the incarnation and retry secret (or the previous credential) it held, so
-  nobody else can take its place; a failed task's new process afresh. While a generation forms, a
-  registrant that fails only becomes missing again. A generation that has not formed ``restart.timeout``
-  after it started, or a failure with no restarts left, is final, naming what ended every generation.
-  Everything task-scoped is per generation: a call carries its generation (``TaskRef.generation``) and
-  one of another generation is refused ``OLD_GENERATION`` naming both; barrier and gather counts and the
-  key-value store start empty in every generation. An ended generation's error stays readable by
-  ``poll_error`` (it is public, like status), so a late watcher learns why its generation ended.
+* Generations (``generations.py``, ``ServiceConfig.restart``): under policy fail (the default) the first
+  failure is final, as above; under policy rejoin it ends the formed generation, while restarts are
+  left, and the next one starts forming at once. Everything task-scoped is per generation.
 * Reclaiming a task: a registration that brings the credential of the task's live registration
   (``Registration.previous_credential``, kept in the host's state dir) is that host's new process: the
   old registration fails at once ("restarted") instead of a heartbeat timeout later, under either policy.
@@ -50,9 +41,9 @@ visits every task once. ``counters`` counts the work.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 
+from tpuctl.coordination.generations import Generations
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.rendezvous import Rendezvous
 from tpuctl.coordination.tasks import TaskRecord, TaskTable
@@ -71,7 +62,6 @@ from tpuctl.coordination.values import (
     Counters,
     Gathered,
     Membership,
-    OpenBarrier,
     Pending,
     Reason,
     Refused,
@@ -79,18 +69,14 @@ from tpuctl.coordination.values import (
     RegistrationProgress,
     RendezvousKind,
     RendezvousProgress,
-    RestartPolicy,
     ServiceConfig,
     TaskFailure,
     TaskInfo,
     TaskRef,
-    TaskSpec,
     TaskState,
-    TaskStatus,
     Verdict,
     WaitKey,
     Wakeup,
-    barrier_key,
     check_name,
     check_timeout,
     clip,
@@ -99,39 +85,6 @@ from tpuctl.coordination.values import (
     sample_text,
 )
 from tpuctl.messages import count, shown
-
-__all__ = [
-    "ERRORS",
-    "PROTOCOL_VERSION",
-    "REGISTRATION",
-    "BarrierId",
-    "ClusterFailure",
-    "ClusterStatus",
-    "CoordinationState",
-    "Counters",
-    "Gathered",
-    "Membership",
-    "OpenBarrier",
-    "Pending",
-    "Reason",
-    "Refused",
-    "Registration",
-    "RegistrationProgress",
-    "RendezvousProgress",
-    "RestartPolicy",
-    "ServiceConfig",
-    "TaskFailure",
-    "TaskInfo",
-    "TaskRef",
-    "TaskSpec",
-    "TaskState",
-    "TaskStatus",
-    "WaitKey",
-    "Wakeup",
-    "barrier_key",
-    "kv_key",
-]
-
 
 _NO_WAKEUP = Wakeup()
 
@@ -161,11 +114,9 @@ class CoordinationState:
         self.tasks = tuple(TaskInfo(i, spec.address) for i, spec in enumerate(config.tasks))
         """Every task of the cluster, by id (one shared tuple)."""
         self._table = TaskTable(self.tasks, self.counters, heartbeat_timeout=config.heartbeat_timeout)
-        self.generation = config.first_generation
-        """The current generation: 1, then one more after every restart."""
-        self._first_generation = config.first_generation
-        self._ended: dict[int, ClusterFailure] = {}
-        """What ended each earlier generation of this service (at most ``restart.max_restarts``)."""
+        self.generations = Generations(
+            config.first_generation, config.restart, service_incarnation=service_incarnation
+        )
         self._formed = False
         """Every task registered into the current generation (from then on a failure ends it)."""
         self._restart_deadline: float | None = None
@@ -195,13 +146,9 @@ class CoordinationState:
         return not self._unregistered
 
     @property
-    def restarts(self) -> int:
-        """Restarts used so far (a restarted coordinator's predecessors' count too)."""
-        return self.generation - 1
-
-    def ended(self, generation: int) -> ClusterFailure | None:
-        """What ended ``generation`` (None: it is the current one, or this service never had it)."""
-        return self._ended.get(generation)
+    def generation(self) -> int:
+        """The current generation: 1, then one more after every restart."""
+        return self.generations.current
 
     @property
     def kv_version(self) -> int:
@@ -307,7 +254,7 @@ class CoordinationState:
         if self._register_deadline is None:
             # A restarted coordinator's cluster re-forms within the restart timeout, a new one registers
             # within the register timeout.
-            first = self._first_generation == 1
+            first = self.generations.first == 1
             self._register_deadline = now + (self.config.register_timeout if first else self.config.restart.timeout)
         return self._membership(task)
 
@@ -400,7 +347,7 @@ class CoordinationState:
     def disconnect(self, caller: TaskRef, *, now: float) -> None:
         """Leave gracefully. Barriers still waiting for this task fail at once (they can no longer pass)."""
         task = self._task(caller.task_id)
-        if caller.generation != self.generation and caller.generation in self._ended:
+        if caller.generation != self.generation and self.generations.ended(caller.generation) is not None:
             return  # leaving a generation that already ended
         if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._table.holds(task, caller):
             return  # a retry, or a failed task leaving: its failure stands
@@ -420,10 +367,10 @@ class CoordinationState:
         """The cluster's error, if any (the same object every time). A task declared failed may still
         poll: that is how it learns."""
         if caller.generation != self.generation:
-            ended = self._ended.get(caller.generation)
+            ended = self.generations.ended(caller.generation)
             if ended is not None:
                 return ended  # what ended it: public, like status
-            raise self._other_generation(caller)
+            raise self.generations.other(caller)
         task = self._task(caller.task_id)
         if task.state is not TaskState.FAILED:
             self._live(caller)
@@ -453,10 +400,15 @@ class CoordinationState:
         """Count the caller's next call to ``name``; ``timeout`` 0 means the configured default."""
         return self._arrive("barrier", caller, name, timeout, None, now)
 
+    def rendezvous_outcome(self, barrier: BarrierId, *, now: float) -> int | Gathered | Pending:
+        """A barrier's instance number once it passed, a gather's values once all published (the same
+        object for every caller); raises once it timed out or cannot pass."""
+        self.generations.check_barrier(barrier)
+        return self._rendezvous.outcome(barrier, failure=self._failure, now=now)
+
     def barrier_outcome(self, barrier: BarrierId, *, now: float) -> int | Pending:
         """The instance number once it passed; raises once it timed out or cannot pass."""
-        self._check_generation_of(barrier)
-        outcome = self._rendezvous.outcome(barrier, failure=self._failure, now=now)
+        outcome = self.rendezvous_outcome(barrier, now=now)
         assert not isinstance(outcome, Gathered)
         return outcome
 
@@ -466,8 +418,7 @@ class CoordinationState:
 
     def gather_outcome(self, gather: BarrierId, *, now: float) -> Gathered | Pending:
         """Every task's value once all published (the same object for every caller); raises like a barrier."""
-        self._check_generation_of(gather)
-        outcome = self._rendezvous.outcome(gather, failure=self._failure, now=now)
+        outcome = self.rendezvous_outcome(gather, now=now)
         assert not isinstance(outcome, int)
         return outcome
 
@@ -501,7 +452,7 @@ class CoordinationState:
         ``generation`` (0: the current one): the key-value store is per generation, and a get of a
         generation that ended is refused."""
         check_timeout("key-value", timeout)
-        self.check_kv_generation(generation)
+        self.generations.check_kv(generation)
         value = self._kv.get(key)
         if value is not None:
             return value
@@ -515,7 +466,7 @@ class CoordinationState:
 
     def kv_dir(self, prefix: str, *, generation: int = 0) -> list[tuple[str, bytes]]:
         """Every entry whose key starts with ``prefix`` (a plain string prefix), sorted by key. O(answer)."""
-        self.check_kv_generation(generation)
+        self.generations.check_kv(generation)
         if len(prefix) > 1024:
             check_name("key prefix", prefix)
         return self._kv.dir(prefix)
@@ -538,7 +489,7 @@ class CoordinationState:
             barriers=barriers,
             generation=self.generation,
             forming=bool(self._unregistered) and self._failure is None,
-            ended=tuple(f"generation {g}: {clip(str(f), 400)}" for g, f in sorted(self._ended.items())),
+            ended=self.generations.history(),
         )
 
     # --- internals ---------------------------------------------------------------------------------
@@ -573,7 +524,7 @@ class CoordinationState:
         """The caller's record if it is the connected process of its task; refuses otherwise."""
         task = self._task(caller.task_id)
         if caller.generation != self.generation:
-            raise self._other_generation(caller)
+            raise self.generations.other(caller)
         if task.state is TaskState.WAITING:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has not registered", hint="register first")
         if task.incarnation != caller.incarnation:
@@ -597,7 +548,7 @@ class CoordinationState:
         )
 
     def _registration_closed(self, now: float) -> bool:
-        if self._ended:
+        if self.generations.any_ended:
             return False  # after a restart the restart deadline rules (``_check_restart_deadline``)
         deadline = self._register_deadline
         return deadline is not None and now >= deadline and bool(self._unregistered)
@@ -640,14 +591,8 @@ class CoordinationState:
                 for lost in failures:
                     self._missing_again(self._table.records[lost.task.task_id])
                 return tuple(failures)
-            rejoin = policy.rejoin and not shutdown and self.restarts < policy.max_restarts
-            earlier = self._earlier() if rejoin or not policy.rejoin or shutdown else self._earlier(exhausted=True)
-            end = ClusterFailure(
-                tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown, generation=self.generation,
-                rejoin=rejoin, earlier="" if rejoin else earlier,
-            )  # fmt: skip
-            if rejoin:
-                self._ended[self.generation] = end
+            end = self.generations.end(failures, shutdown=shutdown)
+            if end.rejoin:
                 self._start_generation(self.generation + 1, now)
             else:
                 self._failure = end
@@ -659,10 +604,10 @@ class CoordinationState:
 
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
-        return not self._ended and len(self._unregistered) == len(self._table) and self._register_deadline is None
+        return not self.generations.any_ended and len(self._unregistered) == len(self._table) and self._register_deadline is None
 
     def _restart_at(self, generation: int) -> None:
-        self.generation = generation
+        self.generations.current = generation
         self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=generation)
 
     def _start_generation(self, generation: int, now: float) -> None:
@@ -688,17 +633,11 @@ class CoordinationState:
         VM) may take their task. Their death joins what ended the last generation. True when all were."""
         limit = self.config.heartbeat_timeout
         released = [t for t in tasks if self._table.silence(t, now) > limit]
-        ended_at = self.generation - 1
-        end = self._ended.get(ended_at)
         for task in released:
             task.reserved = False
             self._table.reserved.pop(task.info.task_id)
             task.cause = f"{self._table.silence_cause(task, now)}, while generation {self.generation} formed"
-            if end is not None:
-                failures = end.failures + ((TaskFailure(task.info, task.cause),) if len(end.failures) < SAMPLE else ())
-                end = dataclasses.replace(end, failures=failures, total=end.total + 1)
-        if end is not None and released:
-            self._ended[ended_at] = end
+        self.generations.also_ended([TaskFailure(task.info, task.cause) for task in released])
         return len(released) == len(tasks)
 
     def _check_restart_deadline(self, now: float, *, refuse: bool = True) -> None:
@@ -717,59 +656,10 @@ class CoordinationState:
             task.cause = cause
         self._failure = ClusterFailure(
             tuple(TaskFailure(t.info, cause) for t in sample), missing, generation=self.generation,
-            earlier=self._earlier(),
+            earlier=self.generations.earlier(),
         )  # fmt: skip
         self._restart_deadline = None
         self._wake_everyone = True
         self._woken.add(ERRORS)
         if refuse:
             raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}")
-
-    def _earlier(self, *, exhausted: bool = False) -> str:
-        """What ended the earlier generations, for a final failure (bounded: at most ``max`` restarts)."""
-        parts = [
-            f"generation {g} ended: {clip(str(dataclasses.replace(f, rejoin=False)), 300)}"
-            for g, f in sorted(self._ended.items())
-        ]
-        if self._first_generation > 1:
-            before = self._first_generation - 1
-            span = "generation 1" if before == 1 else f"generations 1 to {before}"
-            parts.insert(0, f"{span} ended before this coordinator started (task 0 restarted)")
-        if exhausted:
-            used = self.restarts
-            parts.append(f"no restarts left ({used} of {self.config.restart.max_restarts} used)")
-        return clip("; ".join(parts), 2000)
-
-    def _other_generation(self, caller: TaskRef) -> Refused:
-        ended = self._ended.get(caller.generation)
-        if ended is not None:
-            why = f"generation {caller.generation} ended: {clip(str(ended), 500)}"
-        elif caller.generation > self.generation or caller.generation < self._first_generation:
-            why = f"this coordinator (service incarnation {self.service_incarnation}) never had generation {caller.generation}: it restarted"
-        else:
-            why = f"generation {caller.generation} is not one of this coordinator's"
-        return Refused(
-            Reason.OLD_GENERATION,
-            f"task {caller.task_id}: the call is of generation {caller.generation}, the cluster is at generation "
-            f"{self.generation} ({why})",
-            hint="this host's agent re-registers into the current generation by itself; restart the job under it",
-        )
-
-    def _check_generation_of(self, barrier: BarrierId) -> None:
-        if barrier.generation != self.generation:
-            ended = self._ended.get(barrier.generation)
-            raise Refused(
-                Reason.CLUSTER_FAILED,
-                f"{barrier} of generation {barrier.generation} cannot pass: "
-                + (f"generation {barrier.generation} ended: {ended}" if ended else "that generation is over"),
-            )
-
-    def check_kv_generation(self, generation: int) -> None:
-        """Refuse a key-value call of a generation other than the current one (0: the current one)."""
-        if generation and generation != self.generation:
-            raise Refused(
-                Reason.OLD_GENERATION,
-                f"key-value call of generation {generation}; the cluster is at generation {self.generation} "
-                "(every generation starts with an empty key-value store)",
-                hint="restart the job under this host's agent: it is in the new generation",
-            )
