@@ -36,6 +36,7 @@ async def start_service(spec: ClusterSpec, token: str | None, *, first_generatio
         token=token,
         restart=RestartPolicy(spec.restart.rejoin, spec.restart.timeout, spec.restart.max_restarts),
         first_generation=first_generation,
+        watchdog=spec.watchdog,
     )
     tls = spec.auth.tls if spec.auth is not None else None
     server_tls = None

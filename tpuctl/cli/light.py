@@ -243,9 +243,30 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
             f"{sample(missing, limit=MAX_LISTED_BARRIER_TASKS)} "
             f"({len(barrier.get('arrived', [])):,} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
         )
+    lines += _watchdog_lines(result.get("watchdog"))
     if result.get("error"):
         lines += ["", f"cluster error: {result['error']}"]
     return "\n".join(lines)
+
+
+def _watchdog_lines(watchdog: "Any") -> "list[str]":
+    """The job's progress as the watchdog sees it: the step range, the hosts furthest behind, verdicts."""
+    if type(watchdog) is not dict:
+        return []
+    steps = watchdog.get("steps") or {}
+    lines = [
+        "",
+        f"steps: {steps.get('low', 0):,} / {steps.get('median', 0):,} / {steps.get('high', 0):,} (min / median / max "
+        f"of {watchdog.get('armed', 0):,} reporting hosts; {watchdog.get('stalled', 0):,} stalled)",
+    ]
+    slowest = [h for h in watchdog.get("slowest", []) if type(h) is dict and h.get("step", 0) < steps.get("high", 0)]
+    if slowest:
+        behind = ", ".join(f"task {h.get('task')} at {h.get('step', 0):,} ({h.get('step_age', 0):.0f} s ago)" for h in slowest)
+        lines.append(f"furthest behind: {behind}")
+    for verdict in watchdog.get("verdicts", []):
+        if type(verdict) is dict:
+            lines.append(f"watchdog: {verdict.get('message')}")
+    return lines
 
 
 # --- the hand parser ---------------------------------------------------------------------------------

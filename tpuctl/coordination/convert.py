@@ -313,6 +313,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         generation=response.generation or 1,
         forming=response.forming,
         ended=tuple(response.ended),
+        watchdog=watchdog(response.watchdog) if response.HasField("watchdog") else None,
     )
 
 

@@ -13,6 +13,7 @@ are dropped once a later instance of the same name passes (every task has read t
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,8 @@ from tpuctl.health import LEFT, LEFT_CAUSE, LEFT_CAUSE_MANY
 from tpuctl.messages import count, shown
 
 _ARRIVED = {"barrier": "arrived", "gather": "published"}
+RESERVED_PREFIX = "tpuctl/"  # tpuctl's own barriers (init's last one): not the job's pace
+LAST_ARRIVALS_KEPT = 64
 
 
 @dataclass
@@ -56,6 +59,8 @@ class _Instance:
     passed: bool = False
     verdict: Verdict | None = None
     gathered: Gathered | None = None
+    last_arrival: float | None = None
+    """When the latest arrival came (the lag of the last one behind it is a straggler's sign)."""
 
     @property
     def decided(self) -> bool:
@@ -78,6 +83,9 @@ class Rendezvous:
         self._open: set[BarrierId] = set()
         self._floor: dict[tuple[RendezvousKind, str], int] = {}
         """Instances below this number passed and were dropped."""
+        self.last_arrivals: deque[tuple[int, float]] = deque(maxlen=LAST_ARRIVALS_KEPT)
+        """Each passed barrier's last arrival (task id, seconds after the arrival before it), for the
+        watchdog (a host last at most barriers, by a margin, drags the cluster); taken by the service."""
 
     def value_limit(self) -> int:
         return min(MAX_GATHER_VALUE, MAX_GATHER_TABLE // len(self._tasks))
@@ -128,8 +136,11 @@ class Rendezvous:
         assert instance.missing is not None
         if instance.missing.discard(task_id) and instance.values is not None and value is not None:
             instance.values[task_id] = value
+        previous, instance.last_arrival = instance.last_arrival, now
         if not instance.missing:
             self._pass(barrier, instance)
+            if kind == "barrier" and previous is not None and not name.startswith(RESERVED_PREFIX):
+                self.last_arrivals.append((task_id, now - previous))
         return barrier
 
     def outcome(self, barrier: BarrierId, *, failure: ClusterFailure | None, now: float) -> int | Gathered | Pending:

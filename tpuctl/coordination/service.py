@@ -51,6 +51,8 @@ from tpuctl.coordination.values import (
     barrier_key,
     kv_key,
 )
+from tpuctl.coordination.watch import TICK_S as WATCH_TICK_S
+from tpuctl.coordination.watch import ClusterWatch
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.protowire import length_delimited
 
@@ -128,6 +130,8 @@ class CoordinationServicer:
         self.refusal_log = RateLimitedLog(log)
         self._fan_outs = FanOuts()
         self._streams = StreamAnswers(state, clock=clock, shared=self._shared, fan_outs=self._fan_outs, wake=self._wake)
+        self.watch = ClusterWatch(state.config.watchdog, len(state.tasks), lambda t: str(state.tasks[t]))
+        self._watching: asyncio.Task[None] | None = None
         self._session_ids = itertools.count(1)
 
     @property
@@ -137,6 +141,7 @@ class CoordinationServicer:
     def start(self) -> None:
         self.heap.start()
         self._watchdog = asyncio.create_task(self._watch_heartbeats(), name="tpuctl-coordination-watchdog")
+        self._watching = asyncio.create_task(self._watch_progress(), name="tpuctl-coordination-progress")
 
     async def stop(self) -> None:
         """Stop the service's own tasks. Answers a fan-out has not written yet (a passed barrier, the
@@ -145,11 +150,12 @@ class CoordinationServicer:
         writers' writes in progress get as long to finish."""
         self.heap.stop()
         await self._fan_outs.stop()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
-            self._watchdog = None
+        for task in (self._watchdog, self._watching):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watchdog = self._watching = None
 
     def encode(self, answer: Answer | Fanned) -> bytes:
         """The response serializer of every method: counts what is sent, passes shared bytes through."""
@@ -272,6 +278,10 @@ class CoordinationServicer:
                 elif request.watch_errors:
                     self._streams.watch(session, caller)
                     self._wake()
+                elif request.HasField("pace"):  # no answer: O(1), a few per host per report interval
+                    report = convert.pace(request.pace)
+                    if report is not None and session.vouched is not None:
+                        self.watch.report(caller.task_id, report, generation=state.generation, now=clock())
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
                     if session.vouched is None:  # the stream proved whose it is: it keeps the task alive now
@@ -390,9 +400,14 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> Answer:
-        status = self._state.status(now=self._clock())
+        now = self._clock()
+        status = self._state.status(now=now)
         self.counters.built += 1 + len(status.tasks)
-        return convert.status_response(status)
+        response = convert.status_response(status)
+        view = self.watch.view(now, self._state.generation)
+        if view is not None:
+            response.watchdog.CopyFrom(convert.watchdog_pb(view))
+        return response
 
     @_refusals_as_status
     async def Disconnect(self, request: pb.DisconnectRequest, context: Any) -> Answer:
@@ -443,6 +458,24 @@ class CoordinationServicer:
             due = loop.time() + self._check_interval
             self._log_failures(self._state.expire(now=self._clock()))
             self._wake()
+
+    async def _watch_progress(self) -> None:
+        """Ask the watchdog about every ``TICK_S``: push what it finds to every host, and act on a hang as
+        ``on_hang`` says (the hosts behind fail, which ends the generation or the cluster)."""
+        state = self._state
+        while True:
+            await asyncio.sleep(WATCH_TICK_S)
+            now = self._clock()
+            for last, lag in state.take_last_arrivals():
+                self.watch.barrier_passed(last, lag, generation=state.generation, now=now)
+            if state.failure is not None:
+                continue
+            verdicts, hang = self.watch.tick(now, state.generation)
+            for verdict in verdicts:
+                self._streams.push_verdict(pb.HeartbeatResponse(watchdog=convert.verdict_pb(verdict)).SerializeToString())
+            if hang is not None:
+                self._log_failures(state.hung(hang.tasks, hang.cause, final=hang.final, now=now))
+                self._wake()
 
     def _log_failures(self, failures: tuple[TaskFailure, ...]) -> None:
         for failure in failures[:SAMPLE]:

@@ -41,7 +41,7 @@ visits every task once. ``counters`` counts the work.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from tpuctl.coordination.generations import Generations
 from tpuctl.coordination.kv import KeyValueStore
@@ -570,8 +570,25 @@ class CoordinationState:
             )
         return self._registration_verdict
 
+    def hung(self, tasks: Sequence[int], cause: str, *, final: bool, now: float) -> tuple[TaskFailure, ...]:
+        """The watchdog found the cluster hung (``on_hang`` restart or fail): ``tasks`` (the hosts behind;
+        none: every connected host) fail with ``cause``, which ends the generation (re-formed under policy
+        rejoin unless ``final``) or the cluster. Nothing happens once the cluster is in error."""
+        if self._failure is not None:
+            return ()
+        records = self._table.records
+        chosen = [records[t] for t in tasks if 0 <= t < len(records)] or list(records)
+        live = [r for r in chosen if r.state is TaskState.CONNECTED]
+        return self._fail([(r, f"hung: {clip(cause)}") for r in live], now=now, final=final)
+
+    def take_last_arrivals(self) -> list[tuple[int, float]]:
+        """The last arrival of each barrier passed since asked (task id, seconds behind the one before)."""
+        taken = list(self._rendezvous.last_arrivals)
+        self._rendezvous.last_arrivals.clear()
+        return taken
+
     def _fail(
-        self, failed: Iterable[tuple[TaskRecord, str]], *, now: float, shutdown: bool = False
+        self, failed: Iterable[tuple[TaskRecord, str]], *, now: float, shutdown: bool = False, final: bool = False
     ) -> tuple[TaskFailure, ...]:
         """Mark tasks failed; the first batch ends the generation (a restart) or the cluster (final).
         Returns the new failures."""
@@ -591,7 +608,7 @@ class CoordinationState:
                 for lost in failures:
                     self._missing_again(self._table.records[lost.task.task_id])
                 return tuple(failures)
-            end = self.generations.end(failures, shutdown=shutdown)
+            end = self.generations.end(failures, shutdown=shutdown, final=final)
             if end.rejoin:
                 self._start_generation(self.generation + 1, now)
             else:

@@ -104,6 +104,13 @@ class StreamAnswers:
             if pushed:
                 self._fan_outs.send(pushed, RELEASE_WIDTH)
 
+    def push_verdict(self, data: bytes) -> None:
+        """Push a watchdog finding (``data``: one ``HeartbeatResponse`` encoded once) to every session that
+        watches the cluster's error, through the fan-out's few writers."""
+        pushed: Answers = deque((session, data) for session in self._watchers if session.task is not None)
+        if pushed:
+            self._fan_outs.send(pushed, RELEASE_WIDTH)
+
     # --- the wait for every host -----------------------------------------------------------------------
 
     def wait_for_all(self, session: SessionStream, caller: TaskRef, request: pb.StreamWaitForAll) -> None:

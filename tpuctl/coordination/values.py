@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 from tpuctl.errors import InputError
 from tpuctl.messages import count, shown
+from tpuctl.watchdog.judge import WatchdogView
+from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""
@@ -140,6 +142,8 @@ class ServiceConfig:
     """The key-value store's quotas."""
     restart: RestartPolicy = RestartPolicy()
     """What a task's failure does: end the cluster (default), or end a generation and re-form."""
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    """The spec's watchdog: hang timeout, what a hang does, straggler detection."""
     first_generation: int = 1
     """The generation this service starts at: above the last one when task 0's new process takes over
     after its predecessor died (from its state dir); ``first_generation - 1`` restarts count as used."""
@@ -400,6 +404,9 @@ class ClusterStatus:
     """The current generation is still forming (tasks missing); after a restart, who is missing."""
     ended: tuple[str, ...] = ()
     """What ended each earlier generation (one bounded line each; at most ``max`` restarts)."""
+    watchdog: WatchdogView | None = None
+    """The watchdog's view (step range, the hosts furthest behind, its standing verdicts), once a host's
+    job reported progress."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -438,6 +445,7 @@ class ClusterStatus:
                 }
                 for b in self.barriers
             ],
+            "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
         }
 
 
