@@ -124,7 +124,7 @@ def test_a_frozen_job_is_named_on_every_host_within_the_hang_timeout(make_cluste
 def test_on_hang_restart_resumes_the_job_from_its_checkpoint(make_cluster, tmp_path: Path) -> None:
     c = make_cluster("v4-32", **watched_spec(on_hang="restart", restart=True))
     c.up()
-    runs = start_jobs(c, tmp_path, 60, restarts=1)
+    start_jobs(c, tmp_path, 60, restarts=1)
     wait_until(lambda: step(tmp_path) >= 15, 120, "the job to reach step 15", logs=c.logs)
     os.kill(job_pid(c, 1), signal.SIGSTOP)  # tpuctl run's SIGKILL after --grace ends it (SIGKILL works on a stopped process)
     frozen = step(tmp_path)

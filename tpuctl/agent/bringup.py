@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import secrets
@@ -45,7 +44,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal
 
 from tpuctl.agent.commands import LocalCommands
 from tpuctl.agent.controlserver import serve
@@ -56,7 +55,6 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import InitSummary, Reporter
-from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -133,7 +131,7 @@ class Agent:
     # --- life cycle ------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        lock = _take_lock(self.options.state)
+        lock = self.options.state.take_lock()
         try:
             Path(self.options.state.pid_file).write_text(f"{os.getpid()}\n")
             return await self._run_locked()
@@ -680,28 +678,4 @@ async def _serve_forever(server: asyncio.AbstractServer) -> None:
         await server.serve_forever()
 
 
-def _take_lock(state: StateDir) -> IO[str]:
-    state.ensure()
-    handle = open(state.lock_file, "a+")  # noqa: SIM115  # held open: the lock lives as long as the agent
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        pid = state.live_pid()
-        raise StateError(
-            f"a tpuctl agent is already running for state dir {state.path}" + (f" (pid {pid})" if pid else ""),
-            hint="`tpuctl status` shows it; `tpuctl down` stops it; use another --state-dir for another host",
-        ) from None
-    return handle
-
-
-def configure_logging(path: Path | None, level: int = logging.INFO) -> None:
-    """Agent log: to ``path`` (background agent) or stderr (``--foreground``)."""
-    handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("tpuctl")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
-__all__ = ["Agent", "configure_logging"]
+__all__ = ["Agent"]

@@ -61,7 +61,8 @@ def run_foreground(options: AgentOptions, reporter: Reporter) -> int:
     """``init --foreground``: run the agent in this process, logging to stderr, until it stops."""
     import asyncio
 
-    from tpuctl.agent.bringup import Agent, configure_logging
+    from tpuctl.agent.bringup import Agent
+    from tpuctl.agent.logfile import configure_logging
 
     configure_logging(None, agent_log_level())
     return asyncio.run(Agent(options, reporter).run())
@@ -221,7 +222,8 @@ def _events(fd: int, until: Callable[[], float]) -> Iterator[dict[str, object]]:
 def _agent_child(options: AgentOptions, write_fd: int) -> int:
     import asyncio
 
-    from tpuctl.agent.bringup import Agent, configure_logging
+    from tpuctl.agent.bringup import Agent
+    from tpuctl.agent.logfile import configure_logging
     from tpuctl.agent.reporter import PipeReporter
 
     configure_logging(Path(options.state.log_file), agent_log_level())

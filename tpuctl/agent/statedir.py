@@ -31,6 +31,7 @@ from tpuctl import lightjson as json
 TYPE_CHECKING = False  # typing is not imported on the light path
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import IO
 
     from tpuctl.agent.protocol import AgentInfo
     from tpuctl.errors import StateError
@@ -165,6 +166,26 @@ class StateDir:
                 return int(handle.read().strip())
         except (OSError, ValueError):
             return None
+
+    def take_lock(self) -> "IO[str]":
+        """Create the folder and take its agent lock, held while the returned file stays open (the agent's
+        life); ``StateError`` naming the running agent when another holds it."""
+        import fcntl  # here: not on the light path
+
+        from tpuctl.errors import StateError
+
+        self.ensure()
+        handle = open(self.lock_file, "a+")  # noqa: SIM115  # held open: the lock lives as long as the agent
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            pid = self.live_pid()
+            raise StateError(
+                f"a tpuctl agent is already running for state dir {self.path}" + (f" (pid {pid})" if pid else ""),
+                hint="`tpuctl status` shows it; `tpuctl down` stops it; use another --state-dir for another host",
+            ) from None
+        return handle
 
     def live_pid(self) -> int | None:
         """The agent's pid while an agent holds this state dir's lock, else None.
