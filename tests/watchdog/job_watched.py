@@ -3,16 +3,18 @@ from tpuctl's environment, a cross-process all-gather every step) that reports e
 ``tpuctl.job.progress`` when its own work is done (before the step's collective) and checkpoints a step
 counter, reporting ``tpuctl.job.checkpointed`` after each checkpoint.
 
-Run as: ``tpuctl run ... -- python job_watched.py DIR STEPS STEP_S [SLOW_TASK:FACTOR]``. Every start appends
+Run as: ``tpuctl run ... -- python job_watched.py DIR STEPS STEP_S [SLOW_TASK:FACTOR:FROM] [JITTER]``. Every start appends
 ``start WALL GENERATION RESTART_COUNT FIRST_STEP`` to ``DIR/starts-TASK``; task 0 writes the step reached to
-``DIR/step`` after each step. ``SLOW_TASK:FACTOR``: that task's own work per step takes FACTOR times
-longer. At STEPS the job prints ``RESULT {...}`` and exits 0.
+``DIR/step`` after each step. ``SLOW_TASK:FACTOR:FROM``: from step FROM on, that task's own work per step
+takes FACTOR times longer. ``JITTER``: every host's work per step varies by up to this share, at random.
+At STEPS the job prints ``RESULT {...}`` and exits 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -25,7 +27,9 @@ import tpuctl.job
 import tpuctl.job.api
 
 folder, steps, step_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-slow_task, factor = (int(sys.argv[4].split(":")[0]), float(sys.argv[4].split(":")[1])) if len(sys.argv) > 4 else (-1, 1.0)
+slow = sys.argv[4].split(":") if len(sys.argv) > 4 and sys.argv[4] != "-" else ["-1", "1", "0"]
+slow_task, factor, slow_from = int(slow[0]), float(slow[1]), int(slow[2])
+jitter = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
 task = int(os.environ["TPUCTL_TASK_ID"])
 generation = int(os.environ["TPUCTL_GENERATION"])
 restarts = int(os.environ.get("TPUCTL_RESTART_COUNT", "0"))
@@ -52,7 +56,8 @@ with open(os.path.join(folder, f"starts-{task}"), "a") as handle:
 step = first
 while step < steps:
     step += 1
-    time.sleep(step_s * (factor if task == slow_task else 1.0))  # this host's own work for the step
+    own = step_s * (factor if task == slow_task and step >= slow_from else 1.0)
+    time.sleep(own * (1 + random.uniform(-jitter, jitter)))  # this host's own work for the step
     tpuctl.job.progress(step)
     gathered = multihost_utils.process_allgather(np.array([step * 10 + jax.process_index()], dtype=np.int32))
     assert np.asarray(gathered).ravel().tolist() == [step * 10 + p for p in range(jax.process_count())]

@@ -137,3 +137,36 @@ def test_on_hang_restart_resumes_the_job_from_its_checkpoint(make_cluster, tmp_p
         assert frozen - 2 <= result["first"] <= frozen + 1, (result, frozen)  # resumed from the checkpoint
     err = results[0].err
     assert "hung: cluster hung at step" in err and "task 1 (127.0.0.3)" in err, err
+
+
+def straggler_lines(c: LocalCluster) -> list[str]:
+    return [line for t in range(c.num_hosts) for line in [agent_line(c, t, "is a straggler")] if line]
+
+
+def test_a_host_slowed_to_1_4x_is_named_a_straggler_within_50_steps(make_cluster, tmp_path: Path) -> None:
+    """From step 150 task 3's own work per step takes 1.4x as long; every host names it within 50 steps."""
+    c = make_cluster("v4-32", **watched_spec())
+    c.up()
+    start_jobs(c, tmp_path, 100_000, "3:1.4:150", "0.1")
+    wait_until(lambda: len(straggler_lines(c)) == 4, 150, "every host to name a straggler", logs=c.logs)
+    named_at = step(tmp_path)
+    assert named_at <= 150 + 50, f"named at step {named_at}"
+    for line in straggler_lines(c):
+        assert "task 3 (127.0.0.5) is a straggler: reaches each step" in line, line
+    status = json.loads(c.tpuctl("status", "--json", "--state-dir", str(c.state(2)), timeout=30).out)
+    assert [(v["kind"], v["tasks"]) for v in status["watchdog"]["verdicts"]] == [("straggler", [3])]
+
+
+def test_a_healthy_run_of_500_steps_with_jitter_raises_no_alarm(make_cluster, tmp_path: Path) -> None:
+    c = make_cluster("v4-32", **watched_spec())
+    c.up()
+    start_jobs(c, tmp_path, 500, "-", "0.15")
+    for task in range(4):
+        done = c.processes.wait(f"run-{task}", 300)
+        assert done.code == 0, done.err
+    for task in range(4):
+        log = (c.state(task) / "agent.log").read_text()
+        assert "watchdog:" not in log, log
+    status = json.loads(c.tpuctl("status", "--json", "--state-dir", str(c.state(0)), timeout=30).out)
+    assert status["watchdog"]["armed"] == 4 and status["watchdog"]["verdicts"] == []
+    assert status["watchdog"]["steps"]["high"] == 500

@@ -247,7 +247,7 @@ class Watchdog:
             if median_time <= 0 or not host.pace:
                 continue
             pace, late = host.pace[-1], statistics.median(host.lateness)
-            in_lockstep = self._lockstep_from is not None and reference - self._lockstep_from >= 2 * steps
+            in_lockstep = self._lockstep_from is not None and reference - self._lockstep_from >= steps
             # Slow: the window's median step time over the ratio (a median of ``steps`` steps: jitter does
             # not move it far, a host slowed for half the window does).
             # Late in lockstep: the median of the last samples over the limit and clear of the noise (one
@@ -255,7 +255,8 @@ class Watchdog:
             slow_pace = pace >= ratio
             late_enough = late >= max(late_limit, LATE_NOISE_FACTOR * self._noise)
             slow = slow_pace or (in_lockstep and len(host.lateness) >= STRAGGLER_SAMPLES and late_enough)
-            recovered = pace < 1 + (ratio - 1) / 2 and late < late_limit / 2 and task not in barrier_last
+            # Recovered: back under half the limits, the lateness in every one of the last samples.
+            recovered = pace < 1 + (ratio - 1) / 2 and max(host.lateness) < late_limit / 2 and task not in barrier_last
             if slow and task not in self._stragglers:
                 self._stragglers[task] = self._straggler_verdict(
                     task, pace, late, median_time, barrier_last.get(task), ratio
@@ -284,7 +285,7 @@ class Watchdog:
         the hosts reach a step within a fraction of a step of each other, however long they run. Hosts that
         advance on their own drift apart like random walks, and their lateness says nothing a step time
         does not; so lateness counts only once the hosts' median distance from the median host stayed
-        within ``LOCKSTEP_SPREAD`` of a step for twice ``straggler.steps`` steps."""
+        within ``LOCKSTEP_SPREAD`` of a step for the last ``straggler.steps`` steps."""
         median_time = statistics.median(h.step_time for h in measured.values())
         reference = statistics.median_low([h.step for h in measured.values()])
         due = {t: h.reached_at + (reference - h.step) * h.step_time for t, h in measured.items()}
