@@ -78,3 +78,16 @@ def test_headlines() -> None:
     assert cluster_health({"tasks": [task(1, "waiting")]}).headline("pod") == (
         "cluster 'pod' is degraded: task 1 (10.0.0.3) has not registered (yet)"
     )
+
+
+def test_a_watchdog_verdict_makes_a_live_cluster_degraded_and_says_why() -> None:
+    """Every heartbeat is fine, the job is not: a hang (or a straggler) is a problem of the cluster's."""
+    tasks = [{"task": t, "address": f"10.0.0.{t + 1}", "state": "connected", "heartbeat_age": 0.1} for t in range(4)]
+    hang = "cluster hung at step 1,203 for 10 min: task 2 (10.0.0.3) at 1,202; 3 hosts at 1,203"
+    status = {"tasks": tasks, "watchdog": {"verdicts": [{"kind": "hang", "message": hang, "tasks": [2], "step": 1203}]}}
+    health = cluster_health(status, 30.0)
+    assert health.verdict == "degraded" and health.ok
+    assert health.headline("pod-a") == f"cluster 'pod-a' is degraded: watchdog: {hang}"
+    assert cluster_health({"tasks": tasks, "watchdog": {"verdicts": []}}, 30.0).verdict == "healthy"
+    recovered = {"tasks": tasks, "watchdog": {"verdicts": [{"kind": "recovered", "message": "x", "tasks": [1]}]}}
+    assert cluster_health(recovered, 30.0).verdict == "healthy"

@@ -133,6 +133,12 @@ def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = 
     error = status.get("error")
     if error and not failed:  # the coordinator unreachable, a shutdown: no task row says it
         failed.append(Problem(FAILED, None, "", "error", str(error)))
+    watchdog = status.get("watchdog")
+    for verdict in (watchdog.get("verdicts") or ()) if type(watchdog) is dict else ():
+        kind = str(verdict.get("kind"))
+        if kind in ("hang", "straggler"):  # the job's progress says what heartbeats cannot: not whole
+            state = "hung" if kind == "hang" else kind
+            degraded.append(Problem(DEGRADED, None, "", state, f"watchdog: {verdict.get('message')}"))
     rejoining = status.get("rejoining")
     if rejoining and not failed:  # within the restart timeout: not failed, not whole either
         degraded.insert(0, Problem(DEGRADED, None, "", "re-forming", f"this host is re-forming: {rejoining}"))

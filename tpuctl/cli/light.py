@@ -263,9 +263,6 @@ def _watchdog_lines(watchdog: "Any") -> "list[str]":
     if slowest:
         behind = ", ".join(f"task {h.get('task')} at {h.get('step', 0):,} ({h.get('step_age', 0):.0f} s ago)" for h in slowest)
         lines.append(f"furthest behind: {behind}")
-    for verdict in watchdog.get("verdicts", []):
-        if type(verdict) is dict:
-            lines.append(f"watchdog: {verdict.get('message')}")
     return lines
 
 
