@@ -135,3 +135,33 @@ def test_a_host_that_never_answers_is_named_and_the_rest_returned() -> None:
     report = assemble(digests, describe)
     assert report["answered"] == 3 and report["no_answer"] == {"count": 1, "sample": [describe(3)]}
     assert [g["hosts"] for g in report["groups"]] == [3]
+
+
+def test_the_service_names_a_host_that_never_answers_and_returns_the_rest() -> None:
+    import asyncio
+
+    from tpuctl.coordination.dumps import BlackBox
+    from tpuctl.proto import coordination_pb2 as pb
+
+    async def scenario() -> tuple[dict[str, object], float]:
+        pushed: list[bytes] = []
+
+        def push(data: bytes) -> set[int]:
+            pushed.append(data)
+            return {0, 1, 2, 3}
+
+        box = BlackBox(4, describe, push)
+        report = box.order(1.0, "test")
+        assert box.order(5.0) is report  # a second order joins the first
+        order = pb.HeartbeatResponse.FromString(pushed[0]).dump_order
+        assert order.deadline_seconds == 1.0 and len(pushed) == 1
+        for task in (0, 1, 3):
+            box.answer(task, pb.StackDigest(dump_id=order.dump_id, signature="a (x.py:1)", state=RUNNING, method=PY_SPY))
+        box.answer(1, pb.StackDigest(dump_id=order.dump_id, signature="twice"))  # not counted twice
+        started = time.monotonic()
+        return await report, time.monotonic() - started
+
+    report, waited = asyncio.run(scenario())
+    assert 0.8 <= waited < 3
+    assert report["answered"] == 3 and report["no_answer"] == {"count": 1, "sample": [describe(2)]}
+    assert [(g["hosts"], g["signature"]) for g in report["groups"]] == [(3, "a (x.py:1)")]

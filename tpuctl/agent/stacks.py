@@ -198,7 +198,7 @@ def _by_signal(hook: Path, pid: int, deadline: float) -> tuple[list[Thread], str
     except OSError as exc:
         return [], f"the stack hook's file is unreadable: {exc.strerror or exc}"
     # "# tpuctl stacks: pid P signal S main 0x..."
-    fields = dict(zip(header[2::2], header[3::2], strict=False))
+    fields = dict(zip(header[3::2], header[4::2], strict=False))
     if not fields.get("signal", "").isdigit():
         return [], "the stack hook's file has no header"
     main = int(fields["main"], 16) if fields.get("main", "").startswith("0x") else None
