@@ -7,7 +7,8 @@ Run as: ``tpuctl run ... -- python job_watched.py DIR STEPS STEP_S [SLOW_TASK:FA
 ``start WALL GENERATION RESTART_COUNT FIRST_STEP`` to ``DIR/starts-TASK``; task 0 writes the step reached to
 ``DIR/step`` after each step. ``SLOW_TASK:FACTOR:FROM``: from step FROM on, that task's own work per step
 takes FACTOR times longer. ``JITTER``: every host's work per step varies by up to this share, at random.
-At STEPS the job prints ``RESULT {...}`` and exits 0.
+``JOB_DEADLOCK=TASK:STEP`` in the environment: that task blocks for good on a lock in ``wait_for_batch``
+at STEP. At STEPS the job prints ``RESULT {...}`` and exits 0.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 
 import jax
@@ -53,11 +55,22 @@ first = int(multihost_utils.broadcast_one_to_all(np.array([read_step()], dtype=n
 with open(os.path.join(folder, f"starts-{task}"), "a") as handle:
     handle.write(f"start {time.time():.3f} {generation} {restarts} {first}\n")
 
+deadlock_task, deadlock_step = (int(x) for x in os.environ.get("JOB_DEADLOCK", "-1:-1").split(":"))
+batches = threading.Lock()
+batches.acquire()  # never released: a data loader that died with it held
+
+
+def wait_for_batch() -> None:
+    batches.acquire()
+
+
 step = first
 while step < steps:
     step += 1
     own = step_s * (factor if task == slow_task and step >= slow_from else 1.0)
     time.sleep(own * (1 + random.uniform(-jitter, jitter)))  # this host's own work for the step
+    if task == deadlock_task and step == deadlock_step:
+        wait_for_batch()  # deadlocked: the other hosts wait in the step's all-gather
     tpuctl.job.progress(step)
     gathered = multihost_utils.process_allgather(np.array([step * 10 + jax.process_index()], dtype=np.int32))
     assert np.asarray(gathered).ravel().tolist() == [step * 10 + p for p in range(jax.process_count())]

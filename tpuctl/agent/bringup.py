@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from tpuctl.agent.blackbox import DumpTaker
 from tpuctl.agent.commands import LocalCommands
 from tpuctl.agent.controlserver import serve
 from tpuctl.agent.coordinator import connect, load_token, start_service
@@ -122,6 +123,7 @@ class Agent:
         self.verdicts: tuple[Verdict, ...] = ()  # the watchdog's latest findings, as pushed (a few)
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.path))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
+        self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -238,6 +240,7 @@ class Agent:
         )
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
         session.on_verdict = self._on_verdict
+        session.on_dump = lambda order: self.dumps.on_order(session, order)
         number = gen.number
         self._last_generation, self._previous_credential = number, gen.membership.task.credential
         self.options.state.write_registration(spec.cluster, task, number, self._previous_credential)
@@ -572,6 +575,12 @@ class Agent:
             raise self.cluster_error
         assert gen.ended.done()
         raise GenerationOver(f"generation {gen.ended.result().generation} is over: {gen.ended.result().error.message}")
+
+    async def dump(self, timeout: float) -> str:
+        """``tpuctl dump``: every host's stacks, the coordinator's report (a JSON document)."""
+        if self.current is None or self.rejoining is not None or self.cluster_error is not None:
+            raise StateError("no generation of the cluster is up on this host: no dump can be ordered")
+        return await self.current.session.dump(timeout, f"asked with `tpuctl dump` on task {self.task}")
 
     async def barrier_progress(self, name: str) -> RendezvousProgress | None:
         """Where this host's latest call to barrier ``name`` stands (the service's answer)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
 PROGRESS_RPC_S = 3.0  # where a barrier stands, for its progress line
+DUMP_TIMEOUT_S = 10.0  # how long the hosts have to answer `tpuctl dump` (the service's default too)
+DUMP_MARGIN_S = 5.0  # ... and the report's way back
 
 
 class ServedAgent(Protocol):
@@ -66,6 +69,8 @@ class ServedAgent(Protocol):
 
     async def leave(self, *, everyone: bool) -> None: ...
 
+    async def dump(self, timeout: float) -> str: ...
+
 
 class LocalCommands:
     """Dispatches one control request to the agent it serves (whose state dir is ``state_dir``)."""
@@ -89,6 +94,11 @@ class LocalCommands:
         if op == Op.DOWN:
             await agent.leave(everyone=bool(args.get("all")))
             return {"stopping": True}
+        if op == Op.DUMP:
+            timeout = _seconds(args.get("timeout") or None, DUMP_TIMEOUT_S)
+            await progress(deadline=timeout + DUMP_MARGIN_S)
+            document = json.loads(await agent.dump(timeout))
+            return document if isinstance(document, dict) else {}
         if op == Op.INFO:
             return agent.description.to_json()
         if op == Op.ENV:

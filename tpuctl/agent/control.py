@@ -53,7 +53,10 @@ class Op:
     ENV = "env"
     """The job environment of this host (``JobEnv.to_message()``), computed by the agent."""
 
-    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV})
+    DUMP = "dump"
+    """The black box (args ``timeout``): every host's job stacks, grouped (a ``tpuctl.dump/v1`` document)."""
+
+    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV, DUMP})
 
 
 DEADLINE_MARGIN_S = 10.0

@@ -29,6 +29,7 @@ from typing import Any, NoReturn, TypeVar
 from google.protobuf.message import Message
 
 from tpuctl.coordination import convert, wire
+from tpuctl.coordination.dumps import BlackBox, report_document
 from tpuctl.coordination.fanout import Fanned, FanOuts, SessionStream
 from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.logs import RateLimitedLog
@@ -133,6 +134,8 @@ class CoordinationServicer:
         self.watch = ClusterWatch(state.config.watchdog, len(state.tasks), lambda t: str(state.tasks[t]))
         self._watching: asyncio.Task[None] | None = None
         self._session_ids = itertools.count(1)
+        self.black_box = BlackBox(len(state.tasks), lambda t: str(state.tasks[t]), self._streams.push_verdict)
+        """Dump orders to every host and their digests (``tpuctl dump``, and a declared hang)."""
 
     @property
     def state(self) -> CoordinationState:
@@ -278,6 +281,11 @@ class CoordinationServicer:
                 elif request.watch_errors:
                     self._streams.watch(session, caller)
                     self._wake()
+                elif request.HasField("stacks"):  # an answer to a dump order: O(1)
+                    if session.vouched is not None:
+                        self.black_box.answer(caller.task_id, request.stacks)
+                elif request.HasField("dump"):
+                    self._dump(session, request.dump)
                 elif request.HasField("pace"):  # no answer: O(1), a few per host per report interval
                     report = convert.pace(request.pace)
                     if report is not None and session.vouched is not None:
@@ -473,9 +481,36 @@ class CoordinationServicer:
             verdicts, hang = self.watch.tick(now, state.generation)
             for verdict in verdicts:
                 self._streams.push_verdict(pb.HeartbeatResponse(watchdog=convert.verdict_pb(verdict)).SerializeToString())
+                if verdict.kind == "hang":
+                    self._on_hang(verdict.message)
             if hang is not None:
                 self._log_failures(state.hung(hang.tasks, hang.cause, final=hang.final, now=now))
                 self._wake()
+
+    def _dump(self, session: SessionStream, request: pb.StreamDump) -> None:
+        """A dump asked for on a session: order it (or join the one being collected), answer with the report."""
+        report = self.black_box.order(request.timeout_seconds, request.reason or "asked with `tpuctl dump`")
+        request_id = request.request_id
+
+        def answer(done: asyncio.Future[dict[str, object]]) -> None:
+            if done.cancelled():
+                return
+            document = report_document(done.result())
+            session.send(
+                pb.HeartbeatResponse(request_id=request_id, black_box=pb.BlackBoxReport(document=document))
+                .SerializeToString()
+            )
+
+        report.add_done_callback(answer)
+
+    def order_dump(self, reason: str, timeout: float = 0.0) -> asyncio.Future[dict[str, object]]:
+        """Order every host's black-box dump now (the entry point of a bench); the future report."""
+        return self.black_box.order(timeout, reason)
+
+    def _on_hang(self, message: str) -> None:
+        """A hang declared: every host's stacks, the report in this log. Never on the step path."""
+        report = self.black_box.order(0.0, f"watchdog: {message[:120]}")
+        report.add_done_callback(lambda done: None if done.cancelled() else self.black_box.log_report(done.result()))
 
     def _log_failures(self, failures: tuple[TaskFailure, ...]) -> None:
         for failure in failures[:SAMPLE]:

@@ -98,6 +98,8 @@ class Session:
         self._broke: TpuctlError | None = None  # why the last stream broke (its waiting barriers wait)
         self.on_verdict: Callable[[Verdict], None] | None = None
         """Called with each watchdog finding the service pushes (to a session that watches errors)."""
+        self.on_dump: Callable[[pb.DumpOrder], None] | None = None
+        """Called with each black-box dump order the service pushes (answered with ``answer_dump``)."""
         self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
 
     @property
@@ -180,6 +182,27 @@ class Session:
         except TpuctlError as exc:
             log.debug("pace report not sent: %s", exc.message)
             return False
+
+    async def answer_dump(self, message: pb.StackDigest) -> bool:
+        """Send this host's answer to a dump order (never answered); False when it did not leave."""
+        if not self._opened.is_set() or self._ended is not None:
+            return False
+        try:
+            request = pb.HeartbeatRequest(stacks=message)
+            return await self._write(request, self._client.rpc_timeout, "StackDigest", answer_if_ended=True)
+        except TpuctlError as exc:
+            log.debug("stack digest not sent: %s", exc.message)
+            return False
+
+    async def dump(self, timeout: float, reason: str = "") -> str:
+        """Order every host's black-box dump and wait for the report (a JSON document, at most 64 KiB):
+        every host answered, or ``timeout`` s passed in the service."""
+
+        def asking(request_id: int) -> pb.HeartbeatRequest:
+            return pb.HeartbeatRequest(dump=pb.StreamDump(request_id=request_id, timeout_seconds=timeout, reason=reason))
+
+        response = await self._arrive(asking, "Dump", timeout + self._client.rpc_timeout)
+        return response.black_box.document
 
     async def _arrive(
         self, build: Callable[[int], pb.HeartbeatRequest], call: str, wait: float
@@ -424,6 +447,9 @@ class Session:
                             future.set_exception(self._refusal(response, self._calls.get(response.request_id, "")))
                         else:
                             future.set_result(response)
+                elif response.HasField("dump_order"):
+                    if self.on_dump is not None:
+                        self.on_dump(response.dump_order)
                 elif response.HasField("watchdog"):
                     if self.on_verdict is not None:
                         self.on_verdict(convert.verdict(response.watchdog))

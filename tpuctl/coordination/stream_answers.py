@@ -104,12 +104,13 @@ class StreamAnswers:
             if pushed:
                 self._fan_outs.send(pushed, RELEASE_WIDTH)
 
-    def push_verdict(self, data: bytes) -> None:
-        """Push a watchdog finding (``data``: one ``HeartbeatResponse`` encoded once) to every session that
-        watches the cluster's error, through the fan-out's few writers."""
+    def push_verdict(self, data: bytes) -> set[int]:
+        """Push a watchdog finding or a dump order (``data``: one ``HeartbeatResponse`` encoded once) to every
+        session that watches the cluster's error, through the fan-out's few writers; the tasks reached."""
         pushed: Answers = deque((session, data) for session in self._watchers if session.task is not None)
         if pushed:
             self._fan_outs.send(pushed, RELEASE_WIDTH)
+        return {session.task.task_id for session, _ in pushed if isinstance(session.task, TaskRef)}
 
     # --- the wait for every host -----------------------------------------------------------------------
 

@@ -210,6 +210,7 @@ class JobRunner:
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
             self.say(f"tpuctl: error: cannot run {self.command[0]!r}: {exc.strerror or exc}")
             return code
+        job_file = _mark_job(self.state.path, self.proc.pid)
         if self.stopping is not None:  # it came between the check and the spawn: the job gets it
             self.pending.append(self.stopping)
         for sig in self.pending:
@@ -230,6 +231,9 @@ class JobRunner:
             watcher.stopped.set()
             self._reap_orphans()
             self.proc = None  # reaped: no signal goes to its process group any more (its pgid may be reused)
+            if job_file is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(job_file)
 
     # --- restarts -------------------------------------------------------------------------------
 
@@ -565,6 +569,20 @@ class JobRunner:
 
 
 # --- the job's Python ------------------------------------------------------------------------------
+
+
+def _mark_job(state_dir: str, pid: int) -> str | None:
+    """``STATE_DIR/blackbox/job-PID``: the agent's black box takes the stacks of this job's process group
+    (``tpuctl.agent.stacks``). None when it could not be written (the job runs all the same)."""
+    folder = os.path.join(state_dir, "blackbox")
+    path = os.path.join(folder, f"job-{pid}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(f"{pid}\n")
+    except OSError:
+        return None
+    return path
 
 
 def with_python_startup(environ: dict[str, str]) -> dict[str, str]:

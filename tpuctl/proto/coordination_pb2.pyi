@@ -409,6 +409,8 @@ class HeartbeatRequest(_message.Message):
     WAIT_FOR_ALL_FIELD_NUMBER: _builtins.int
     GATHER_FIELD_NUMBER: _builtins.int
     PACE_FIELD_NUMBER: _builtins.int
+    STACKS_FIELD_NUMBER: _builtins.int
+    DUMP_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -451,6 +453,18 @@ class HeartbeatRequest(_message.Message):
         one per report interval while its job advances and one when it stalls or resumes: O(1) per host.
         """
 
+    @_builtins.property
+    def stacks(self) -> Global___StackDigest:
+        """On `HeartbeatStream` only: this host's answer to a dump order (`HeartbeatResponse.dump_order`): its
+        job's stacks, digested to a fixed size (never answered).
+        """
+
+    @_builtins.property
+    def dump(self) -> Global___StreamDump:
+        """On `HeartbeatStream` only: ask for a black-box dump of every host (`tpuctl dump`); answered by
+        `request_id` with `HeartbeatResponse.black_box` once every host answered or the dump's deadline passed.
+        """
+
     def __init__(
         self,
         *,
@@ -463,14 +477,143 @@ class HeartbeatRequest(_message.Message):
         wait_for_all: Global___StreamWaitForAll | None = ...,
         gather: Global___StreamGather | None = ...,
         pace: Global___StepReport | None = ...,
+        stacks: Global___StackDigest | None = ...,
+        dump: Global___StreamDump | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "gather", b"gather", "pace", b"pace", "register", b"register", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class StackDigest(_message.Message):
+    """One host's job stacks, digested (`tpuctl.watchdog.blackbox.Digest`); the service clips every field again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DUMP_ID_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    NO_PTRACE_FIELD_NUMBER: _builtins.int
+    PROCESSES_FIELD_NUMBER: _builtins.int
+    dump_id: _builtins.int
+    """The order's `dump_id`."""
+    signature: _builtins.str
+    """"func (file:line) <- func (file:line) <- ..." of the thread in the job's own code: at most 512 bytes."""
+    state: _builtins.str
+    """"running", "stopped (SIGSTOP or a debugger)", "no job", "not a Python process", ..."""
+    method: _builtins.str
+    """How the stacks were taken: "py-spy", "signal handler" or "none"."""
+    path: _builtins.str
+    """Where this host keeps the full dump (every process, every thread)."""
+    note: _builtins.str
+    no_ptrace: _builtins.bool
+    """py-spy was there but lacked ptrace rights on this host."""
+    processes: _builtins.int
+    """The job's processes seen."""
+    def __init__(
+        self,
+        *,
+        dump_id: _builtins.int = ...,
+        signature: _builtins.str = ...,
+        state: _builtins.str = ...,
+        method: _builtins.str = ...,
+        path: _builtins.str = ...,
+        note: _builtins.str = ...,
+        no_ptrace: _builtins.bool = ...,
+        processes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dump_id", b"dump_id", "method", b"method", "no_ptrace", b"no_ptrace", "note", b"note", "path", b"path", "processes", b"processes", "signature", b"signature", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StackDigest: _TypeAlias = StackDigest  # noqa: Y015
+
+@_typing.final
+class StreamDump(_message.Message):
+    """A black-box dump asked for on the session stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the client, unique on its stream (not 0): the answer names it."""
+    timeout_seconds: _builtins.float
+    """How long the hosts have to answer (0: the service's default; it caps it)."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        timeout_seconds: _builtins.float = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "request_id", b"request_id", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamDump: _TypeAlias = StreamDump  # noqa: Y015
+
+@_typing.final
+class DumpOrder(_message.Message):
+    """Pushed to every session that watches the cluster's error: take your job's stacks, answer `stacks`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DUMP_ID_FIELD_NUMBER: _builtins.int
+    DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    dump_id: _builtins.int
+    deadline_seconds: _builtins.float
+    """The service assembles the report this long after the order, with whoever answered."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        dump_id: _builtins.int = ...,
+        deadline_seconds: _builtins.float = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_seconds", b"deadline_seconds", "dump_id", b"dump_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DumpOrder: _TypeAlias = DumpOrder  # noqa: Y015
+
+@_typing.final
+class BlackBoxReport(_message.Message):
+    """The cluster's black-box report: a JSON document (schema tpuctl.dump/v1), at most 64 KiB at any size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    document: _builtins.str
+    def __init__(
+        self,
+        *,
+        document: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BlackBoxReport: _TypeAlias = BlackBoxReport  # noqa: Y015
 
 @_typing.final
 class StepReport(_message.Message):
@@ -730,6 +873,8 @@ class HeartbeatResponse(_message.Message):
     REGISTRATION_FIELD_NUMBER: _builtins.int
     GATHERED_FIELD_NUMBER: _builtins.int
     WATCHDOG_FIELD_NUMBER: _builtins.int
+    DUMP_ORDER_FIELD_NUMBER: _builtins.int
+    BLACK_BOX_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -758,6 +903,14 @@ class HeartbeatResponse(_message.Message):
     def watchdog(self) -> Global___WatchdogVerdict:
         """A watchdog finding, pushed once to a session that watches the cluster's error."""
 
+    @_builtins.property
+    def dump_order(self) -> Global___DumpOrder:
+        """Take this host's job stacks and answer with `HeartbeatRequest.stacks` (pushed to every watching session)."""
+
+    @_builtins.property
+    def black_box(self) -> Global___BlackBoxReport:
+        """The answer to a `StreamDump` (with its `request_id`)."""
+
     def __init__(
         self,
         *,
@@ -772,10 +925,12 @@ class HeartbeatResponse(_message.Message):
         registration: Global___WaitForAllTasksResponse | None = ...,
         gathered: Global___GatherResponse | None = ...,
         watchdog: Global___WatchdogVerdict | None = ...,
+        dump_order: Global___DumpOrder | None = ...,
+        black_box: Global___BlackBoxReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "code", b"code", "details", b"details", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

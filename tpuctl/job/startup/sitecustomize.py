@@ -1,7 +1,7 @@
 """Run by Python at start-up in a job ``tpuctl run`` started (this folder leads its ``PYTHONPATH``).
 
 Installs tpuctl's JAX cluster detector (``../jaxcluster.py``, loaded by path: the job's Python may not
-have tpuctl installed), then runs the ``sitecustomize`` this one shadows, if there is one further along
+have tpuctl installed) and the black box's stack dump handler (``_install_stack_hook``), then runs the ``sitecustomize`` this one shadows, if there is one further along
 ``sys.path`` (Debian's, a virtualenv's), so nothing of the job's own start-up is lost. Never fails the
 job: a problem is one line on stderr.
 
@@ -13,6 +13,7 @@ nothing: each would otherwise run the other again, without end.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -27,6 +28,34 @@ def _install_detector() -> None:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     module.install()
+
+
+STACK_SIGNAL_OFFSET = 6
+"""The job's stacks are dumped on SIGRTMIN + this (``tpuctl.agent.stacks``; not one ``tpuctl run`` forwards)."""
+
+
+def _install_stack_hook() -> None:
+    """The black box's fallback where py-spy cannot read this process: on SIGRTMIN + 6, faulthandler
+    writes every thread's stack to ``STATE_DIR/blackbox/stacks-PID`` (opened now, in C, without the GIL:
+    it works while Python code is stuck). The file starts with a line naming the signal and the main thread."""
+    state_dir = os.environ.get("TPUCTL_STATE_DIR", "")
+    if not state_dir or not hasattr(signal, "SIGRTMIN"):
+        return
+    import _thread
+    import faulthandler
+
+    folder = os.path.join(state_dir, "blackbox")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    pid = os.getpid()
+    sig = signal.SIGRTMIN + STACK_SIGNAL_OFFSET
+    fd = os.open(os.path.join(folder, f"stacks-{pid}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    os.write(fd, f"# tpuctl stacks: pid {pid} signal {int(sig)} main {_thread.get_ident():#x}\n".encode())
+    faulthandler.register(sig, file=fd, all_threads=True, chain=False)
+    global _stack_fd
+    _stack_fd = fd  # open for the process's life (not inherited by what it executes)
+
+
+_stack_fd = -1
 
 
 def _is_startup(folder: str) -> bool:
@@ -57,4 +86,8 @@ if "_tpuctl_startup" not in sys.modules:  # the first tpuctl start-up of this pr
         _install_detector()
     except Exception as exc:
         sys.stderr.write(f"tpuctl: the JAX cluster detector was not installed: {type(exc).__name__}: {exc}\n")
+    try:
+        _install_stack_hook()
+    except Exception as exc:
+        sys.stderr.write(f"tpuctl: the stack dump hook was not installed: {type(exc).__name__}: {exc}\n")
     _run_shadowed()
