@@ -75,13 +75,16 @@ demo: $(DEMO_STAMP)
 	  || { $(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT); exit 1; }
 	$(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
+## bench/run.py: first tpuctl.job.progress beside a bare socket.send (fails above 5x; target 2x), then the rest.
 bench: install bytecode
 	$(PY) bench/run.py
 	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
 
-## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md).
+## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md);
+## --progress: the watchdog's pace reports (service CPU against the steady phase) and a hang named to every host
+## (hang_timeout 10 s; the steady and progress phases last one report interval: 100 s at 10,000 hosts).
 bench-scale: install bytecode
-	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --json /tmp/tpuctl-bench-scale-$(shell id -u).json
+	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --progress --json /tmp/tpuctl-bench-scale-$(shell id -u).json
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(SITE_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -12,7 +12,12 @@ process run (interleaved, min/median of several repeats):
   install's import hook: ``pip wheel --no-deps -w W .``, ``python -m venv V``,
   ``V/bin/pip install --no-deps W/tpuctl-*.whl``); ``--light-only`` runs only this part;
 * wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``;
-* full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py).
+* full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py);
+* first, ``tpuctl.job.progress(step)`` as a job calls it, beside a bare ``socket.send`` of the same bytes on a
+  connected non-blocking unix datagram socket, both to one agent-like receiver (another process draining
+  a datagram socket bound in a temp dir): median ns per call over alternating rounds, and their ratio
+  (target: at most 2x; above 5x the bench fails), in a network namespace of its own whose datagram queue
+  holds a round (``bench_progress``); ``--progress-only`` runs only this part.
 
 Only loopback addresses are used; every process started here is stopped here.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -194,6 +200,157 @@ def report(name: str, pairs: list[tuple[float, float]]) -> None:
     print(f"tpuctl {name} (median of {len(pairs)}) {ms(o)}; python -c pass {ms(b)}; ratio {o / b:.2f}x")
 
 
+PROGRESS_RECEIVER = r"""
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # as the agent (tpuctl/agent/progress.py)
+sock.bind(sys.argv[1])
+sock.settimeout(120.0)  # bounded: a sender that died leaves nothing waiting
+print("ready", flush=True)
+buf, n = bytearray(64), 0
+while True:
+    size = sock.recv_into(buf)
+    if buf[:size] == b"END":
+        break
+    n += 1
+print(n, flush=True)
+"""
+"""The agent's end of ``progress.sock``, stripped to its receiving: a process of its own (as the agent is),
+blocked in ``recv`` on a socket bound where the job looks for it, counting datagrams until ``END``."""
+
+
+def bench_progress(rounds: int, calls: int) -> float:
+    """``tpuctl.job.progress(i)`` against a bare ``socket.send`` of the same bytes; returns the ratio of
+    the medians (ns per call, over ``rounds`` rounds of ``calls`` calls each side, alternating which goes
+    first). Both send to one receiver process, which counts what arrived.
+
+    A unix datagram socket queues only ``net.unix.max_dgram_qlen`` datagrams (the kernel's default: 10,
+    whatever SO_RCVBUF says) before a non-blocking send fails with EAGAIN, which is cheaper than a send
+    that is queued. So :func:`progress_section` runs this in a network namespace of its own (the sysctl
+    is per namespace) with a queue of ``QLEN``; a round (fewer calls than the sender's buffer holds:
+    about 270 datagrams) never fills it, and the receiver empties it between rounds. Every send that did
+    not arrive is counted and printed (a figure with many is not a fair one)."""
+    import socket
+
+    tmp = Path(tempfile.mkdtemp(prefix="tpuctl-bench-progress-"))
+    path = tmp / "progress.sock"  # tpuctl.job.steps.SOCKET_NAME, in the job's TPUCTL_STATE_DIR
+    receiver = subprocess.Popen(
+        [PY, "-c", PROGRESS_RECEIVER, str(path)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert receiver.stdout is not None
+        if receiver.stdout.readline().strip() != "ready":
+            raise SystemExit("progress bench: the receiver did not start")
+        generation = 1
+        os.environ["TPUCTL_STATE_DIR"] = str(tmp)  # as `tpuctl run` hands the job its host's state dir
+        os.environ["TPUCTL_GENERATION"] = str(generation)
+        import tpuctl.job
+
+        if "tpuctl.job.steps" in sys.modules:  # looked for its agent before this bench set the environment
+            sys.modules["tpuctl.job.steps"]._reset_for_tests()
+        bare = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        bare.setblocking(False)
+        bare.connect(str(path))
+        pid = os.getpid()
+        step = [0]
+        refused = [0]
+
+        def ours() -> int:
+            progress, first = tpuctl.job.progress, step[0]
+            start = time.perf_counter_ns()
+            for i in range(first, first + calls):
+                progress(i)
+            took = time.perf_counter_ns() - start
+            step[0] = first + calls
+            return took
+
+        def theirs() -> int:
+            send, first, no = bare.send, step[0], 0
+            start = time.perf_counter_ns()
+            for i in range(first, first + calls):
+                try:
+                    send(b"P %d %d %d" % (i, generation, pid))
+                except BlockingIOError:
+                    no += 1
+            took = time.perf_counter_ns() - start
+            step[0] = first + calls
+            refused[0] += no
+            return took
+
+        tpuctl.job.progress(0)  # connects (once per process), as a job's first step does
+        step[0], sent = 1, 1
+        ns_ours: list[float] = []
+        ns_theirs: list[float] = []
+        for r in range(rounds):
+            for side in (ours, theirs) if r % 2 == 0 else (theirs, ours):
+                took = side()
+                (ns_ours if side is ours else ns_theirs).append(took / calls)
+                sent += calls
+                time.sleep(0.005)  # the receiver empties its queue
+        bare.send(b"END")
+        bare.close()
+        out, _ = receiver.communicate(timeout=60)
+        received = int(out.split()[-1])
+        a, b = statistics.median(ns_ours), statistics.median(ns_theirs)
+        ratio = a / b
+        print(
+            f"## job progress: tpuctl.job.progress(step) beside a bare socket.send (median of {rounds} rounds "
+            f"x {calls} calls each, alternating)"
+        )
+        print(
+            f"tpuctl.job.progress {a:.0f} ns/call (min {min(ns_ours):.0f}); socket.send {b:.0f} ns/call "
+            f"(min {min(ns_theirs):.0f}); ratio {ratio:.2f}x (target <= 2x: {'met' if ratio <= 2 else 'MISSED'})"
+        )
+        lost = sent - received - refused[0]
+        print(
+            f"receiver got {received:,} of {sent:,} datagrams; bare sends refused (EAGAIN) {refused[0]:,}; "
+            f"tpuctl's dropped {lost:,} (net.unix.max_dgram_qlen {dgram_qlen()})"
+        )
+        return ratio
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def dgram_qlen() -> str:
+    try:
+        return Path("/proc/sys/net/unix/max_dgram_qlen").read_text().strip()
+    except OSError:
+        return "?"
+
+
+QLEN = 1024
+"""The progress bench's datagram queue (``net.unix.max_dgram_qlen`` in its own network namespace)."""
+PROGRESS_NETNS = "TPUCTL_BENCH_PROGRESS_NETNS"
+
+
+def progress_section(rounds: int, calls: int) -> None:
+    """:func:`bench_progress`, in a network namespace of its own with a datagram queue of ``QLEN`` when
+    ``unshare`` allows (root), else here (and its sends may be refused: it says how many). Exits non-zero
+    when the ratio is above ``PROGRESS_RATIO_LIMIT``."""
+    if os.environ.get(PROGRESS_NETNS) != "1" and shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            script = f'echo {QLEN} > /proc/sys/net/unix/max_dgram_qlen && exec "$0" "$@"'
+            argv = [PY, __file__, "--progress-only", "--progress-rounds", str(rounds), "--progress-calls", str(calls)]
+            code = subprocess.call(
+                ["unshare", "-n", "--", "sh", "-c", script, *argv], env={**os.environ, PROGRESS_NETNS: "1"}, timeout=600
+            )
+            if code:
+                raise SystemExit(code)
+            return
+        print("no network namespace (unshare -n failed): the progress bench runs with this host's datagram queue")
+    ratio = bench_progress(rounds, calls)
+    if ratio > PROGRESS_RATIO_LIMIT:
+        raise SystemExit(f"tpuctl.job.progress costs {ratio:.1f}x a bare socket.send (limit {PROGRESS_RATIO_LIMIT:g}x)")
+
+
+PROGRESS_RATIO_LIMIT = 5.0
+"""Above this, ``make bench`` fails: the light path is broken, not just slower than its 2x target."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=15)
@@ -201,7 +358,13 @@ def main() -> None:
     parser.add_argument("--light-only", action="store_true", help="only the light commands on the cluster")
     parser.add_argument("--light-entry", choices=("script", "module"), default="script")
     parser.add_argument("--light-venv", type=Path, help="time this venv's bin/tpuctl and bin/python instead")
+    parser.add_argument("--progress-only", action="store_true", help="only tpuctl.job.progress beside socket.send")
+    parser.add_argument("--progress-rounds", type=int, default=101, help="rounds per side")
+    parser.add_argument("--progress-calls", type=int, default=200, help="calls per round and side")
     args = parser.parse_args()
+    progress_section(args.progress_rounds, args.progress_calls)
+    if args.progress_only:
+        return
     if args.light_venv is not None:
         light, base_py = [str(args.light_venv / "bin" / "tpuctl")], str(args.light_venv / "bin" / "python")
     else:

@@ -33,6 +33,18 @@ Phases (the orchestrator starts each phase on every driver at once and measures 
    unanswered keepalive pings. Every other host's error watch must name it within the heartbeat
    timeout + 2 s (``--heartbeat-timeout``, default the spec's 30 s); the row is the time from the death
    to the last host told.
+6. ``progress`` and ``hang`` (``--progress``, tpuctl only; before ``dead_host``): the service's watchdog
+   is set to ``hang_timeout`` ``--hang-timeout`` (default 10 s, so the phase is short) and
+   ``report_every`` ``--report-every`` (1 s); the steady phase (4) then lasts as long as ``progress``:
+   the longer of ``--steady`` and one report interval (``WatchdogSettings.report_interval``: the cluster
+   sends at most 100 summaries a second, so at 10,000 hosts a host reports every 100 s). ``progress``:
+   every host's job advances a step a second (all at once, in lockstep) and its agent, simulated as
+   tpuctl/agent/progress.py runs it (a ``StepPace`` per host, ``due()`` every 0.25 s, what it returns
+   sent with ``session.report_pace``), reports; the service CPU per second against the steady phase's
+   is what progress costs (target: at most 5 % of one core more). ``hang``: every job stops; each agent
+   says stalled once (after ``stall_after``: half the hang timeout at one step a second) and every host
+   must be pushed the ``hang`` verdict (``session.on_verdict``) within ``hang_timeout`` + 2 s of its
+   job's last step: the row is p50/p99/max of that delay and how many hosts were told.
 
 Measured per phase: wall time from the phase start to the slowest host's end; service CPU seconds
 (utime + stime of the service process, all threads, from /proc/PID/stat); service peak RSS (VmHWM from
@@ -87,6 +99,7 @@ IMPLS = ("tpuctl", "xla")
 HEARTBEAT_TIMEOUT_S = 30  # tpuctl's spec default; XLA's service gets the same
 XLA_HEARTBEAT_TIMEOUT_S = 100  # jax.distributed.initialize's default heartbeat_timeout_seconds
 NETNS_ENV = "TPUCTL_BENCH_NETNS"
+HANG_TIMEOUT_S = 10.0  # --progress: short, so the hang phase is (the spec's default is 10 minutes)
 
 
 def reexec_in_netns() -> int | None:
@@ -143,6 +156,25 @@ def parse_args() -> argparse.Namespace:
         help="after the steady phase, the last host dies (kill: its session ends, as when its process is "
         "killed; vanish: its address is blackholed, as a preempted VM, which needs the network namespace) "
         "and every other host must be told, naming it, within the heartbeat timeout + 2 s (tpuctl only)",
+    )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="tpuctl only: after the steady phase (then as long as the progress phase), a 'progress' phase "
+        "(every host's job advances a step a second and its agent reports its pace as tpuctl's does) and a "
+        "'hang' phase (every job stops; every host must be pushed the hang verdict within --hang-timeout + 2 s)",
+    )
+    parser.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=HANG_TIMEOUT_S,
+        help="--progress: the watchdog's hang_timeout, s (short, so the hang phase is; the spec's default is 10 min)",
+    )
+    parser.add_argument(
+        "--report-every",
+        type=float,
+        default=1.0,
+        help="--progress: the watchdog's report_every, s (each host reports every max(this, hosts / 100) s)",
     )
     parser.add_argument("--driver-nice", type=int, default=10, help="niceness of the client processes")
     parser.add_argument("--skip-peer", action="store_true", help="do not run XLA's service")
@@ -209,7 +241,7 @@ def main() -> int:
                         )
                     if runs[-1].failed:
                         failed_at[impl] = hosts
-    print(table(runs, args.steady))
+    print(table(runs))
     print_profiles(runs)
     if args.json:
         Path(args.json).write_text(json.dumps(report(runs, args), indent=1) + "\n")
@@ -228,7 +260,9 @@ def child_main(role: str, impl: str, cfg: dict[str, Any]) -> None:
         os.nice(cfg["nice"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench stops its children itself
     if role == "_serve" and impl == "tpuctl":
-        serve_tpuctl(cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"], cfg["heartbeat_timeout"])
+        serve_tpuctl(
+            cfg["hosts"], cfg["bind"], cfg["timeout"], cfg["log"], cfg["heartbeat_timeout"], cfg.get("watchdog")
+        )
     elif role == "_serve" and impl == "floor":
         serve_floor(cfg["hosts"], cfg["bind"], cfg["heartbeat_timeout"])
     elif impl == "floor":

@@ -209,6 +209,12 @@ class TpuctlHost:
     """Its error watch (``session.watch_errors``), running from registration on."""
     told_at: float | None = None
     """When its error watch ended (``time.monotonic()``)."""
+    pace: Any = None
+    """``--progress``: its agent's record of its job's steps (``tpuctl.watchdog.pace.StepPace``)."""
+    advanced_at: float = 0.0
+    """``--progress``: when its job last advanced a step (``time.monotonic()``)."""
+    verdicts: list[tuple[str, float]] = field(default_factory=list)
+    """``--progress``: the watchdog's verdicts its session was pushed, as (kind, when received)."""
 
 
 def share_table_decoding() -> None:
@@ -265,6 +271,9 @@ class TpuctlDriver(AsyncDriver):
         if phase == "dead_host":
             await self.dead_host(ends)
             return
+        if phase in ("progress", "hang"):
+            await self.job_progress(phase, ends)
+            return
         step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
         await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
 
@@ -289,6 +298,8 @@ class TpuctlDriver(AsyncDriver):
             )  # fmt: skip
             host.membership = m = host.session.membership
             host.background.append(asyncio.create_task(host.session.run()))
+            if hasattr(host.session, "on_verdict"):  # protocol v10: the watchdog's verdicts, as an agent hears them
+                host.session.on_verdict = lambda v, host=host: host.verdicts.append((v.kind, time.monotonic()))
         else:
             host.membership = m = await c.register(
                 CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
@@ -392,6 +403,84 @@ class TpuctlDriver(AsyncDriver):
                 ends.append(host.told_at or time.monotonic())
                 causes.append(str(watch.result()))
         self.extra["cause"] = causes[0][:500] if causes else ""
+
+    async def job_progress(self, phase: str, ends: list[float]) -> None:
+        """``--progress``: every host's job and agent as ``tpuctl run`` has them, the job's steps fed to a
+        ``StepPace`` per host (what the agent's datagram socket does) and ``due()`` asked every
+        ``CHECK_EVERY_S`` (the agent's loop, tpuctl/agent/progress.py); what it returns goes out with
+        ``session.report_pace``, and a report that did not leave is ``unsent()`` (sent again later).
+
+        ``progress`` (``length`` s): every job advances one step a second, all hosts at once (a job in
+        lockstep; the first advance arms each host's watchdog and sends its first report).
+        ``hang``: no job advances any more; each host's agent says stalled once, after ``stall_after``,
+        and the phase ends when every host was pushed the ``hang`` verdict, or ``hang_timeout`` + 15 s
+        after the last advance. Reports what was sent and the verdicts each host was pushed."""
+        from tpuctl.agent.progress import CHECK_EVERY_S
+        from tpuctl.watchdog.pace import StepPace
+        from tpuctl.watchdog.settings import WatchdogSettings
+
+        settings = WatchdogSettings(**self.cfg["watchdog"])
+        hosts = [h for h in self.hosts if h.alive and h.session is not None]
+        for host in hosts:
+            if host.pace is None:
+                host.pace = StepPace(settings, self.total)
+            host.verdicts.clear()
+        start = time.monotonic()
+        if phase == "progress":
+            ticks, until = max(1, round(self.command["steady"] / CHECK_EVERY_S)), None
+            per_second = max(1, round(1.0 / CHECK_EVERY_S))
+        else:
+            last = max((h.advanced_at for h in hosts), default=start)
+            ticks, until = 10**9, last + settings.hang_timeout + 15.0
+            per_second = 0  # no advance
+        sent = unsent = stalled = 0
+        step = max((h.pace.step for h in hosts), default=-1)
+        pid = os.getpid()
+        for tick in range(ticks):
+            due_at = start + tick * CHECK_EVERY_S
+            await asyncio.sleep(max(0.0, due_at - time.monotonic()))
+            now = time.monotonic()
+            if until is not None and (now > until or all(any(k == "hang" for k, _ in h.verdicts) for h in hosts)):
+                break
+            if per_second and tick % per_second == 0:
+                step += 1
+                for host in hosts:
+                    host.pace.record("P", step, pid, now)
+                    host.advanced_at = now
+            due = [(host, report) for host in hosts if (report := host.pace.due(now)) is not None]
+            if not due:
+                continue
+            results = await asyncio.gather(
+                *(asyncio.wait_for(host.session.report_pace(report), self.timeout) for host, report in due),
+                return_exceptions=True,
+            )
+            for (host, report), ok in zip(due, results, strict=True):
+                if ok is True:
+                    sent += 1
+                    stalled += report.stalled
+                else:
+                    unsent += 1
+                    host.pace.unsent()
+                    if isinstance(ok, BaseException):
+                        self.errors.add(host.task, ok, f"report_pace ({phase})")
+        kinds: dict[str, int] = {}
+        for host in hosts:
+            for kind, _ in host.verdicts:
+                kinds[kind] = kinds.get(kind, 0) + 1
+        self.extra.update(reports=sent, unsent=unsent, stalled_reports=stalled, verdicts=kinds, step=step)
+        if phase == "progress":
+            await asyncio.sleep(max(0.0, start + self.command["steady"] - time.monotonic()))  # the whole window
+            ends.append(time.monotonic())
+            return
+        told = []
+        for host in hosts:
+            at = next((when for kind, when in host.verdicts if kind == "hang"), None)
+            if at is None:
+                self.errors.add(host.task, RuntimeError("never pushed the hang verdict"), "hang")
+            else:
+                told.append(at - host.advanced_at)
+                ends.append(at)
+        self.extra.update(hang_delays=told, hosts=len(hosts))
 
     def check_background(self) -> None:
         """A heartbeat loop or error watch that ended is an error (they run until cancelled)."""

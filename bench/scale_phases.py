@@ -24,13 +24,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from scale_common import MAX_ERRORS_KEPT, PHASES, PY, SCRIPT, host_address
+from scale_common import MAX_ERRORS_KEPT, PHASES, PY, REPO, SCRIPT, host_address
 from scale_report import PhaseResult, RunResult, fmt_phase
 
 
 def heartbeat_interval(args: argparse.Namespace) -> float:
     """tpuctl's hosts' heartbeat (keepalive) interval: a sixth of the timeout, as the spec's defaults (5 s, 30 s)."""
     return float(args.heartbeat_timeout) / 6
+
+
+def watchdog_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``--progress``: the watchdog's settings (``WatchdogSettings``' fields) for the service and the agents."""
+    return {"hang_timeout": args.hang_timeout, "report_every": args.report_every}
+
+
+def progress_window(args: argparse.Namespace, hosts: int) -> float:
+    """``--progress``: how long the progress phase (and so the steady one) lasts: ``--steady``, or one
+    report interval if that is longer (every host then reports at least once in it)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tpuctl.watchdog.settings import WatchdogSettings
+
+    return max(float(args.steady), WatchdogSettings(**watchdog_settings(args)).report_interval(hosts))
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -53,6 +68,8 @@ class Child:
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
             )
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.reports_seen = 0
+        """tpuctl's service with ``--progress``: its count of pace reports taken, at the last ask."""
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
 
     @property
@@ -164,6 +181,8 @@ def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) ->
         cfg["heartbeat_timeout"] = args.heartbeat_timeout
     if impl == "tpuctl":
         cfg["log"] = str(tmp / f"service-{impl}-{hosts}.log")
+        if args.progress:
+            cfg["watchdog"] = watchdog_settings(args)
     elif impl == "xla":  # never shorter than tpuctl's, nor than the clients' (jax.distributed gives both one value)
         cfg["port"] = free_port(args.bind)
         cfg["heartbeat_timeout"] = max(args.heartbeat_timeout, args.xla_heartbeat_timeout)
@@ -189,6 +208,8 @@ def start_drivers(impl: str, hosts: int, port: int, args: argparse.Namespace, tm
             "nice": args.driver_nice,
             "heartbeat_interval": heartbeat_interval(args),
         }
+        if args.progress:
+            cfg["watchdog"] = watchdog_settings(args)
         argv = [PY, str(SCRIPT), "_drive", impl, json.dumps(cfg)]
         drivers.append(Child(argv, tmp / f"driver-{impl}-{hosts}-{w}.stderr"))
     return drivers
@@ -201,13 +222,18 @@ def run_phase(
     drivers: list[Child],
     args: argparse.Namespace,
     dead: dict[str, Any] | None = None,
+    length: float | None = None,
 ) -> tuple[PhaseResult, str | None]:
-    """Start ``phase`` on every driver at once, wait for all (bounded), measure the service around it."""
+    """Start ``phase`` on every driver at once, wait for all (bounded), measure the service around it.
+    ``length``: the steady and progress phases' seconds (default ``--steady``)."""
+    length = args.steady if length is None else length
     before = sample_service(service.pid, port)
     start = time.monotonic()
     for driver in drivers:
-        driver.send({"phase": phase, "steady": args.steady, **({"dead": dead} if dead else {})})
-    deadline = start + args.phase_timeout + (args.steady if phase == "steady" else 0) + 30
+        driver.send({"phase": phase, "steady": length, **({"dead": dead} if dead else {})})
+    deadline = start + args.phase_timeout + (length if phase in ("steady", "progress") else 0) + 30
+    if phase == "hang":
+        deadline = start + args.hang_timeout + 60
     if dead is not None:
         deadline = dead["until"] + 30
     reports, problem = [], None
@@ -226,9 +252,49 @@ def run_phase(
         problem = problem or f"{phase}: the service exited: {service.tail()}"
     after = sample_service(service.pid, port) if service.proc.poll() is None else before
     result = summarize(phase, start, before, after, reports, problem)
+    if phase in ("steady", "progress"):
+        result.length_s = length
+    if phase in ("progress", "hang"):
+        pace_figures(result, service, reports, args.hang_timeout if phase == "hang" else None)
     if dead is not None and not problem:
         told_about(result, dead, reports, args.heartbeat_timeout)
     return result, problem
+
+
+def pace_figures(
+    result: PhaseResult, service: Child, reports: list[dict[str, Any]], hang_timeout: float | None
+) -> None:
+    """``--progress``: the reports the hosts sent and the service took in the phase, the verdicts pushed;
+    for ``hang`` (``hang_timeout`` given), how long after its job's last step each host was pushed the
+    hang verdict, against the requirement (``hang_timeout`` + 2 s): a late or missing one is an error."""
+    result.pace_reports = sum(r.get("reports", 0) for r in reports)
+    result.pace_unsent = sum(r.get("unsent", 0) for r in reports)
+    result.pace_stalled = sum(r.get("stalled_reports", 0) for r in reports)
+    for r in reports:
+        for kind, n in r.get("verdicts", {}).items():
+            result.verdicts[kind] = result.verdicts.get(kind, 0) + n
+    if service.proc.poll() is None:
+        service.send({"stats": True})
+        with contextlib.suppress(TimeoutError, ChildDied):
+            taken = service.read(time.monotonic() + 30).get("reports")
+            if taken is not None:
+                result.service_reports, service.reports_seen = taken - service.reports_seen, taken
+    if hang_timeout is None:
+        return
+    delays = sorted(d for r in reports for d in r.get("hang_delays", []))
+    result.told_hosts = len(delays)
+    result.hosts = sum(r.get("hosts", 0) for r in reports)
+    result.told_p50_s = percentile(delays, 0.5)
+    result.told_p99_s = percentile(delays, 0.99)
+    result.told_max_s = delays[-1] if delays else None
+    result.wall_s = result.told_max_s
+    limit = hang_timeout + 2.0
+    if delays and delays[-1] > limit:
+        result.error_count += 1
+        result.errors.insert(
+            0,
+            f"hang: the last host was pushed the hang verdict {delays[-1]:.1f} s after its last step (required: {limit:g} s)",
+        )
 
 
 def told_about(result: PhaseResult, dead: dict[str, Any], reports: list[dict[str, Any]], timeout: float) -> None:
@@ -346,7 +412,8 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
                 spies.enter_context(profiling(args, impl, hosts, phase, service.pid, result))
                 if args.profile_driver:
                     spies.enter_context(profiling(args, impl, hosts, phase, children[1].pid, result, who="driver 0"))
-                outcome, problem = run_phase(phase, service, port, children[1:], args)
+                length = progress_window(args, hosts) if args.progress and phase == "steady" else None
+                outcome, problem = run_phase(phase, service, port, children[1:], args, length=length)
             result.phases.append(outcome)
             tcp = ", ".join(f"{name} {n:,}" for name, n in outcome.tcp.items() if n)
             print(
@@ -360,7 +427,16 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
             if outcome.error_count:  # the later phases would only time out on the failed hosts
                 break
         else:
-            if args.dead_host and impl == "tpuctl":
+            if args.progress and impl == "tpuctl":
+                window = progress_window(args, hosts)
+                for phase in ("progress", "hang"):
+                    outcome, problem = run_phase(phase, service, port, children[1:], args, length=window)
+                    result.phases.append(outcome)
+                    print(f"  {impl:6} {hosts:6} {phase:12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)
+                    if problem or (phase == "progress" and outcome.error_count):
+                        result.error = result.error or problem or outcome.errors[0]
+                        break
+            if args.dead_host and impl == "tpuctl" and result.error is None:
                 # A problem is the first of the phase's errors (summarize); it does not end the run, and
                 # the larger sizes still run (``RunResult.failed``).
                 outcome, _ = run_dead_host(service, port, children[1:], hosts, args)

@@ -43,6 +43,22 @@ class PhaseResult:
     told_hosts: int = 0
     dead_cause: str = ""
     """Dead host only: the failure as the first host told was told it."""
+    told_p99_s: float | None = None
+    """Hang only: from each host's job's last step to its session being pushed the hang verdict: p50
+    (``told_p50_s``), p99 and the last (``told_max_s``), of ``told_hosts`` told out of ``hosts``."""
+    hosts: int = 0
+    length_s: float | None = None
+    """Steady and progress: the phase's seconds (with ``--progress`` both last the progress window)."""
+    pace_reports: int = 0
+    """Progress and hang: pace reports the hosts sent (``session.report_pace`` returned True)."""
+    pace_unsent: int = 0
+    """... that did not leave (sent again later, as the agent does)."""
+    pace_stalled: int = 0
+    """... of them saying stalled."""
+    service_reports: int | None = None
+    """... that the service took (its watch's counter), in the phase."""
+    verdicts: dict[str, int] = field(default_factory=dict)
+    """Progress and hang: the watchdog's verdicts the hosts were pushed, by kind (summed over hosts)."""
 
 
 @dataclass
@@ -66,7 +82,8 @@ class RunResult:
     @property
     def failed(self) -> bool:
         # The dead-host phase runs last: its verdict is its own row, not a reason to skip larger sizes.
-        return self.error is not None or any(p.error_count for p in self.phases if p.phase != "dead_host")
+        # So is the hang phase's (a verdict late at one size says nothing about XLA at the next).
+        return self.error is not None or any(p.error_count for p in self.phases if p.phase not in ("dead_host", "hang"))
 
 
 # --- the table -----------------------------------------------------------------------------------------
@@ -134,7 +151,7 @@ def rows(run: RunResult | None) -> dict[str, PhaseResult]:
     return out
 
 
-def table(runs: list[RunResult], steady_s: float) -> str:
+def table(runs: list[RunResult]) -> str:
     lines: list[str] = []
     head = f"{'wall':>8} {'svc CPU':>8} {'peakRSS':>7} {'sent':>8} {'barrier p50/p99':>15} {'err':>4}"
     for hosts in sorted({r.hosts for r in runs}):
@@ -143,14 +160,15 @@ def table(runs: list[RunResult], steady_s: float) -> str:
         lines += ["", size_header(hosts, ours, peer)]
         lines.append(f"{'phase':12} | tpuctl {head} | XLA    {head} | tpuctl/XLA: wall   CPU  sent")
         a, b = rows(ours), rows(peer)
-        for phase in (*PHASES[:3], "init (1-3)", "steady", *(["dead_host"] if "dead_host" in a else [])):
+        extra = [phase for phase in ("progress", "hang", "dead_host") if phase in a]
+        for phase in (*PHASES[:3], "init (1-3)", "steady", *extra):
             pa, pb = a.get(phase), b.get(phase)
             ra = ratio(pa.wall_s if pa else None, pb.wall_s if pb else None) if phase != "steady" else "-"
             rc = ratio(pa.service_cpu_s if pa else None, pb.service_cpu_s if pb else None)
             rs = ratio(pa.service_sent_bytes if pa else None, pb.service_sent_bytes if pb else None)
             lines.append(f"{phase:12} |        {fmt_phase(pa)} |        {fmt_phase(pb)} |   {ra:>13} {rc:>5} {rs:>5}")
         for run in (ours, peer):
-            lines += run_notes(run, steady_s)
+            lines += run_notes(run)
         lines += floor_notes(next((r for r in runs if r.hosts == hosts and r.impl == "floor"), None), ours)
     return "\n".join(lines)
 
@@ -194,7 +212,7 @@ def size_header(hosts: int, ours: RunResult | None, peer: RunResult | None) -> s
     return f"## {hosts:,} hosts, {workers} client processes, {conns:,} service connections ({mode})"
 
 
-def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
+def run_notes(run: RunResult | None) -> list[str]:
     if run is None:
         return []
     notes = []
@@ -206,12 +224,14 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
         )
     steady = next((p for p in run.phases if p.phase == "steady"), None)
     if steady is not None:
+        steady_s = steady.length_s or 1.0
         notes.append(
             f"  {run.impl}: steady {steady_s:g} s: service {steady.service_cpu_s / steady_s:.3f} CPU s/s "
             f"({100 * steady.service_cpu_s / steady_s:.1f}% of a core), {fmt_bytes(steady.service_sent_bytes / steady_s)}/s; "
             f"idle RSS {run.idle_rss_mb:.0f} MB; merge via {run.merge or '-'}; heartbeat every {run.heartbeat_s:g} s; "
             f"load average {run.load_average[0]:.1f} -> {run.load_average[1]:.1f}"
         )
+    notes += progress_notes(run, steady)
     dead = next((p for p in run.phases if p.phase == "dead_host"), None)
     if dead is not None and dead.told_max_s is not None:
         notes.append(
@@ -229,6 +249,46 @@ def run_notes(run: RunResult | None, steady_s: float) -> list[str]:
     for text in dict.fromkeys(errors[:MAX_ERRORS_KEPT]):
         notes.append(f"  {run.impl} error: {text}")
     return notes
+
+
+CPU_TARGET_PCT = 5.0
+"""``--progress``: what the progress phase may cost the service above the steady phase, % of one core."""
+
+
+def progress_notes(run: RunResult, steady: PhaseResult | None) -> list[str]:
+    """``--progress``: the service's CPU with progress against without, the reports, the hang verdicts."""
+    notes = []
+    progress = next((p for p in run.phases if p.phase == "progress"), None)
+    if progress is not None and progress.length_s:
+        pct = 100 * progress.service_cpu_s / progress.length_s
+        base = 100 * steady.service_cpu_s / steady.length_s if steady is not None and steady.length_s else None
+        more = "-" if base is None else f"{pct - base:+.2f}"
+        verdict = "-" if base is None else ("met" if pct - base <= CPU_TARGET_PCT else "MISSED")
+        notes.append(
+            f"  {run.impl}: progress {progress.length_s:g} s: service {pct:.2f}% of a core, steady "
+            f"{'-' if base is None else f'{base:.2f}%'}: {more} points (target <= {CPU_TARGET_PCT:g}: {verdict}); "
+            f"{progress.pace_reports:,} pace reports sent ({progress.pace_reports / progress.length_s:.1f}/s), "
+            f"{progress.pace_unsent:,} not, the service took {fmt_count(progress.service_reports)}; "
+            f"verdicts pushed {fmt_verdicts(progress.verdicts)}"
+        )
+    hang = next((p for p in run.phases if p.phase == "hang"), None)
+    if hang is not None:
+        notes.append(
+            f"  {run.impl}: hang: {hang.told_hosts:,} of {hang.hosts:,} hosts pushed the hang verdict, after their "
+            f"job's last step p50 {fmt_s(hang.told_p50_s)}, p99 {fmt_s(hang.told_p99_s)}, max {fmt_s(hang.told_max_s)}; "
+            f"{hang.pace_reports:,} pace reports sent ({hang.pace_stalled:,} stalled), the service took "
+            f"{fmt_count(hang.service_reports)}; "
+            f"verdicts pushed {fmt_verdicts(hang.verdicts)}"
+        )
+    return notes
+
+
+def fmt_count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def fmt_verdicts(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items())) or "none"
 
 
 def print_profiles(runs: list[RunResult]) -> None:

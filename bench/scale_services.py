@@ -13,7 +13,11 @@ from typing import Any
 from scale_common import CLUSTER, FLOOR_METHOD, REPO, emit
 
 
-def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str, heartbeat_timeout: float) -> None:
+def serve_tpuctl(
+    hosts: int, bind: str, timeout: float, log_path: str, heartbeat_timeout: float, watchdog: dict[str, Any] | None
+) -> None:
+    """``watchdog``: ``WatchdogSettings``' fields (``--progress``), else the spec's defaults. A
+    ``{"stats": true}`` line on stdin answers ``{"reports": N}``: the pace reports the service took so far."""
     import inspect
     import logging
 
@@ -28,17 +32,27 @@ def serve_tpuctl(hosts: int, bind: str, timeout: float, log_path: str, heartbeat
 
     async def main() -> None:
         tasks = tuple(TaskSpec(address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}") for i in range(hosts))
+        extra: dict[str, Any] = {}
+        if watchdog is not None:
+            from tpuctl.watchdog.settings import WatchdogSettings
+
+            extra["watchdog"] = WatchdogSettings(**watchdog)
         config = ServiceConfig(
             cluster=CLUSTER,
             tasks=tasks,
             heartbeat_timeout=heartbeat_timeout,
             register_timeout=timeout,
             barrier_timeout=timeout,
+            **extra,
         )
         kwargs = {"freeze_heap": True} if "freeze_heap" in inspect.signature(start_server).parameters else {}
         server = await start_server(config, host=bind, port=0, **kwargs)  # as task 0's agent starts it
         emit({"port": server.port})
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes it
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):  # until the bench closes it
+            if '"stats"' in line:  # {"stats": true}
+                watch = getattr(server.service, "watch", None)
+                emit({"reports": getattr(watch, "reports", None)})
         await server.stop(grace=0)
 
     asyncio.run(main())

@@ -63,6 +63,40 @@ def assert_told_of_the_dead_host(run: dict[str, Any], timeout: float) -> None:
     assert "no heartbeat for " in dead["dead_cause"]
 
 
+PROGRESS_HOSTS = 32
+HANG_TIMEOUT = 6.0
+
+
+@pytest.mark.slow
+def test_progress_reports_reach_the_service_and_a_hang_is_named_to_every_host_in_time(tmp_path: Path) -> None:
+    """--progress: every host's simulated agent reports its job's pace as tpuctl's does (the service takes
+    every report sent), no verdict while the jobs step, and once they stop every host is pushed the hang
+    verdict within hang_timeout + 2 s of its job's last step, not before the hang timeout."""
+    out = tmp_path / "scale.json"
+    args = ["--sizes", str(PROGRESS_HOSTS), "--workers", "2", "--steady", "2", "--phase-timeout", "60", "--skip-peer"]
+    args += ["--no-netns", "--progress", "--hang-timeout", str(HANG_TIMEOUT), "--json", str(out)]
+    proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["error"] is None, run["error"]
+    phases = {p["phase"]: p for p in run["phases"]}
+    assert list(phases) == ["register", "merge", "last_barrier", "steady", "progress", "hang"]
+    progress, hang = phases["progress"], phases["hang"]
+    assert progress["error_count"] == 0 and hang["error_count"] == 0, (progress["errors"], hang["errors"])
+    # 32 hosts report every second (report_every 1 s): each at least once a second in the 2 s window
+    assert phases["steady"]["length_s"] == progress["length_s"] == 2.0
+    assert progress["pace_reports"] >= 2 * PROGRESS_HOSTS and progress["pace_unsent"] == 0
+    assert progress["service_reports"] == progress["pace_reports"]
+    assert progress["verdicts"] == {}
+    assert hang["hosts"] == hang["told_hosts"] == PROGRESS_HOSTS
+    assert hang["pace_stalled"] == PROGRESS_HOSTS  # each agent says stalled once
+    assert hang["service_reports"] == hang["pace_reports"]
+    assert hang["verdicts"] == {"hang": PROGRESS_HOSTS}
+    assert HANG_TIMEOUT <= hang["told_p50_s"] <= hang["told_max_s"] <= HANG_TIMEOUT + 2.0
+    assert f"{PROGRESS_HOSTS} of {PROGRESS_HOSTS} hosts pushed the hang verdict" in proc.stdout
+    assert "(target <= 5: " in proc.stdout
+
+
 def netns_available() -> bool:
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
         return False
