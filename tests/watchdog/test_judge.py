@@ -266,3 +266,18 @@ def test_the_view_for_status_has_the_step_range_the_slowest_hosts_and_the_standi
     document = view.to_dict()
     assert document["steps"] == {"low": 480, "median": 500, "high": 500}
     assert len(str(document)) < 2000  # O(1) whatever the cluster's size
+
+
+def test_a_host_whose_job_ended_is_no_longer_judged_and_a_late_read_report_does_not_delay_a_hang() -> None:
+    settings = WatchdogSettings(hang_timeout=10.0, report_every=1.0)
+    watchdog = Watchdog(settings, 3, describe)
+    for task in range(3):
+        watchdog.report(task, PaceReport(step=500, step_age=6.0, step_time=0.1, window=50, stalled=True), 6.0)
+    watchdog.report(2, PaceReport(step=500, step_age=0.0, step_time=0.0, window=0, stalled=False, ended=True), 7.0)
+    assert watchdog.view(7.0).armed == 2  # type: ignore[union-attr]
+    for task in range(2):  # the two others ended too: a finished job is not a hang
+        watchdog.report(task, PaceReport(step=500, step_age=0.0, step_time=0.0, window=0, stalled=False, ended=True), 7.0)
+    assert watchdog.tick(60.0) == [] and watchdog.view(60.0) is None
+    # A stalled report read 2.5 s late (queued behind a pod's worth of others) still dates its step right.
+    watchdog.report(0, PaceReport(step=7, step_age=5.0, step_time=0.1, window=50, stalled=True), 7.5, transit=2.5)
+    assert [v.kind for v in watchdog.tick(10.0)] == ["hang"]  # the step was reached at 0.0, not 2.5

@@ -158,15 +158,18 @@ def test_a_host_slowed_to_1_4x_is_named_a_straggler_within_50_steps(make_cluster
 
 
 def test_a_healthy_run_of_500_steps_with_jitter_raises_no_alarm(make_cluster, tmp_path: Path) -> None:
+    """No finding while 500 jittered steps run, nor after the job ends (its processes gone: not a hang)."""
     c = make_cluster("v4-32", **watched_spec())
     c.up()
     start_jobs(c, tmp_path, 500, "-", "0.15")
     for task in range(4):
         done = c.processes.wait(f"run-{task}", 300)
         assert done.code == 0, done.err
+    time.sleep(HANG_S + 4)  # past the hang timeout after the job's last step
     for task in range(4):
         log = (c.state(task) / "agent.log").read_text()
-        assert "watchdog:" not in log, log
+        findings = [line for line in log.splitlines() if "watchdog:" in line]
+        assert not findings, findings
+        assert "the job's processes are gone at step 500" in log, log
     status = json.loads(c.tpuctl("status", "--json", "--state-dir", str(c.state(0)), timeout=30).out)
-    assert status["watchdog"]["armed"] == 4 and status["watchdog"]["verdicts"] == []
-    assert status["watchdog"]["steps"]["high"] == 500
+    assert status["watchdog"] is None  # every host's job ended: nobody is judged

@@ -33,6 +33,7 @@ RECEIVE_BUFFER_BYTES = 1 << 20
 """The socket's receive buffer: a job reporting thousands of steps a second while the agent is busy for a
 moment loses nothing (a report is about 20 bytes)."""
 CHECK_EVERY_S = 0.25
+MAX_REPORTING_PROCESSES = 256  # tpuctl.watchdog.pace.MAX_PROCESSES
 """How often the agent looks at its job's pace (a stall is noticed within this of its threshold)."""
 
 Send = Callable[[PaceReport], Awaitable[bool]]
@@ -65,6 +66,7 @@ class JobProgress:
         self._transport: asyncio.DatagramTransport | None = None
         self._reporter: asyncio.Task[None] | None = None
         self._said: set[str] = set()
+        self._seen: set[int] = set()  # reporting pids that were alive in this agent's view when first heard
 
     async def open(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -93,6 +95,7 @@ class JobProgress:
         self.stop()
         self.generation = generation
         self.pace = StepPace(self.settings, hosts)
+        self._seen.clear()
         self._reporter = asyncio.create_task(self._report(self.pace, send), name=f"progress-{generation}")
 
     def stop(self) -> None:
@@ -117,9 +120,17 @@ class JobProgress:
                 f"{self.generation}",
             )
             return
+        if pid not in self._seen and len(self._seen) < 4 * MAX_REPORTING_PROCESSES and _alive(pid):
+            self._seen.add(pid)  # a process this agent can see (another pid namespace's it cannot)
         problem = pace.record(kind, step, pid, now)
         if problem is not None:
             self._once(f"{kind} backwards", f"not counted: {problem} (said once)")
+
+    def _job_gone(self, pace: StepPace) -> bool:
+        """Every reporting process this agent could see has exited (a job that ended, not one that hangs).
+        Processes it never saw (a job in another pid namespace) never count as gone."""
+        seen = [pid for pid in pace.pids if pid in self._seen]
+        return bool(seen) and not any(_alive(pid) for pid in seen)
 
     def _once(self, key: str, text: str) -> None:
         if key not in self._said and len(self._said) < 64:
@@ -130,13 +141,28 @@ class JobProgress:
         while True:
             await asyncio.sleep(CHECK_EVERY_S)
             now = time.monotonic()
-            report = pace.due(now)
+            if pace.armed and pace.stalled(now) and self._job_gone(pace):
+                if await send(pace.ended(time.time())):
+                    log.info("job progress: the job's processes are gone at step %d: not judged until a job reports", pace.step)
+                    pace.start_over()
+                continue
+            report = pace.due(now, time.time())
             if report is None:
                 continue
             if report.stalled:
                 log.warning("job progress: no step for %.0f s at step %d", report.step_age, report.step)
             if not await send(report):
                 pace.unsent()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: alive
+    return True
 
 
 class _Reports(asyncio.DatagramProtocol):

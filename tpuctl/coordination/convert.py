@@ -482,6 +482,8 @@ def pace_pb(report: PaceReport) -> pb.HeartbeatRequest:
             window=report.window,
             stalled=report.stalled,
             checkpointed=report.checkpointed,
+            ended=report.ended,
+            sent_at=report.sent_at,
         )
     )
 
@@ -494,7 +496,9 @@ def pace(message: pb.StepReport) -> PaceReport | None:
     if not (finite and 0 <= step <= MAX_STEP and 0 <= age <= MAX_AGE_S and 0 <= step_time <= MAX_AGE_S):
         return None
     checkpointed = max(-1, min(int(message.checkpointed), MAX_STEP))
-    return PaceReport(step, age, step_time, min(int(message.window), 1_000_000), bool(message.stalled), checkpointed)
+    sent_at = float(message.sent_at) if math.isfinite(message.sent_at) and message.sent_at > 0 else 0.0
+    window = min(int(message.window), 1_000_000)
+    return PaceReport(step, age, step_time, window, bool(message.stalled), checkpointed, bool(message.ended), sent_at)
 
 
 def verdict_pb(verdict: Verdict) -> pb.WatchdogVerdict:

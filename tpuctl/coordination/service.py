@@ -22,6 +22,7 @@ import functools
 import itertools
 import logging
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -289,7 +290,9 @@ class CoordinationServicer:
                 elif request.HasField("pace"):  # no answer: O(1), a few per host per report interval
                     report = convert.pace(request.pace)
                     if report is not None and session.vouched is not None:
-                        self.watch.report(caller.task_id, report, generation=state.generation, now=clock())
+                        self.watch.report(
+                            caller.task_id, report, generation=state.generation, now=clock(), wall=time.time()
+                        )
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
                     if session.vouched is None:  # the stream proved whose it is: it keeps the task alive now

@@ -20,6 +20,9 @@ from tpuctl.watchdog.settings import WatchdogSettings
 
 log = logging.getLogger("tpuctl.coordination")
 
+MAX_TRANSIT_S = 3.0
+"""The most a report's time on its way (by the two hosts' wall clocks) counts: a burst of reports at a
+pod's hang is read within a few seconds; a clock skewed by more is not believed further."""
 TICK_S = 0.5
 """How often the service asks the watchdog (a hang is declared within this of its timeout)."""
 
@@ -52,9 +55,12 @@ class ClusterWatch:
             self.watchdog = Watchdog(self.settings, self.hosts, self.describe)
         return self.watchdog
 
-    def report(self, task: int, report: PaceReport, *, generation: int, now: float) -> None:
+    def report(self, task: int, report: PaceReport, *, generation: int, now: float, wall: float) -> None:
+        """``wall``: this service's wall clock, against the report's ``sent_at`` for its time on the way
+        (at most ``MAX_TRANSIT_S``: a skewed clock cannot move a host's step by more)."""
         self.reports += 1
-        self._current(generation).report(task, report, now)
+        transit = min(MAX_TRANSIT_S, max(0.0, wall - report.sent_at)) if report.sent_at else 0.0
+        self._current(generation).report(task, report, now, transit)
 
     def barrier_passed(self, last_task: int, lag: float, *, generation: int, now: float) -> None:
         self._current(generation).barrier_passed(last_task, lag, now)

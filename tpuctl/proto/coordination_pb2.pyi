@@ -627,6 +627,8 @@ class StepReport(_message.Message):
     WINDOW_FIELD_NUMBER: _builtins.int
     STALLED_FIELD_NUMBER: _builtins.int
     CHECKPOINTED_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    SENT_AT_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """The job's step (the lowest of its processes')."""
     step_age_seconds: _builtins.float
@@ -638,6 +640,12 @@ class StepReport(_message.Message):
     """No step for the agent's stall threshold."""
     checkpointed: _builtins.int
     """The latest step the job said was checkpointed (-1: none)."""
+    ended: _builtins.bool
+    """The job's processes are gone (it ended): the host is no longer judged until its next job reports."""
+    sent_at: _builtins.float
+    """The agent's wall clock when it sent this (seconds since the epoch; 0: unknown). The service takes
+    the time the report spent on its way, at most a few seconds, off `step_age_seconds`.
+    """
     def __init__(
         self,
         *,
@@ -647,10 +655,12 @@ class StepReport(_message.Message):
         window: _builtins.int = ...,
         stalled: _builtins.bool = ...,
         checkpointed: _builtins.int = ...,
+        ended: _builtins.bool = ...,
+        sent_at: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpointed", b"checkpointed", "stalled", b"stalled", "step", b"step", "step_age_seconds", b"step_age_seconds", "step_time_seconds", b"step_time_seconds", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpointed", b"checkpointed", "ended", b"ended", "sent_at", b"sent_at", "stalled", b"stalled", "step", b"step", "step_age_seconds", b"step_age_seconds", "step_time_seconds", b"step_time_seconds", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

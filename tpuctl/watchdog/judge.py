@@ -135,9 +135,18 @@ class Watchdog:
 
     # --- input ---------------------------------------------------------------------------------------
 
-    def report(self, task: int, report: PaceReport, now: float) -> None:
+    def report(self, task: int, report: PaceReport, now: float, transit: float = 0.0) -> None:
+        """``transit``: how long the report was on its way (queued behind a burst of others), taken off
+        its step's age so a late-read report does not push a hang out."""
         host = self._hosts.get(task)
-        reached_at = now - report.step_age
+        if report.ended:  # the job ended: this host is not judged until its next job reports
+            if host is not None:
+                self._stalled -= host.stalled
+                del self._hosts[task]
+                self._stragglers.pop(task, None)
+                self._dirty = True
+            return
+        reached_at = now - report.step_age - transit
         if host is None:
             host = self._hosts[task] = _Host(
                 report.step, reached_at, report.step_time, report.window, False, report.checkpointed
@@ -166,7 +175,7 @@ class Watchdog:
 
     def tick(self, now: float) -> list[Verdict]:
         verdicts: list[Verdict] = []
-        if self._dirty:
+        if self._dirty and self._hosts:
             self._dirty = False
             verdicts += self._behind(now)
         if self._hang is None and self._hosts and self._stalled == len(self._hosts):

@@ -38,6 +38,10 @@ class PaceReport:
     """No step for the agent's stall threshold (``WatchdogSettings.stall_after``)."""
     checkpointed: int = -1
     """The latest step the job said was checkpointed (-1: none)."""
+    ended: bool = False
+    """The job's processes are gone: the host is not judged until a job reports again."""
+    sent_at: float = 0.0
+    """The agent's wall clock when it made the report (0.0: unknown)."""
 
 
 class StepPace:
@@ -48,12 +52,17 @@ class StepPace:
         self.settings = settings
         self.interval = settings.report_interval(hosts)
         self.window = settings.straggler.steps if settings.straggler is not None else 50
+        self._durations: deque[float] = deque(maxlen=self.window)  # seconds per step, oldest first
+        self.start_over()
+
+    def start_over(self) -> None:
+        """Forget the job: nothing reported yet, not armed."""
         self._steps: dict[int, int] = {}  # pid -> its latest step
         self.step = -1
         """The host's step (-1: nothing reported yet: the watchdog is not armed)."""
         self.reached_at = 0.0
         self.checkpointed = -1
-        self._durations: deque[float] = deque(maxlen=self.window)  # seconds per step, oldest first
+        self._durations.clear()
         self._sorted: list[float] = []  # the same, sorted (for the median)
         self._sent_at: float | None = None
         self._sent_stalled = False
@@ -104,7 +113,7 @@ class StepPace:
     def stalled(self, now: float) -> bool:
         return self.armed and now - self.reached_at >= self.settings.stall_after(self.step_time)
 
-    def report(self, now: float) -> PaceReport:
+    def report(self, now: float, wall: float = 0.0) -> PaceReport:
         return PaceReport(
             step=self.step,
             step_age=max(0.0, now - self.reached_at),
@@ -112,13 +121,24 @@ class StepPace:
             window=len(self._durations),
             stalled=self.stalled(now),
             checkpointed=self.checkpointed,
+            sent_at=wall,
         )
+
+    def ended(self, wall: float = 0.0) -> PaceReport:
+        """The report that says the job ended (its processes are gone). Once it left, ``start_over``: the
+        next job's first report arms the pace again."""
+        return PaceReport(self.step, 0.0, 0.0, 0, False, self.checkpointed, ended=True, sent_at=wall)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The processes that reported (at most ``MAX_PROCESSES``)."""
+        return tuple(self._steps)
 
     def unsent(self) -> None:
         """The report ``due`` returned did not leave this host: the next ``due`` returns one again."""
         self._sent_at = None
 
-    def due(self, now: float) -> PaceReport | None:
+    def due(self, now: float, wall: float = 0.0) -> PaceReport | None:
         """The report to send now, if one is due: the first once armed, one at once when the job stalls
         or resumes, else one every ``interval`` while it advances (nothing more while it stays stalled)."""
         if not self.armed:
@@ -128,4 +148,4 @@ class StepPace:
         if sent_at is not None and stalled == self._sent_stalled and (stalled or now - sent_at < self.interval):
             return None
         self._sent_at, self._sent_stalled = now, stalled
-        return self.report(now)
+        return self.report(now, wall)
