@@ -14,10 +14,9 @@ process run (interleaved, min/median of several repeats):
 * wall time of a whole 8-host local ``init`` (``tpuctl sim up``), beside ``python -c pass``;
 * full-pod meshes in both modes beside DTensor's helpers and JAX's ``create_device_mesh`` (bench/mesh.py);
 * first, ``tpuctl.job.progress(step)`` as a job calls it, beside a bare ``socket.send`` of the same bytes on a
-  connected non-blocking unix datagram socket, both to one agent-like receiver (another process draining
-  a datagram socket bound in a temp dir): median ns per call over alternating rounds, and their ratio
-  (target: at most 2x; above 5x the bench fails), in a network namespace of its own whose datagram queue
-  holds a round (``bench_progress``); ``--progress-only`` runs only this part.
+  connected non-blocking unix stream socket, both to one agent-like receiver (another process reading a
+  socket bound in a temp dir): median ns per call over alternating rounds, and their ratio (target: at
+  most 2x; above 5x the bench fails) (``bench_progress``); ``--progress-only`` runs only this part.
 
 Only loopback addresses are used; every process started here is stopped here.
 """
@@ -201,35 +200,44 @@ def report(name: str, pairs: list[tuple[float, float]]) -> None:
 
 
 PROGRESS_RECEIVER = r"""
-import socket, sys
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # as the agent (tpuctl/agent/progress.py)
-sock.bind(sys.argv[1])
-sock.settimeout(120.0)  # bounded: a sender that died leaves nothing waiting
+import selectors, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(8)
+listener.setblocking(False)
+select = selectors.DefaultSelector()
+select.register(listener, selectors.EVENT_READ)
 print("ready", flush=True)
-buf, n = bytearray(64), 0
-while True:
-    size = sock.recv_into(buf)
-    if buf[:size] == b"END":
+lines, accepted, closed = 0, 0, 0
+while closed < 2 or accepted < 2:  # tpuctl's connection and the bare one, each until it closes
+    events = select.select(timeout=120.0)  # bounded: a sender that died leaves nothing waiting
+    if not events:
         break
-    n += 1
-print(n, flush=True)
+    for key, _ in events:
+        if key.fileobj is listener:
+            conn, _ = listener.accept()
+            conn.setblocking(False)
+            select.register(conn, selectors.EVENT_READ)
+            accepted += 1
+            continue
+        chunk = key.fileobj.recv(1 << 16)
+        if chunk:
+            lines += chunk.count(b"\n")
+        else:
+            select.unregister(key.fileobj)
+            key.fileobj.close()
+            closed += 1
+print(lines, flush=True)
 """
-"""The agent's end of ``progress.sock``, stripped to its receiving: a process of its own (as the agent is),
-blocked in ``recv`` on a socket bound where the job looks for it, counting datagrams until ``END``."""
+"""The agent's end of ``progress.sock``, stripped to its receiving: a process of its own (as the agent is)
+reading each connection where the job looks for it, counting lines."""
 
 
 def bench_progress(rounds: int, calls: int) -> float:
     """``tpuctl.job.progress(i)`` against a bare ``socket.send`` of the same bytes; returns the ratio of
     the medians (ns per call, over ``rounds`` rounds of ``calls`` calls each side, alternating which goes
-    first). Both send to one receiver process, which counts what arrived.
-
-    A unix datagram socket queues only ``net.unix.max_dgram_qlen`` datagrams (the kernel's default: 10,
-    whatever SO_RCVBUF says) before a non-blocking send fails with EAGAIN, which is cheaper than a send
-    that is queued. So :func:`progress_section` runs this in a network namespace of its own (the sysctl
-    is per namespace) with a queue of ``QLEN``; a round (fewer calls than the sender's buffer holds:
-    about 270 datagrams) never fills it, and the receiver empties it between rounds. Every send that did
-    not arrive is counted and printed (a figure with many is not a fair one)."""
+    first). Both send to one receiver process, which counts the lines that arrived (a send the kernel
+    refused, EAGAIN, is counted and printed: a figure with many is not a fair one)."""
     import socket
 
     tmp = Path(tempfile.mkdtemp(prefix="tpuctl-bench-progress-"))
@@ -248,11 +256,12 @@ def bench_progress(rounds: int, calls: int) -> float:
 
         if "tpuctl.job.steps" in sys.modules:  # looked for its agent before this bench set the environment
             sys.modules["tpuctl.job.steps"]._reset_for_tests()
-        bare = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        tpuctl.job.progress(0)  # connects (once per process), as a job's first step does
+        bare = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bare.setblocking(False)
         bare.connect(str(path))
         pid = os.getpid()
-        step = [0]
+        step = [1]
         refused = [0]
 
         def ours() -> int:
@@ -269,7 +278,7 @@ def bench_progress(rounds: int, calls: int) -> float:
             start = time.perf_counter_ns()
             for i in range(first, first + calls):
                 try:
-                    send(b"P %d %d %d" % (i, generation, pid))
+                    send(b"P %d %d %d\n" % (i, generation, pid))
                 except BlockingIOError:
                     no += 1
             took = time.perf_counter_ns() - start
@@ -277,8 +286,7 @@ def bench_progress(rounds: int, calls: int) -> float:
             refused[0] += no
             return took
 
-        tpuctl.job.progress(0)  # connects (once per process), as a job's first step does
-        step[0], sent = 1, 1
+        sent = 1
         ns_ours: list[float] = []
         ns_theirs: list[float] = []
         for r in range(rounds):
@@ -286,9 +294,8 @@ def bench_progress(rounds: int, calls: int) -> float:
                 took = side()
                 (ns_ours if side is ours else ns_theirs).append(took / calls)
                 sent += calls
-                time.sleep(0.005)  # the receiver empties its queue
-        bare.send(b"END")
         bare.close()
+        sys.modules["tpuctl.job.steps"]._reset_for_tests()  # closes tpuctl's connection: the receiver ends
         out, _ = receiver.communicate(timeout=60)
         received = int(out.split()[-1])
         a, b = statistics.median(ns_ours), statistics.median(ns_theirs)
@@ -301,11 +308,7 @@ def bench_progress(rounds: int, calls: int) -> float:
             f"tpuctl.job.progress {a:.0f} ns/call (min {min(ns_ours):.0f}); socket.send {b:.0f} ns/call "
             f"(min {min(ns_theirs):.0f}); ratio {ratio:.2f}x (target <= 2x: {'met' if ratio <= 2 else 'MISSED'})"
         )
-        lost = sent - received - refused[0]
-        print(
-            f"receiver got {received:,} of {sent:,} datagrams; bare sends refused (EAGAIN) {refused[0]:,}; "
-            f"tpuctl's dropped {lost:,} (net.unix.max_dgram_qlen {dgram_qlen()})"
-        )
+        print(f"receiver got {received:,} of {sent:,} lines; bare sends refused (EAGAIN) {refused[0]:,}")
         return ratio
     finally:
         if receiver.poll() is None:
@@ -314,34 +317,8 @@ def bench_progress(rounds: int, calls: int) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def dgram_qlen() -> str:
-    try:
-        return Path("/proc/sys/net/unix/max_dgram_qlen").read_text().strip()
-    except OSError:
-        return "?"
-
-
-QLEN = 1024
-"""The progress bench's datagram queue (``net.unix.max_dgram_qlen`` in its own network namespace)."""
-PROGRESS_NETNS = "TPUCTL_BENCH_PROGRESS_NETNS"
-
-
 def progress_section(rounds: int, calls: int) -> None:
-    """:func:`bench_progress`, in a network namespace of its own with a datagram queue of ``QLEN`` when
-    ``unshare`` allows (root), else here (and its sends may be refused: it says how many). Exits non-zero
-    when the ratio is above ``PROGRESS_RATIO_LIMIT``."""
-    if os.environ.get(PROGRESS_NETNS) != "1" and shutil.which("unshare"):
-        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30)
-        if probe.returncode == 0:
-            script = f'echo {QLEN} > /proc/sys/net/unix/max_dgram_qlen && exec "$0" "$@"'
-            argv = [PY, __file__, "--progress-only", "--progress-rounds", str(rounds), "--progress-calls", str(calls)]
-            code = subprocess.call(
-                ["unshare", "-n", "--", "sh", "-c", script, *argv], env={**os.environ, PROGRESS_NETNS: "1"}, timeout=600
-            )
-            if code:
-                raise SystemExit(code)
-            return
-        print("no network namespace (unshare -n failed): the progress bench runs with this host's datagram queue")
+    """:func:`bench_progress`; exits non-zero when the ratio is above ``PROGRESS_RATIO_LIMIT``."""
     ratio = bench_progress(rounds, calls)
     if ratio > PROGRESS_RATIO_LIMIT:
         raise SystemExit(f"tpuctl.job.progress costs {ratio:.1f}x a bare socket.send (limit {PROGRESS_RATIO_LIMIT:g}x)")

@@ -406,7 +406,7 @@ class TpuctlDriver(AsyncDriver):
 
     async def job_progress(self, phase: str, ends: list[float]) -> None:
         """``--progress``: every host's job and agent as ``tpuctl run`` has them, the job's steps fed to a
-        ``StepPace`` per host (what the agent's datagram socket does) and ``due()`` asked every
+        ``StepPace`` per host (what the agent's progress socket feeds) and ``due()`` asked every
         ``CHECK_EVERY_S`` (the agent's loop, tpuctl/agent/progress.py); what it returns goes out with
         ``session.report_pace``, and a report that did not leave is ``unsent()`` (sent again later).
 

@@ -350,17 +350,18 @@ def test_the_light_paths_spellings_are_the_conventions() -> None:
 
 
 @pytest.mark.parametrize("args", [["progress", "1203"], ["progress", "--checkpointed", "1200"]])
-def test_progress_sends_one_datagram_and_imports_only_cheap_modules(
+def test_progress_sends_one_line_and_imports_only_cheap_modules(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tpuctl progress STEP`` in a shell job's loop: one datagram to the agent's progress socket, the
+    """``tpuctl progress STEP`` in a shell job's loop: one line to the agent's progress socket, the
     script's process id and the job's generation in it, on the standard library's cheapest modules."""
     import socket
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(state / "progress.sock"))
+    listener.listen(4)
     listener.settimeout(10)
     try:
         monkeypatch.setenv("TPUCTL_GENERATION", "3")  # the job's generation, as tpuctl run sets it
@@ -369,7 +370,13 @@ def test_progress_sends_one_datagram_and_imports_only_cheap_modules(
         assert lines.get("CODE") == "0", proc.stdout + proc.stderr
         new = set(filter(None, lines["NEW"].split(",")))
         assert new <= LIGHT_PATH_STDLIB, f"tpuctl {' '.join(args)} imported more: {sorted(new - LIGHT_PATH_STDLIB)}"
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            received = b""
+            while chunk := connection.recv(64):
+                received += chunk
         kind = "C" if "--checkpointed" in args else "P"
-        assert listener.recv(64).decode() == f"{kind} {args[-1]} 3 {os.getpid()}"  # the probe's parent: this test
+        assert received.decode() == f"{kind} {args[-1]} 3 {os.getpid()}\n"  # the probe's parent: this test
     finally:
         listener.close()

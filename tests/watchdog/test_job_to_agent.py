@@ -1,5 +1,5 @@
 """The job's reports reach its agent: ``tpuctl.job.progress`` in a real job process (another Python,
-the environment ``tpuctl run`` gives a job) sends datagrams to the agent's real socket; the agent's
+the environment ``tpuctl run`` gives a job) sends lines to the agent's real socket; the agent's
 ``JobProgress`` counts them, refuses what is wrong once, and reports to the coordinator on time."""
 
 from __future__ import annotations
@@ -128,3 +128,46 @@ def test_a_job_not_under_tpuctl_is_not_reporting_anywhere(monkeypatch: pytest.Mo
         assert steps._REPORTER.sock is None and steps._REPORTER.retry_at == float("inf")
     finally:
         steps._reset_for_tests()
+
+
+def test_an_agent_that_reads_nothing_for_a_while_never_blocks_the_job_nor_garbles_a_line(tmp_path: Path) -> None:
+    """100,000 reports into a socket nobody reads (its buffers fill, the kernel takes part of a line, then
+    nothing): every call returns at once; once the agent reads, every line it gets is whole and the last
+    one is the newest step."""
+    import socket as socket_module
+
+    path = str(tmp_path / "progress.sock")
+    listener = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    reporter = steps._Reporter(path, generation=1, pid=42)
+    try:
+        slowest = 0.0
+        for step in range(100_000):
+            started = time.perf_counter()
+            reporter.send(b"P", step)
+            slowest = max(slowest, time.perf_counter() - started)
+        assert slowest < 0.05, slowest  # never blocked
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(5)
+            received = b""
+            connection.setblocking(False)
+            while True:  # drain what the kernel holds
+                try:
+                    chunk = connection.recv(1 << 16)
+                except BlockingIOError:
+                    break
+                received += chunk
+            reporter.send(b"P", 100_000)  # the agent reads again: the cut line's rest, then the newest one
+            connection.settimeout(5)
+            while not received.endswith(b"P 100000 1 42\n"):
+                received += connection.recv(1 << 16)
+        lines = received.split(b"\n")[:-1]
+        assert all(line.startswith(b"P ") and line.endswith(b" 1 42") and len(line.split()) == 4 for line in lines)
+        steps_seen = [int(line.split()[1]) for line in lines]
+        assert steps_seen == sorted(steps_seen) and steps_seen[-1] == 100_000
+        assert len(steps_seen) < 100_000  # the kernel's buffers filled: some reports were not taken
+    finally:
+        reporter._close()
+        listener.close()

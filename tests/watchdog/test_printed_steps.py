@@ -1,5 +1,5 @@
 """``tpuctl run --progress-regex``: a real job's output passes through byte for byte while the steps it
-prints reach a real datagram socket, in order, never backwards."""
+prints reach a real unix stream socket as the agent's, in order, never backwards."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ out.write(b"eval at step 6 done")  # no newline at the end
 
 def test_the_job_output_passes_through_and_its_steps_are_reported(tmp_path: Path) -> None:
     path = str(tmp_path / "progress.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
+    listener.listen(4)
     listener.settimeout(5)
     try:
         printed = PrintedSteps(compile_pattern(r"step[ =](\d+)"), path, generation=2)
@@ -38,24 +39,24 @@ def test_the_job_output_passes_through_and_its_steps_are_reported(tmp_path: Path
         out, err = io.BytesIO(), io.BytesIO()
         printed.follow(proc.stdout, out, proc.pid)
         printed.follow(proc.stderr, err, proc.pid)
+        connection, _ = listener.accept()
         assert proc.wait(30) == 0
-        printed.join(5)
+        printed.join(5)  # closes its socket: the stream ends
         expected = subprocess.run([sys.executable, "-c", JOB], capture_output=True, timeout=30, check=True)
         assert out.getvalue() == expected.stdout and err.getvalue() == expected.stderr
-        got = []
-        listener.settimeout(0.5)
-        while True:
-            try:
-                got.append(listener.recv(64).decode())
-            except TimeoutError:
-                break
+        received = b""
+        with connection:
+            connection.settimeout(5)
+            while chunk := connection.recv(4096):
+                received += chunk
+        got = received.decode().splitlines()
         steps = [int(r.split()[1]) for r in got]
         # Each step printed on stdout and stderr (the same step twice is allowed); the re-printed 3 and the
         # 6 after the 100 kB line's 7 (matched in 64 KiB pieces) would go backwards: not reported.
         assert steps == sorted(steps) and steps[-1] == 7, got
         assert set(steps) == {1, 2, 3, 4, 5, 7}
         assert all(r.split()[0] == "P" and r.split()[2:] == ["2", str(proc.pid)] for r in got)
-        assert printed.reported == len(got)
+        assert printed.matched == len(got)
     finally:
         listener.close()
 
@@ -70,7 +71,7 @@ def test_without_an_agent_the_output_still_passes_through(tmp_path: Path) -> Non
     printed.follow(proc.stdout, out, proc.pid)
     assert proc.wait(30) == 0
     printed.join(5)
-    assert out.getvalue().replace(os.linesep.encode(), b"\n") == b"1/10\n2/10\n" and printed.reported == 0
+    assert out.getvalue().replace(os.linesep.encode(), b"\n") == b"1/10\n2/10\n" and printed.matched == 2
 
 
 @pytest.mark.parametrize(

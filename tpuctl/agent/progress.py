@@ -1,5 +1,5 @@
-"""This host's job's progress, as its agent hears it: the datagram socket the job reports on
-(``STATE_DIR/progress.sock``, written to by :mod:`tpuctl.job.steps` and ``tpuctl progress``), the pace of
+"""This host's job's progress, as its agent hears it: the stream socket the job reports on, a line per
+report (``STATE_DIR/progress.sock``, written to by :mod:`tpuctl.job.steps` and ``tpuctl progress``), the pace of
 the job's steps (:class:`~tpuctl.watchdog.pace.StepPace`), and the reports that go to the coordinator: one
 per report interval while the job advances, one at once when it stalls or resumes, nothing while it has
 not reported at all.
@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,9 +28,8 @@ log = logging.getLogger("tpuctl.agent.progress")
 SOCKET_NAME = "progress.sock"  # tpuctl.job.steps.SOCKET_NAME (the job side imports nothing of the agent)
 MAX_REPORT_BYTES = 64
 MAX_STEP = 10**15
-RECEIVE_BUFFER_BYTES = 1 << 20
-"""The socket's receive buffer: a job reporting thousands of steps a second while the agent is busy for a
-moment loses nothing (a report is about 20 bytes)."""
+MAX_CONNECTIONS = 1024
+"""Reporting connections held at once (a job's processes keep one each; ``tpuctl progress`` one per call)."""
 CHECK_EVERY_S = 0.25
 MAX_REPORTING_PROCESSES = 256  # tpuctl.watchdog.pace.MAX_PROCESSES
 """How often the agent looks at its job's pace (a stall is noticed within this of its threshold)."""
@@ -63,7 +61,8 @@ class JobProgress:
         self.path = state_dir / SOCKET_NAME
         self.pace: StepPace | None = None
         self.generation = 0
-        self._transport: asyncio.DatagramTransport | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Transport] = set()
         self._reporter: asyncio.Task[None] | None = None
         self._said: set[str] = set()
         self._seen: set[int] = set()  # reporting pids that were alive in this agent's view when first heard
@@ -71,23 +70,17 @@ class JobProgress:
     async def open(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
-            sock.bind(str(self.path))
-            os.chmod(self.path, 0o600)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
         loop = asyncio.get_running_loop()
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Reports(self), sock=sock)
+        self._server = await loop.create_unix_server(lambda: _Reports(self), path=str(self.path), backlog=128)
+        os.chmod(self.path, 0o600)
 
     def close(self) -> None:
         self.stop()
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for connection in list(self._connections):
+            connection.close()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -165,12 +158,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class _Reports(asyncio.DatagramProtocol):
+class _Reports(asyncio.Protocol):
+    """One reporting connection: lines in, each a report; a line longer than a report ends the connection."""
+
     def __init__(self, progress: JobProgress) -> None:
         self.progress = progress
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
 
-    def datagram_received(self, data: bytes, addr: object) -> None:
-        self.progress.receive(data, time.monotonic())
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        connections = self.progress._connections
+        if len(connections) >= MAX_CONNECTIONS:
+            transport.close()
+            return
+        self.transport = transport
+        connections.add(transport)
 
-    def error_received(self, exc: Exception) -> None:
-        log.debug("job progress socket: %s", exc)
+    def data_received(self, data: bytes) -> None:
+        lines = (self.buffer + data).split(b"\n")
+        self.buffer = lines.pop()
+        now = time.monotonic()
+        for line in lines:
+            self.progress.receive(line, now)
+        if len(self.buffer) > MAX_REPORT_BYTES and self.transport is not None:
+            self.progress.receive(self.buffer, now)  # said once as malformed
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.progress._connections.discard(self.transport)

@@ -40,6 +40,7 @@ ACCEPT_TIMEOUT_S = 10.0
 """How long ``tpuctl barrier`` without ``--timeout`` waits for its agent to take the barrier and announce
 its deadline (the spec's ``barrier_timeout``); then it waits that long plus ``DEADLINE_MARGIN_S``."""
 STATUS_TIMEOUT_S = 10.0
+PROGRESS_TIMEOUT_S = 2.0  # `tpuctl progress`: an agent too busy to take a line within this misses the step
 ENV_TIMEOUT_S = 10.0
 MAX_LISTED_BARRIER_TASKS = 10  # `tpuctl status` names at most this many missing tasks per barrier
 STATUS_SCHEMA = "tpuctl.status/v1"
@@ -101,7 +102,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
 def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     """Tell this host's agent the job reached ``step`` (``--checkpointed``: a checkpoint of it is complete).
 
-    One datagram on the agent's progress socket, as ``tpuctl.job.progress`` sends (the step is the
+    One line on the agent's progress socket, as ``tpuctl.job.progress`` sends (the step is the
     calling script's: the parent process's id names it, so a shell loop's calls count as one process).
     Never waits; no agent listening is said on stderr and is not an error (a job script runs without
     tpuctl too); a step that is not a number is (exit 2)."""
@@ -116,14 +117,14 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     state.check()  # never talk to a socket in a folder someone else could have prepared
     generation = os.environ.get("TPUCTL_GENERATION", "")
     gen = int(generation) if generation.isdigit() and len(generation) < 10 else 0
-    data = b"%s %d %d %d" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
+    data = b"%s %d %d %d\n" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
     import _socket
 
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.setblocking(False)
+        sock.settimeout(PROGRESS_TIMEOUT_S)
         sock.connect(os.path.join(state.path, "progress.sock"))
-        sock.send(data)
+        sock.sendall(data)
     except OSError as exc:
         say(f"tpuctl progress: no agent takes progress in {state.path} ({exc.strerror or exc}); step not counted")
     finally:

@@ -19,7 +19,7 @@ def progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     A shell job's loop reports each step; the watchdog is armed by the first report:
       for step in $(seq 1000); do train_step; tpuctl progress "$step"; done
     Python jobs call tpuctl.job.progress(step) instead (cheaper: no process per step); jobs that print
-    their step need neither: tpuctl run --progress-regex 'step (\\d+)'. Never waits: one datagram to the
+    their step need neither: tpuctl run --progress-regex 'step (\\d+)'. Never waits long: one line to the
     agent. Steps only grow; the script's process id names the reporting process.
 
     Exit codes: 0 sent (or no agent listens: said on stderr, the job goes on), 2 STEP is not a whole

@@ -4,7 +4,7 @@ change no code to report progress.
 The job's stdout and stderr become pipes; a thread per stream copies every byte through to ``tpuctl
 run``'s own stream unchanged (line by line, flushed) and matches each line against REGEX: its group
 ``step`` (or its first group) is the step, reported to this host's agent as ``tpuctl.job.progress`` would
-(one datagram, the job's pid). A step that is not a whole number, or goes backwards, is not reported.
+(one line, the job's pid). A step that is not a whole number, or goes backwards, is not reported.
 A line longer than ``MAX_MATCHED_BYTES`` is matched in pieces of that size (and passes through whole).
 """
 
@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import threading
 from typing import IO
+
+from tpuctl.job.steps import _Reporter
 
 MAX_MATCHED_BYTES = 64 * 1024
 MAX_STEP = 10**15
@@ -40,27 +41,28 @@ class PrintedSteps:
         self.group: str | int = "step" if "step" in pattern.groupindex else 1
         self.socket_path = socket_path
         self.generation = generation
-        self.last = -1
-        self.reported = 0
-        self._lock = threading.Lock()  # stdout and stderr threads report to one socket, in step order
-        self._sock: socket.socket | None = None
+        self.matched = 0
+        """Steps matched and handed to the agent (sent, or dropped when no agent listens)."""
+        self._lock = threading.Lock()  # stdout and stderr threads report through one reporter, in step order
+        self._reporter: _Reporter | None = None
         self._threads: list[threading.Thread] = []
 
     def follow(self, source: IO[bytes], sink: IO[bytes], pid: int) -> None:
-        thread = threading.Thread(target=self._copy, args=(source, sink, pid), name="tpuctl-run-output", daemon=True)
+        if self._reporter is None:
+            self._reporter = _Reporter(self.socket_path, self.generation, pid)
+        thread = threading.Thread(target=self._copy, args=(source, sink), name="tpuctl-run-output", daemon=True)
         thread.start()
         self._threads.append(thread)
 
     def join(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` s in all) for the output the job wrote before it ended."""
+        """Wait (at most ``timeout`` s for each stream) for the output the job wrote before it ended."""
         for thread in self._threads:
             thread.join(timeout)
         self._threads = []
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._reporter is not None:
+            self._reporter._close()
 
-    def _copy(self, source: IO[bytes], sink: IO[bytes], pid: int) -> None:
+    def _copy(self, source: IO[bytes], sink: IO[bytes]) -> None:
         with contextlib.suppress(OSError, ValueError):
             for line in iter(lambda: source.readline(MAX_MATCHED_BYTES), b""):
                 with contextlib.suppress(OSError, ValueError):
@@ -68,33 +70,16 @@ class PrintedSteps:
                     sink.flush()
                 match = self.pattern.search(line)
                 if match is not None:
-                    self._report(match.group(self.group), pid)
+                    self._report(match.group(self.group))
 
-    def _report(self, text: bytes | None, pid: int) -> None:
-        if text is None or not text.isdigit() or len(text) > 16:
+    def _report(self, text: bytes | None) -> None:
+        if text is None or not text.isdigit() or len(text) > 16 or self._reporter is None:
             return
         step = int(text)
         with self._lock:
-            if step < self.last or step > MAX_STEP:
-                return
-            self.last = step
-            if self._sock is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.setblocking(False)
-                try:
-                    sock.connect(self.socket_path)
-                except OSError:
-                    sock.close()
-                    return
-                self._sock = sock
-            try:
-                self._sock.send(b"P %d %d %d" % (step, self.generation, pid))
-                self.reported += 1
-            except BlockingIOError:
-                pass
-            except OSError:
-                self._sock.close()
-                self._sock = None
+            if self._reporter.last[b"P"] <= step <= MAX_STEP:  # backwards or absurd: not reported, and not said
+                self._reporter.send(b"P", step)
+                self.matched += 1
 
 
 def progress_socket(state_dir: str) -> str:

@@ -1,17 +1,20 @@
 """A training job's step reports to its own host's agent: ``tpuctl.job.progress(step)`` and
 ``tpuctl.job.checkpointed(step)``.
 
-One datagram per call on a unix socket in the agent's state dir (``progress.sock``; the state dir is the
-job's ``TPUCTL_STATE_DIR``, set by ``tpuctl run``), never more: the agent time-stamps what it receives,
-judges its own job's pace, and tells the coordinator only what matters (a stall, a summary at a low rate).
-A report is ``KIND STEP GENERATION PID`` in ASCII (``P 1203 2 4567``: kind ``P`` progress, ``C``
-checkpointed).
+One line per call on a unix stream socket in the agent's state dir (``progress.sock``; the state dir is the
+job's ``TPUCTL_STATE_DIR``, set by ``tpuctl run``): the agent time-stamps what it receives, judges its own
+job's pace, and tells the coordinator only what matters (a stall, a summary at a low rate). A report is
+``KIND STEP GENERATION PID`` in ASCII, one line (``P 1203 2 4567``: kind ``P`` progress, ``C`` checkpointed).
+A stream, not datagrams: the kernel queues about 200 kB of lines for an agent busy for a moment, where a
+unix datagram socket holds ``net.unix.max_dgram_qlen`` datagrams (10 by default on some systems), and the
+job's last step before it hangs is the one that must not be lost.
 
 Safe to call every step: the socket is non-blocking and every failure is swallowed, so a call never
 blocks and never raises (a job runs without tpuctl too: then there is no state dir, and each call costs
-a dictionary lookup). A step that is not an ``int``, is negative, goes backwards or is absurdly large gets
-one line on stderr (per kind of mistake, not per step) and is not sent. An agent that is not there yet
-(or restarted) is looked for again at most every ``RECONNECT_S`` seconds.
+a dictionary lookup). The rest of a line the kernel could take only part of goes first with the next
+report; a report the kernel took none of is replaced by the next one (the newest step is what counts). A step that is not an ``int``, is negative, goes backwards or is absurdly large gets one
+line on stderr (per kind of mistake, not per step) and is not sent. An agent that is not there yet (or
+restarted) is looked for again at most every ``RECONNECT_S`` seconds.
 
 Imports only what starting Python already loaded (``_socket``, ``os``, ``sys``, ``time``): no grpc, click,
 asyncio or numpy.
@@ -23,13 +26,11 @@ import sys
 import time
 
 SOCKET_NAME = "progress.sock"
-"""The agent's datagram socket in its state dir."""
+"""The agent's progress socket (a unix stream socket) in its state dir."""
 RECONNECT_S = 5.0
 """How often a job without an agent looks for one again."""
 MAX_STEP = 10**15
 """A step beyond this is a mistake (a timestamp, a token count), not a step."""
-REPORT_BYTES = 64
-"""The longest report the agent reads; ``KIND STEP GENERATION PID`` is at most about 45 bytes."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,15 +38,18 @@ if TYPE_CHECKING:
 
 
 class _Reporter:
-    """The job's end of the socket; one per process (``_REPORTER``), made on first use."""
+    """The job's end of the socket; one per process (``_REPORTER``), made on first use. ``path``,
+    ``generation`` and ``pid`` are the job environment's unless given (``tpuctl run --progress-regex``
+    reports for its job)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str = "", generation: int | None = None, pid: int | None = None) -> None:
         self.sock: Any = None
         self.retry_at = 0.0
         self.last = {b"P": -1, b"C": -1}
         self.warned: set[tuple[bytes, str]] = set()
-        self.tail = b""  # b" GENERATION PID", fixed for this process
-        self.path = ""
+        self.path = path
+        self.tail = b"" if generation is None else b" %d %d\n" % (generation, pid if pid is not None else os.getpid())
+        self.cont = b""  # the rest of a line the kernel took part of
 
     def send(self, kind: bytes, step: object) -> None:
         if type(step) is not int or not self.last[kind] <= step <= MAX_STEP:
@@ -59,12 +63,23 @@ class _Reporter:
             sock = self._connect()
             if sock is None:
                 return
+        # ``cont``: the rest of a line the kernel took only part of; it goes first, then the newest line.
+        # Lines the kernel did not take at all are not kept: a newer step replaces them.
+        cont = self.cont
+        data = cont + b"%s %d%s" % (kind, step, self.tail)
         try:
-            sock.send(b"%s %d%s" % (kind, step, self.tail))
-        except BlockingIOError:
-            pass  # the agent is behind: this report is dropped, the next one says more
+            sent = sock.send(data)
+        except BlockingIOError:  # the agent is behind (its queue is full): try again with the next report
+            return
         except OSError:
             self._close()  # the agent went away (or restarted): look for it again later
+            return
+        if sent == len(data):
+            self.cont = b""
+        elif sent < len(cont):
+            self.cont = cont[sent:]
+        else:
+            self.cont = data[sent:]
 
     def _connect(self) -> "Any":
         now = time.monotonic()
@@ -77,16 +92,17 @@ class _Reporter:
                 self.retry_at = float("inf")  # not under tpuctl: nothing to report to, ever
                 return None
             self.path = os.path.join(state_dir, SOCKET_NAME)
+        if not self.tail:
             generation = os.environ.get("TPUCTL_GENERATION", "0").strip()
-            self.tail = b" %d %d" % (int(generation) if generation.isdigit() else 0, os.getpid())
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+            self.tail = b" %d %d\n" % (int(generation) if generation.isdigit() else 0, os.getpid())
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
-            sock.connect(self.path)
+            sock.connect(self.path)  # a unix socket connects at once, or fails (EAGAIN: the agent's backlog is full)
         except OSError:
             sock.close()
             return None
-        self.sock = sock
+        self.sock, self.cont = sock, b""
         return sock
 
     def _close(self) -> None:

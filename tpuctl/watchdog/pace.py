@@ -1,7 +1,7 @@
 """One host's job as its agent sees it: the steps its processes report, when each was reached, whether it
 stalled; and when the agent should tell the coordinator (``PaceReport``).
 
-The job's reports arrive as datagrams (:mod:`tpuctl.job.steps`), as often as every step; what leaves the
+The job's reports arrive as lines on a socket (:mod:`tpuctl.job.steps`), as often as every step; what leaves the
 host is one small ``PaceReport`` per ``report_interval`` while the job advances, plus one at once when it
 stalls or resumes. So the coordinator's cost is O(1) per host per interval whatever the step rate.
 
