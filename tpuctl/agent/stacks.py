@@ -265,13 +265,15 @@ def _keep(state_dir: Path, dump_id: int, reason: str, taken: list[Taken], total:
         path.write_text("\n".join(lines) + "\n")
         for old in sorted(folder.glob("dump-*.txt"), key=lambda p: p.stat().st_mtime)[:-KEEP_DUMPS]:
             old.unlink()
-        _forget_dead_hooks(folder)
+        forget_dead_hooks(folder)
     except OSError:
         return ""
     return str(path)
 
 
-def _forget_dead_hooks(folder: Path) -> None:
+def forget_dead_hooks(folder: Path) -> None:
+    """Remove the stack files of job processes that exited (every Python process ``tpuctl run`` started
+    opens one at start-up: a job that forks Python workers leaves one per worker)."""
     for hook in folder.glob("stacks-*"):
         pid = hook.name[7:]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():

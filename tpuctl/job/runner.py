@@ -41,11 +41,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
+from tpuctl.agent.stacks import forget_dead_hooks
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
 from tpuctl.health import cluster_health
@@ -234,6 +236,7 @@ class JobRunner:
             if job_file is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(job_file)
+                forget_dead_hooks(Path(job_file).parent)
 
     # --- restarts -------------------------------------------------------------------------------
 
