@@ -274,6 +274,9 @@ class TpuctlDriver(AsyncDriver):
         if phase in ("progress", "hang"):
             await self.job_progress(phase, ends)
             return
+        if phase == "dump":
+            await self.black_box(ends)
+            return
         step = {"register": self.register, "merge": self.merge, "last_barrier": self.last_barrier}[phase]
         await asyncio.gather(*(self.one(host, step, ends, barriers) for host in self.hosts if host.alive))
 
@@ -300,6 +303,8 @@ class TpuctlDriver(AsyncDriver):
             host.background.append(asyncio.create_task(host.session.run()))
             if hasattr(host.session, "on_verdict"):  # protocol v10: the watchdog's verdicts, as an agent hears them
                 host.session.on_verdict = lambda v, host=host: host.verdicts.append((v.kind, time.monotonic()))
+            if hasattr(host.session, "on_dump"):  # protocol v11: a dump order, answered as an agent does
+                host.session.on_dump = lambda order, host=host: self.answer_dump(host, order)
         else:
             host.membership = m = await c.register(
                 CLUSTER, host.task, hostname=f"bench-{host.task}", connect_timeout=self.timeout
@@ -447,7 +452,8 @@ class TpuctlDriver(AsyncDriver):
                 for host in hosts:
                     host.pace.record("P", step, pid, now)
                     host.advanced_at = now
-            due = [(host, report) for host in hosts if (report := host.pace.due(now)) is not None]
+            wall = time.time()  # the agent stamps its reports with its wall clock (StepReport.sent_at)
+            due = [(host, report) for host in hosts if (report := host.pace.due(now, wall)) is not None]
             if not due:
                 continue
             results = await asyncio.gather(
@@ -481,6 +487,44 @@ class TpuctlDriver(AsyncDriver):
                 told.append(at - host.advanced_at)
                 ends.append(at)
         self.extra.update(hang_delays=told, hosts=len(hosts))
+
+    def answer_dump(self, host: TpuctlHost, order: Any) -> None:
+        """A host's answer to a dump order, as an agent's (a fixed-size digest): every host's job waits in
+        the all-gather, one (task 17) in its data loader, so the report has two groups."""
+        from tpuctl.proto import coordination_pb2 as pb
+
+        if host.task == 17:
+            signature = "next_batch (data.py:41) <- train_step (train.py:80) <- <module> (train.py:120)"
+        else:
+            signature = "all_gather (jax/_src/lax/parallel.py:612) <- train_step (train.py:88) <- <module> (train.py:120)"
+        digest = pb.StackDigest(
+            dump_id=order.dump_id, signature=signature, state="running", method="py-spy",
+            path=f"/run/tpuctl/host-{host.task}/blackbox/dump-{order.dump_id}.txt", processes=1,
+        )  # fmt: skip
+        assert host.session is not None
+        task = asyncio.ensure_future(host.session.answer_dump(digest))
+        host.background.append(task)
+        task.add_done_callback(host.background.remove)
+
+    async def black_box(self, ends: list[float]) -> None:
+        """``dump``: the driver holding task 0 asks for every host's black box (``tpuctl dump``'s path:
+        the order pushed to every session, every host's digest, the report assembled) and times it; every
+        driver's hosts answer (``answer_dump``)."""
+        first = next((h for h in self.hosts if h.task == 0 and h.alive and h.session is not None), None)
+        if first is None:
+            return
+        assert first.session is not None
+        start = time.monotonic()
+        document = await first.session.dump(10.0, "bench")
+        took = time.monotonic() - start
+        report = json.loads(document)
+        ends.append(time.monotonic())
+        groups = report.get("groups", [])
+        self.extra.update(
+            dump_s=took, dump_bytes=len(document.encode()), dump_hosts=report.get("hosts"),
+            dump_answered=report.get("answered"), dump_groups=[g.get("hosts") for g in groups],
+            dump_first=(groups[0].get("signature") if groups else None),
+        )  # fmt: skip
 
     def check_background(self) -> None:
         """A heartbeat loop or error watch that ended is an error (they run until cancelled)."""

@@ -258,7 +258,35 @@ def run_phase(
         pace_figures(result, service, reports, args.hang_timeout if phase == "hang" else None)
     if dead is not None and not problem:
         told_about(result, dead, reports, args.heartbeat_timeout)
+    if phase == "dump":
+        dump_figures(result, reports)
     return result, problem
+
+
+DUMP_LIMIT_S = 10.0
+DUMP_LIMIT_BYTES = 64 * 1024
+
+
+def dump_figures(result: PhaseResult, reports: list[dict[str, Any]]) -> None:
+    """``dump``: how long the black box took from the order to the report at task 0, its size, who
+    answered; over 10 s or 64 KiB, or a host missing, is an error."""
+    found = next((r for r in reports if "dump_s" in r), None)
+    if found is None:
+        result.error_count += 1
+        result.errors.insert(0, "dump: no driver asked for the black box")
+        return
+    result.dump = {k: found[k] for k in ("dump_s", "dump_bytes", "dump_hosts", "dump_answered", "dump_groups", "dump_first")}
+    result.wall_s = found["dump_s"]
+    problems = []
+    if found["dump_s"] > DUMP_LIMIT_S:
+        problems.append(f"took {found['dump_s']:.1f} s (limit {DUMP_LIMIT_S:g} s)")
+    if found["dump_bytes"] > DUMP_LIMIT_BYTES:
+        problems.append(f"{found['dump_bytes']:,} bytes (limit {DUMP_LIMIT_BYTES:,})")
+    if found["dump_answered"] != found["dump_hosts"]:
+        problems.append(f"{found['dump_answered']} of {found['dump_hosts']} hosts answered")
+    if problems:
+        result.error_count += 1
+        result.errors.insert(0, "dump: " + "; ".join(problems))
 
 
 def pace_figures(
@@ -429,7 +457,7 @@ def run_one(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) -> RunRe
         else:
             if args.progress and impl == "tpuctl":
                 window = progress_window(args, hosts)
-                for phase in ("progress", "hang"):
+                for phase in ("progress", "hang", "dump"):
                     outcome, problem = run_phase(phase, service, port, children[1:], args, length=window)
                     result.phases.append(outcome)
                     print(f"  {impl:6} {hosts:6} {phase:12} {fmt_phase(outcome)}", file=sys.stderr, flush=True)

@@ -58,6 +58,8 @@ class PhaseResult:
     service_reports: int | None = None
     """... that the service took (its watch's counter), in the phase."""
     verdicts: dict[str, int] = field(default_factory=dict)
+    dump: dict[str, Any] = field(default_factory=dict)
+    """Dump only: the black box's figures (``scale_phases.dump_figures``)."""
     """Progress and hang: the watchdog's verdicts the hosts were pushed, by kind (summed over hosts)."""
 
 
@@ -83,7 +85,7 @@ class RunResult:
     def failed(self) -> bool:
         # The dead-host phase runs last: its verdict is its own row, not a reason to skip larger sizes.
         # So is the hang phase's (a verdict late at one size says nothing about XLA at the next).
-        return self.error is not None or any(p.error_count for p in self.phases if p.phase not in ("dead_host", "hang"))
+        return self.error is not None or any(p.error_count for p in self.phases if p.phase not in ("dead_host", "hang", "dump"))
 
 
 # --- the table -----------------------------------------------------------------------------------------
@@ -279,6 +281,14 @@ def progress_notes(run: RunResult, steady: PhaseResult | None) -> list[str]:
             f"{hang.pace_reports:,} pace reports sent ({hang.pace_stalled:,} stalled), the service took "
             f"{fmt_count(hang.service_reports)}; "
             f"verdicts pushed {fmt_verdicts(hang.verdicts)}"
+        )
+    dump = next((p for p in run.phases if p.phase == "dump"), None)
+    if dump is not None and dump.dump:
+        d = dump.dump
+        notes.append(
+            f"  {run.impl}: black box: {d['dump_answered']:,} of {d['dump_hosts']:,} hosts answered; the report at task "
+            f"0 {d['dump_s']:.2f} s after the order (target <= 10 s), {d['dump_bytes']:,} bytes (target <= 64 KiB); "
+            f"groups {d['dump_groups']}, the odd one out first: {d['dump_first']}"
         )
     return notes
 

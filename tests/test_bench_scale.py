@@ -80,7 +80,7 @@ def test_progress_reports_reach_the_service_and_a_hang_is_named_to_every_host_in
     (run,) = json.loads(out.read_text())["runs"]
     assert run["error"] is None, run["error"]
     phases = {p["phase"]: p for p in run["phases"]}
-    assert list(phases) == ["register", "merge", "last_barrier", "steady", "progress", "hang"]
+    assert list(phases) == ["register", "merge", "last_barrier", "steady", "progress", "hang", "dump"]
     progress, hang = phases["progress"], phases["hang"]
     assert progress["error_count"] == 0 and hang["error_count"] == 0, (progress["errors"], hang["errors"])
     # 32 hosts report every second (report_every 1 s): each at least once a second in the 2 s window
@@ -95,6 +95,13 @@ def test_progress_reports_reach_the_service_and_a_hang_is_named_to_every_host_in
     assert HANG_TIMEOUT <= hang["told_p50_s"] <= hang["told_max_s"] <= HANG_TIMEOUT + 2.0
     assert f"{PROGRESS_HOSTS} of {PROGRESS_HOSTS} hosts pushed the hang verdict" in proc.stdout
     assert "(target <= 5: " in proc.stdout
+    # The black box through the service: every host's digest, the odd one out (task 17) first
+    dump = phases["dump"]
+    assert dump["error_count"] == 0, dump["errors"]
+    assert dump["dump"]["dump_answered"] == dump["dump"]["dump_hosts"] == PROGRESS_HOSTS
+    assert dump["dump"]["dump_groups"] == [1, PROGRESS_HOSTS - 1]
+    assert dump["dump"]["dump_first"].startswith("next_batch (data.py:41)")
+    assert 0 < dump["dump"]["dump_s"] <= 10.0 and dump["dump"]["dump_bytes"] <= 64 * 1024
 
 
 def netns_available() -> bool:
