@@ -147,7 +147,7 @@ def test_an_agent_that_reads_nothing_for_a_while_never_blocks_the_job_nor_garble
             started = time.perf_counter()
             reporter.send(b"P", step)
             slowest = max(slowest, time.perf_counter() - started)
-        assert slowest < 0.05, slowest  # never blocked
+        assert slowest < 1.0, slowest  # never blocked (a blocked send would wait for the agent, for good)
         connection, _ = listener.accept()
         with connection:
             connection.settimeout(5)

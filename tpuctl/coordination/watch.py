@@ -20,9 +20,11 @@ from tpuctl.watchdog.settings import WatchdogSettings
 
 log = logging.getLogger("tpuctl.coordination")
 
-MAX_TRANSIT_S = 3.0
-"""The most a report's time on its way (by the two hosts' wall clocks) counts: a burst of reports at a
-pod's hang is read within a few seconds; a clock skewed by more is not believed further."""
+MAX_TRANSIT_S = 10.0
+"""The most a report's time on its way (by the two hosts' wall clocks) counts, and at most half the hang
+timeout. A pod's burst of stalled reports is read within seconds; a host clock skewed by more than this
+can make a hang be declared that much early, never one whose hosts have not all stalled (each agent judges
+its own job's stall by its own clock)."""
 TICK_S = 0.5
 """How often the service asks the watchdog (a hang is declared within this of its timeout)."""
 
@@ -59,7 +61,8 @@ class ClusterWatch:
         """``wall``: this service's wall clock, against the report's ``sent_at`` for its time on the way
         (at most ``MAX_TRANSIT_S``: a skewed clock cannot move a host's step by more)."""
         self.reports += 1
-        transit = min(MAX_TRANSIT_S, max(0.0, wall - report.sent_at)) if report.sent_at else 0.0
+        cap = min(MAX_TRANSIT_S, self.settings.hang_timeout / 2)
+        transit = min(cap, max(0.0, wall - report.sent_at)) if report.sent_at else 0.0
         self._current(generation).report(task, report, now, transit)
 
     def barrier_passed(self, last_task: int, lag: float, *, generation: int, now: float) -> None:

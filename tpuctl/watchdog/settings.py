@@ -56,9 +56,10 @@ class WatchdogSettings:
 
     def stall_after(self, step_time: float | None) -> float:
         """How long one host's job may go without a step before its agent says it stalled: 30 steps at its
-        usual pace, within a tenth and half of ``hang_timeout`` (so every host's stall reaches the
-        coordinator well before a hang is due)."""
-        low, high = self.hang_timeout / 10, self.hang_timeout / 2
+        usual pace, within a tenth and a quarter of ``hang_timeout``, so every host's stall reaches the
+        coordinator well before a hang is due (a pod's 10,000 stalled reports arrive in one burst that
+        takes the service seconds to read)."""
+        low, high = self.hang_timeout / 10, self.hang_timeout / 4
         if step_time is None:
             return high
         return min(high, max(low, 30 * step_time))
