@@ -486,7 +486,8 @@ class TpuctlDriver(AsyncDriver):
             else:
                 told.append(at - host.advanced_at)
                 ends.append(at)
-        self.extra.update(hang_delays=told, hosts=len(hosts))
+        last = max((h.advanced_at for h in hosts), default=0.0)
+        self.extra.update(hang_delays=told, hosts=len(hosts), last_advance_wall=time.time() - (time.monotonic() - last))
 
     def answer_dump(self, host: TpuctlHost, order: Any) -> None:
         """A host's answer to a dump order, as an agent's (a fixed-size digest): every host's job waits in

@@ -70,6 +70,8 @@ class Child:
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.reports_seen = 0
         """tpuctl's service with ``--progress``: its count of pace reports taken, at the last ask."""
+        self.log_path: str | None = None
+        """tpuctl's service: its log file (the watchdog's findings are read from it)."""
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
 
     @property
@@ -187,6 +189,7 @@ def start_service(impl: str, hosts: int, args: argparse.Namespace, tmp: Path) ->
         cfg["port"] = free_port(args.bind)
         cfg["heartbeat_timeout"] = max(args.heartbeat_timeout, args.xla_heartbeat_timeout)
     child = Child([PY, str(SCRIPT), "_serve", impl, json.dumps(cfg)], tmp / f"service-{impl}-{hosts}.stderr")
+    child.log_path = cfg.get("log")
     port = int(child.read(time.monotonic() + 120)["port"])
     return child, port
 
@@ -316,6 +319,10 @@ def pace_figures(
     result.told_p99_s = percentile(delays, 0.99)
     result.told_max_s = delays[-1] if delays else None
     result.wall_s = result.told_max_s
+    result.last_advance_wall = max((r.get("last_advance_wall", 0.0) for r in reports), default=0.0)
+    declared = service_hang_logged(service)
+    if declared and result.last_advance_wall:
+        result.declared_s = declared - result.last_advance_wall
     limit = hang_timeout + 2.0
     if delays and delays[-1] > limit:
         result.error_count += 1
@@ -323,6 +330,22 @@ def pace_figures(
             0,
             f"hang: the last host was pushed the hang verdict {delays[-1]:.1f} s after its last step (required: {limit:g} s)",
         )
+
+
+def service_hang_logged(service: Child) -> float | None:
+    """When the service logged "cluster hung" (its log's wall clock), if it did: the declaration alone,
+    apart from the verdict's way to every host."""
+    import datetime
+
+    log = service.log_path
+    if log is None or not os.path.exists(log):
+        return None
+    with open(log, errors="replace") as handle:
+        for line in handle:
+            if "watchdog: cluster hung at step" in line:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                return stamp.timestamp()
+    return None
 
 
 def told_about(result: PhaseResult, dead: dict[str, Any], reports: list[dict[str, Any]], timeout: float) -> None:

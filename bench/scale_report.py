@@ -58,6 +58,10 @@ class PhaseResult:
     service_reports: int | None = None
     """... that the service took (its watch's counter), in the phase."""
     verdicts: dict[str, int] = field(default_factory=dict)
+    last_advance_wall: float = 0.0
+    """Hang only: the wall time of the jobs' last step (the drivers')."""
+    declared_s: float | None = None
+    """Hang only: from the last step to the service logging the hang (its declaration, before the push)."""
     dump: dict[str, Any] = field(default_factory=dict)
     """Dump only: the black box's figures (``scale_phases.dump_figures``)."""
     """Progress and hang: the watchdog's verdicts the hosts were pushed, by kind (summed over hosts)."""
@@ -280,7 +284,8 @@ def progress_notes(run: RunResult, steady: PhaseResult | None) -> list[str]:
             f"job's last step p50 {fmt_s(hang.told_p50_s)}, p99 {fmt_s(hang.told_p99_s)}, max {fmt_s(hang.told_max_s)}; "
             f"{hang.pace_reports:,} pace reports sent ({hang.pace_stalled:,} stalled), the service took "
             f"{fmt_count(hang.service_reports)}; "
-            f"verdicts pushed {fmt_verdicts(hang.verdicts)}"
+            f"verdicts pushed {fmt_verdicts(hang.verdicts)}; the service declared it {fmt_s(hang.declared_s)} "
+            f"after the last step"
         )
     dump = next((p for p in run.phases if p.phase == "dump"), None)
     if dump is not None and dump.dump:

@@ -59,6 +59,8 @@ from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.protowire import length_delimited
 
 log = logging.getLogger("tpuctl.coordination")
+HANG_DUMP_AFTER_S = 2.0
+"""How long after a hang's verdict its black box is ordered (the verdict reaches every host first)."""
 
 CHECK_INTERVAL_S = 0.25
 """How often the watchdog looks for silent tasks: failure detection lags the timeout by at most this."""
@@ -511,9 +513,17 @@ class CoordinationServicer:
         return self.black_box.order(timeout, reason)
 
     def _on_hang(self, message: str) -> None:
-        """A hang declared: every host's stacks, the report in this log. Never on the step path."""
-        report = self.black_box.order(0.0, f"watchdog: {message[:120]}")
-        report.add_done_callback(lambda done: None if done.cancelled() else self.black_box.log_report(done.result()))
+        """A hang declared: every host's stacks, the report in this log, ordered ``HANG_DUMP_AFTER_S`` after
+        the verdict (whose push to every host goes first: a pod's digests would compete with it). Never on
+        the step path."""
+
+        def order() -> None:
+            if self._watching is None:  # stopped meanwhile
+                return
+            report = self.black_box.order(0.0, f"watchdog: {message[:120]}")
+            report.add_done_callback(lambda done: None if done.cancelled() else self.black_box.log_report(done.result()))
+
+        asyncio.get_running_loop().call_later(HANG_DUMP_AFTER_S, order)
 
     def _log_failures(self, failures: tuple[TaskFailure, ...]) -> None:
         for failure in failures[:SAMPLE]:
