@@ -94,13 +94,8 @@ def ask(state: StateDir, op: str, args: "dict[str, object] | None" = None, *, ti
     """
     state.check()  # never talk to a socket in a folder someone else could have prepared
     deadline = time.monotonic() + timeout
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = _connect(state, max(0.1, min(timeout, 5.0)))
     try:
-        sock.settimeout(max(0.1, min(timeout, 5.0)))
-        try:
-            sock.connect(state.socket)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise _not_answering(state) from None
         request = Request(state, op, sock, deadline, timeout)
         try:
             sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
@@ -179,6 +174,42 @@ class Request:
             from tpuctl.errors import error_from_payload  # here: the light path loads the error types for one
 
             raise error_from_payload(message.get("error", {}))
+
+
+CONNECT_RETRY_S = (0.002, 0.01, 0.05)
+"""Pauses between tries to connect while the agent's queue of connections is full (the last repeats)."""
+
+
+def _connect(state: StateDir, limit: float) -> "_socket.socket":
+    """A socket connected to the agent within ``limit`` s. A full queue of connections (hundreds of local
+    commands at once: a unix socket then refuses with EAGAIN) is a busy moment: tried again until
+    ``limit``, then a ``DeadlineError`` saying so, never an internal error."""
+    give_up = time.monotonic() + limit
+    tries = 0
+    while True:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        sock.settimeout(limit)
+        try:
+            sock.connect(state.socket)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise _not_answering(state) from None
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= give_up:
+                from tpuctl.errors import DeadlineError
+
+                raise DeadlineError(
+                    f"the tpuctl agent in {state.path} took no new local command within {limit:.1f} s: its queue "
+                    f"of connections on {state.socket} stayed full",
+                    hint="too many tpuctl commands at once on this host; try again, or fewer at a time",
+                ) from None
+            time.sleep(CONNECT_RETRY_S[min(tries, len(CONNECT_RETRY_S) - 1)])
+            tries += 1
+        except BaseException:
+            sock.close()
+            raise
 
 
 def _not_answering(state: StateDir) -> "StateError":

@@ -15,6 +15,10 @@ from pathlib import Path
 from tpuctl.agent.control import MAX_LINE
 from tpuctl.errors import TpuctlError, error_payload
 
+BACKLOG = 1024
+"""Connections the kernel queues for the agent (capped by ``net.core.somaxconn``): every job process and
+shell of a busy host may ask at once; past it a command waits and tries again (``control._connect``)."""
+
 Progress = Callable[..., Awaitable[None]]
 """``await progress(text)``: a progress line for the caller; ``await progress(deadline=seconds)``: the
 operation's own deadline, announced (:mod:`tpuctl.agent.control`)."""
@@ -51,6 +55,6 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
+    server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE, backlog=BACKLOG)
     path.chmod(0o600)
     return server

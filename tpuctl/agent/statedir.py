@@ -427,7 +427,7 @@ def record_sim_root(root: "Path", *, keep: bool = True) -> None:
 
 def default_state_dir(environ: dict[str, str] | os._Environ[str], uid: int) -> str:
     """``TPUCTL_STATE_DIR``, else /run/tpuctl for root, else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID."""
-    explicit = environ.get(STATE_DIR_ENV)
+    explicit = (environ.get(STATE_DIR_ENV) or "").strip()  # `$(...)` can leave a trailing newline
     if explicit:
         return explicit
     if uid == 0:
