@@ -175,23 +175,20 @@ class Session:
     async def report_pace(self, report: PaceReport) -> bool:
         """Send this host's job pace to the watchdog (never answered). False when it did not leave: the
         stream is reconnecting or broke under the write (the caller sends it again later)."""
-        if not self._opened.is_set() or self._ended is not None:
-            return False
-        try:
-            return await self._write(convert.pace_pb(report), self._client.rpc_timeout, "StepReport", answer_if_ended=True)
-        except TpuctlError as exc:
-            log.debug("pace report not sent: %s", exc.message)
-            return False
+        return await self._send_unanswered(convert.pace_pb(report), "StepReport")
 
     async def answer_dump(self, message: pb.StackDigest) -> bool:
         """Send this host's answer to a dump order (never answered); False when it did not leave."""
+        return await self._send_unanswered(pb.HeartbeatRequest(stacks=message), "StackDigest")
+
+    async def _send_unanswered(self, request: pb.HeartbeatRequest, call: str) -> bool:
+        """Write a message the service does not answer; False (logged at debug) when it did not leave."""
         if not self._opened.is_set() or self._ended is not None:
             return False
         try:
-            request = pb.HeartbeatRequest(stacks=message)
-            return await self._write(request, self._client.rpc_timeout, "StackDigest", answer_if_ended=True)
+            return await self._write(request, self._client.rpc_timeout, call, answer_if_ended=True)
         except TpuctlError as exc:
-            log.debug("stack digest not sent: %s", exc.message)
+            log.debug("%s not sent: %s", call, exc.message)
             return False
 
     async def dump(self, timeout: float, reason: str = "") -> str:
