@@ -83,7 +83,6 @@ TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that ha
 TELL_UNREGISTERED_S = 0.5  # ... and for hosts not registered yet (one retrying comes back within 0.25 s)
 FAILED_STOP_GRACE_S = 0.25  # the service's stop grace after a failed init
 TELL_PEERS_POLL_S = 0.05
-MAX_VERDICTS_KEPT = 8  # the watchdog findings an agent keeps (the latest)
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
 ALIVE_EVERY_S = 0.5  # how often init hears that this agent's event loop runs (a quarter of the
 # shortest heartbeat timeout, 1 s, at most)
@@ -120,7 +119,6 @@ class Agent:
         self._ready = False
         self._last_generation = 0
         self._previous_credential = b""
-        self.verdicts: tuple[Verdict, ...] = ()  # the watchdog's latest findings, as pushed (a few)
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.path))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
         self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
@@ -357,8 +355,6 @@ class Agent:
         """A watchdog finding, pushed by the coordinator to every host: this host's log says it."""
         level = logging.INFO if verdict.kind == "recovered" else logging.WARNING
         log.log(level, "watchdog: %s", verdict.message)
-        self.verdicts = (*self.verdicts, verdict)[-MAX_VERDICTS_KEPT:]
-        self.notify()
 
     def _end(self, gen: Generation, end: GenerationEnd) -> None:
         """Generation ``gen`` ended (the first word on it counts; a generation already left is not told)."""
