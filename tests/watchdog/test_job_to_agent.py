@@ -38,7 +38,7 @@ def test_a_jobs_steps_reach_its_agent_and_are_reported_to_the_coordinator(tmp_pa
             sent.append(report)
             return True
 
-        progress = JobProgress(WatchdogSettings(hang_timeout=20.0, report_every=0.5), tmp_path)
+        progress = JobProgress(WatchdogSettings(hang_timeout=20.0, report_every=0.5), tmp_path / "progress.sock")
         await progress.open()
         progress.start(1, 4, send)
         done = await asyncio.to_thread(
@@ -63,7 +63,7 @@ def test_bad_steps_are_refused_once_by_the_job_and_never_counted(tmp_path: Path)
         async def send(report: PaceReport) -> bool:
             return True
 
-        progress = JobProgress(WatchdogSettings(), tmp_path)
+        progress = JobProgress(WatchdogSettings(), tmp_path / "progress.sock")
         await progress.open()
         progress.start(1, 1, send)
         code = "for s in [5, 'x', 'y', 4, 3, -1, 10**16, 6]:\n    j.progress(s)\nimport numpy\nj.progress(numpy.int64(7))"
@@ -84,7 +84,7 @@ def test_bad_steps_are_refused_once_by_the_job_and_never_counted(tmp_path: Path)
 
 
 def test_the_agent_counts_only_well_formed_reports_of_its_generation(caplog: pytest.LogCaptureFixture) -> None:
-    progress = JobProgress(WatchdogSettings(), Path("/nonexistent"))
+    progress = JobProgress(WatchdogSettings(), Path("/nonexistent/progress.sock"))
 
     async def body() -> None:
         async def send(report: PaceReport) -> bool:

@@ -119,7 +119,7 @@ class Agent:
         self._ready = False
         self._last_generation = 0
         self._previous_credential = b""
-        self.progress = JobProgress(self.spec.watchdog, Path(options.state.path))
+        self.progress = JobProgress(self.spec.watchdog, Path(options.state.progress_socket))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
         self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
 

@@ -20,18 +20,15 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tpuctl.watchdog.pace import PaceReport, StepPace
+from tpuctl.watchdog.pace import MAX_PROCESSES, MAX_STEP, PaceReport, StepPace
 from tpuctl.watchdog.settings import WatchdogSettings
 
 log = logging.getLogger("tpuctl.agent.progress")
 
-SOCKET_NAME = "progress.sock"  # tpuctl.job.steps.SOCKET_NAME (the job side imports nothing of the agent)
 MAX_REPORT_BYTES = 64
-MAX_STEP = 10**15
 MAX_CONNECTIONS = 1024
 """Reporting connections held at once (a job's processes keep one each; ``tpuctl progress`` one per call)."""
 CHECK_EVERY_S = 0.25
-MAX_REPORTING_PROCESSES = 256  # tpuctl.watchdog.pace.MAX_PROCESSES
 """How often the agent looks at its job's pace (a stall is noticed within this of its threshold)."""
 
 Send = Callable[[PaceReport], Awaitable[bool]]
@@ -56,9 +53,10 @@ class JobProgress:
     ``start(generation, hosts, send)`` when a generation forms (a new pace: steps restart with the job)
     and ``stop()`` when it ends; ``receive`` takes one report."""
 
-    def __init__(self, settings: WatchdogSettings, state_dir: Path) -> None:
+    def __init__(self, settings: WatchdogSettings, path: Path) -> None:
+        """``path``: the progress socket (``StateDir.progress_socket``)."""
         self.settings = settings
-        self.path = state_dir / SOCKET_NAME
+        self.path = path
         self.pace: StepPace | None = None
         self.generation = 0
         self._server: asyncio.AbstractServer | None = None
@@ -113,7 +111,7 @@ class JobProgress:
                 f"{self.generation}",
             )
             return
-        if pid not in self._seen and len(self._seen) < 4 * MAX_REPORTING_PROCESSES and _alive(pid):
+        if pid not in self._seen and len(self._seen) < 4 * MAX_PROCESSES and _alive(pid):
             self._seen.add(pid)  # a process this agent can see (another pid namespace's it cannot)
         problem = pace.record(kind, step, pid, now)
         if problem is not None:

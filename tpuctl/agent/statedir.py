@@ -11,6 +11,7 @@ Files::
     agent.lock   held (flock) by the live agent: a second init on this directory is refused
     agent.json   what the agent is: cluster, task, address, coordinator, mapping path, incarnation
     agent.log    the agent's log (one per state dir, appended)
+    progress.sock  unix socket the job reports its steps on (``tpuctl.job.progress``; the watchdog)
     registration.json  the live registration's credential and generation (0600, never printed); removed
                  when the agent exits, so only a dead agent leaves it, for its successor to reclaim the task
 
@@ -69,6 +70,7 @@ class StateDir:
     info_file = _File("agent.json")
     log_file = _File("agent.log")
     registration_file = _File("registration.json")
+    progress_socket = _File("progress.sock")  # tpuctl.job.steps.SOCKET_NAME: the job side finds it by name
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path: str = os.fspath(path)

@@ -123,7 +123,7 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(PROGRESS_TIMEOUT_S)
-        sock.connect(os.path.join(state.path, "progress.sock"))
+        sock.connect(state.progress_socket)
         sock.sendall(data)
     except OSError as exc:
         say(f"tpuctl progress: no agent takes progress in {state.path} ({exc.strerror or exc}); step not counted")

@@ -41,9 +41,8 @@ from tpuctl.errors import (
 from tpuctl.messages import count
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.watchdog.judge import SlowHost, Verdict, WatchdogView
-from tpuctl.watchdog.pace import PaceReport
+from tpuctl.watchdog.pace import MAX_STEP, PaceReport
 
-MAX_STEP = 10**15
 MAX_AGE_S = 10.0 * 365 * 86400  # a step age or step time beyond ten years is a mistake, not a measurement
 MAX_VERDICT_TASKS = 16
 

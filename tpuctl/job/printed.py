@@ -11,15 +11,13 @@ A line longer than ``MAX_MATCHED_BYTES`` is matched in pieces of that size (and 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import threading
 from typing import IO
 
-from tpuctl.job.steps import _Reporter
+from tpuctl.job.steps import MAX_STEP, _Reporter
 
 MAX_MATCHED_BYTES = 64 * 1024
-MAX_STEP = 10**15
 
 
 def compile_pattern(text: str) -> re.Pattern[bytes]:
@@ -80,7 +78,3 @@ class PrintedSteps:
             if self._reporter.last[b"P"] <= step <= MAX_STEP:  # backwards or absurd: not reported, and not said
                 self._reporter.send(b"P", step)
                 self.matched += 1
-
-
-def progress_socket(state_dir: str) -> str:
-    return os.path.join(state_dir, "progress.sock")

@@ -53,7 +53,7 @@ from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
 from tpuctl.health import cluster_health
 from tpuctl.job.env import GENERATION_ENV, RESTART_COUNT_ENV, JobEnv
 from tpuctl.job.orphans import become_subreaper, reap_orphans
-from tpuctl.job.printed import PrintedSteps, progress_socket
+from tpuctl.job.printed import PrintedSteps
 from tpuctl.job.rootcause import ClusterDown, generations_table, root_cause_table
 from tpuctl.job.watcher import AGENT_BACK_POLL_S, CALL_MARGIN_S, POLL_S, Watcher
 
@@ -205,7 +205,7 @@ class JobRunner:
             return None
         if self.progress_regex is not None:
             environ.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's lines reach the pipe as it prints them
-            self.printed = PrintedSteps(self.progress_regex, progress_socket(self.state.path), generation)
+            self.printed = PrintedSteps(self.progress_regex, self.state.progress_socket, generation)
         try:
             self.proc = self._spawn(environ)
         except OSError as exc:

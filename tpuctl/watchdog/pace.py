@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from tpuctl.watchdog.settings import WatchdogSettings
 
+MAX_STEP = 10**15
+"""A step beyond this is a mistake (a timestamp, a token count), not a step (``tpuctl.job.steps.MAX_STEP``,
+the job side, which imports nothing of tpuctl's)."""
 MAX_PROCESSES = 256
 """Job processes tracked on one host; beyond it the oldest is forgotten (a job that forks per step)."""
 
