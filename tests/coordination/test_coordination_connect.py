@@ -152,17 +152,10 @@ class DyingCoordinator:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self.writers += [writer, up_writer]
-        for task in (self._pass(reader, up_writer), self._frames(up_reader, writer)):
+        for task in (SlowRelay._pipe(reader, up_writer), self._frames(up_reader, writer)):
             pipe = asyncio.create_task(task)
             self.pipes.add(pipe)
             pipe.add_done_callback(self.pipes.discard)
-
-    @staticmethod
-    async def _pass(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
 
     async def _frames(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
