@@ -192,10 +192,6 @@ class Watchdog:
     def hang(self) -> Verdict | None:
         return self._hang
 
-    @property
-    def stragglers(self) -> tuple[Verdict, ...]:
-        return tuple(self._stragglers.values())
-
     def view(self, now: float) -> WatchdogView | None:
         """The step range, the hosts furthest behind and the standing verdicts; None before any report.
         O(hosts log hosts): asked by ``tpuctl status``, whose answer lists every host anyway."""
