@@ -33,7 +33,7 @@ check-protos: install
 	$(PY) tools/protos.py check
 
 test: install bytecode check-protos
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 ## Only the fast tests (skips multi-process clusters).
 test-fast: install
