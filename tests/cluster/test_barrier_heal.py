@@ -29,7 +29,7 @@ def test_a_round_after_a_timeout_passes_on_both_hosts_and_status_lists_the_faile
 
     for instance in (2, 3):
         both = [sim.spawn("barrier", "--timeout", "6s", "sync", task=t) for t in (0, 1)]
-        done = sim.wait_all(both, timeout=30)
+        done = sim.processes.wait_all(both, timeout=30)
         assert [d.code for d in done] == [0, 0], [d.err for d in done]
         assert all(f"barrier 'sync' #{instance} passed (2 hosts)" in d.err for d in done)
 

@@ -17,9 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_coordination_state import new_state, refusal, register, registration
 
-from tpuctl.coordination.rendezvous import RECENT_FAILURES_KEPT
 from tpuctl.coordination.state import CoordinationState
-from tpuctl.coordination.values import BarrierId, Gathered, Pending, Reason, Refused, RestartPolicy, TaskRef
+from tpuctl.coordination.values import (
+    RECENT_FAILURES_KEPT,
+    BarrierId,
+    Gathered,
+    Pending,
+    Reason,
+    Refused,
+    RestartPolicy,
+    TaskRef,
+)
 
 
 def timed_out(state: CoordinationState, barrier: BarrierId, now: float) -> str:
