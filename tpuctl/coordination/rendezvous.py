@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
@@ -86,19 +86,6 @@ class _Instance:
         return self.passed or self.verdict is not None
 
 
-@dataclass(frozen=True)
-class _Failure:
-    """A failed instance as ``tpuctl status`` shows it (``FailedBarrier`` without the clock)."""
-
-    barrier: BarrierId
-    at: float
-    reason: str
-    message: str
-    arrived: int
-    missing: tuple[TaskInfo, ...]
-    missing_count: int
-
-
 class Rendezvous:
     """Every barrier and gather instance of one cluster."""
 
@@ -118,7 +105,8 @@ class Rendezvous:
         """Instances below this number that passed were dropped (failed ones are kept)."""
         self._next_floor: dict[tuple[RendezvousKind, str], int] = {}
         """The lowest instance a call may join: one above the series' latest failed instance."""
-        self._failures: deque[_Failure] = deque(maxlen=RECENT_FAILURES_KEPT)
+        self._failures: deque[tuple[float, FailedBarrier]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The last failed instances, each with when it failed (its ``seconds_ago`` is set when asked)."""
         self.last_arrivals: deque[tuple[int, float]] = deque(maxlen=LAST_ARRIVALS_KEPT)
         """Each passed barrier's last arrival (task id, seconds after the arrival before it), for the
         watchdog (a host last at most barriers, by a margin, drags the cluster); taken by the service."""
@@ -258,20 +246,8 @@ class Rendezvous:
     def recent_failures(self, *, now: float) -> tuple[FailedBarrier, ...]:
         """The last ``RECENT_FAILURES_KEPT`` failed instances, oldest first. O(kept * sample)."""
         self._counters.touched += len(self._failures)
-        return tuple(
-            FailedBarrier(
-                name=f.barrier.name,
-                instance=f.barrier.instance,
-                kind=f.barrier.kind,
-                reason=f.reason,
-                message=f.message,
-                seconds_ago=max(0.0, now - f.at),
-                arrived=f.arrived,
-                missing=f.missing,
-                missing_count=f.missing_count,
-            )
-            for f in sorted(self._failures, key=lambda f: f.at)
-        )
+        ordered = sorted(self._failures, key=lambda failure: failure[0])
+        return tuple(replace(failed, seconds_ago=max(0.0, now - at)) for at, failed in ordered)
 
     # --- internals ---------------------------------------------------------------------------------
 
@@ -328,7 +304,8 @@ class Rendezvous:
         whatever the cluster size)."""
         sample, absent = missing
         arrived = len(self._tasks) - absent
-        self._failures.append(_Failure(barrier, at, reason, verdict.message, arrived, sample, absent))
+        failed = FailedBarrier(barrier.name, barrier.instance, barrier.kind, reason, verdict.message, 0.0, arrived, sample, absent)
+        self._failures.append((at, failed))
         series = (barrier.kind, barrier.name)
         self._next_floor[series] = max(self._next_floor.get(series, 1), barrier.instance + 1)
         instance.verdict = verdict
