@@ -85,15 +85,53 @@ def test_a_barrier_timeout_on_a_session_says_what_the_unary_call_says() -> None:
                         "barrier 'sync' #1 timed out after 0.5 s: 3 of 4 hosts arrived; missing: task 3 (127.0.0.4)"
                     )
                     assert result.hint is not None and "missing hosts" in result.hint
-                # A late arrival is told at once; the cluster goes on.
-                with pytest.raises(DeadlineError, match=r"timed out after 0\.5 s"):
+                # A late arrival does not join the instance that failed (nor hear itself named missing): it
+                # opens the next, and waits there for the others' next call.
+                with pytest.raises(DeadlineError) as late:
                     await opened[3].barrier("sync", timeout=0.5)
+                assert late.value.message == (
+                    "barrier 'sync' #2 timed out after 0.5 s: 1 of 4 hosts arrived; missing: task 0 (127.0.0.1), "
+                    "task 1 (127.0.0.2), task 2 (127.0.0.3)"
+                )
                 assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in opened)) == [1] * 4
                 # A name too long for the service is refused clearly, on the stream, and the stream goes on.
                 with pytest.raises(InputError, match="barrier name is 60,000 characters"):
                     await opened[0].barrier("x" * 60_000, timeout=1.0)
                 assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in opened)) == [2] * 4
                 assert not any(r.done() for r in runs)
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_round_after_a_failed_one_passes_on_sessions_and_status_lists_the_failures() -> None:
+    """Issue 24, item 1, through the service: host 0 alone at "sync" (times out), then both hosts twice:
+    both rounds pass; a gather the same, with only the new values; ``GetStatus`` lists what failed."""
+
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            opened, runs = await sessions(cluster)
+            try:
+                with pytest.raises(DeadlineError) as alone:
+                    await opened[0].barrier("sync", timeout=0.5)
+                assert alone.value.message == (
+                    "barrier 'sync' #1 timed out after 0.5 s: 1 of 2 hosts arrived; missing: task 1 (127.0.0.2)"
+                )
+                for instance in (2, 3):
+                    assert await asyncio.gather(*(s.barrier("sync", timeout=5.0) for s in opened)) == [instance] * 2
+                with pytest.raises(DeadlineError, match=r"^gather 'ids' #1 timed out .* missing: task 0 "):
+                    await opened[1].gather("ids", b"stale", timeout=0.5)
+                both = await asyncio.gather(*(s.gather("ids", b"v%d" % i, timeout=5.0) for i, s in enumerate(opened)))
+                assert both == [[b"v0", b"v1"]] * 2
+                status = await cluster.clients[0].status()
+                assert status.barriers == ()
+                assert [
+                    (f.kind, f.name, f.instance, f.reason, f.arrived, [t.task_id for t in f.missing], f.missing_count)
+                    for f in status.failed_barriers
+                ] == [("barrier", "sync", 1, "timed out", 1, [1], 1), ("gather", "ids", 1, "timed out", 1, [0], 1)]
+                assert status.failed_barriers[0].message == alone.value.message
+                assert 0 < status.failed_barriers[1].seconds_ago < status.failed_barriers[0].seconds_ago < 15
             finally:
                 await close(runs)
 

@@ -329,9 +329,8 @@ def test_disconnect_is_not_an_error_but_fails_barriers_that_wait_for_the_task() 
     with pytest.raises(Refused) as in_flight:
         state.barrier_outcome(waiting, now=2.0)
     assert refusal(in_flight) == expected
-    fresh = state.barrier_arrive(refs[1], "other", 10.0, now=3.0)
-    with pytest.raises(Refused) as later:
-        state.barrier_outcome(fresh, now=3.0)
+    with pytest.raises(Refused) as later:  # refused at once: no instance can pass while task 3 is gone
+        state.barrier_arrive(refs[1], "other", 10.0, now=3.0)
     assert later.value.message == "barrier 'other' #1 cannot pass: task 3 (127.0.0.4) left the cluster: it disconnected (tpuctl down, or its agent stopped)"
     with pytest.raises(Refused) as gone:
         state.heartbeat(refs[3], now=3.0)
@@ -372,11 +371,14 @@ def test_barrier_timeout_lists_every_missing_host_and_is_not_a_cluster_error() -
         state.barrier_outcome(barrier, now=10.0)
     assert refusal(excinfo) == expected
     assert state.failure is None
-    # A straggler's call joins the instance it is due for, which already timed out: it hears the same.
-    assert state.barrier_arrive(t2, "step", 10.0, now=11.0) == barrier
-    with pytest.raises(Refused) as straggler:
+    assert excinfo.value.hint is not None and "a retry is safe" in excinfo.value.hint
+    # A straggler's call does not join the instance that failed (it would hear itself named missing):
+    # #1 is over for every host, and the straggler opens #2, where the others' next calls meet it.
+    assert state.barrier_arrive(t2, "step", 10.0, now=11.0) == BarrierId("step", 2)
+    assert state.barrier_outcome(BarrierId("step", 2), now=11.0) == Pending(21.0)
+    with pytest.raises(Refused) as again:
         state.barrier_outcome(barrier, now=11.0)
-    assert refusal(straggler) == expected
+    assert refusal(again) == expected  # #1's verdict stands for those who were in it
 
 
 def test_barrier_timeout_zero_means_the_configured_default() -> None:

@@ -26,6 +26,12 @@ def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) 
     On timeout the error lists every host that has not arrived (task id and address); when a host
     failed or left, the error names it and why, in the words of `tpuctl status`.
 
+    \b
+    A round that timed out is over for every host: each host's next call joins a new round,
+    so a retry is safe and the next round in which every host calls NAME passes:
+      until tpuctl barrier --timeout 60s sync; do [ $? -eq 4 ] || exit 1; done
+    `tpuctl status` lists open rounds and the last 16 that failed, with who was missing.
+
     Exit codes: 0 passed, 2 bad name or timeout, 3 a host failed or left (or the coordinator is
     unreachable), 4 timed out, 5 no agent runs for this state dir.
     """

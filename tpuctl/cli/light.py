@@ -190,7 +190,7 @@ def run_env(fmt: str, state_dir: str | None) -> int:
 def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> str:
     """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
     from tpuctl.health import cluster_health
-    from tpuctl.messages import sample, table  # status's text alone
+    from tpuctl.messages import table  # status's text alone
 
     health = health or cluster_health(result)
     lines = [
@@ -235,19 +235,36 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
             )
         )
     lines += table(rows)
-    if result.get("barriers"):
-        lines.append("")
-    for barrier in result.get("barriers", []):
-        missing = barrier.get("missing", [])
-        lines.append(
-            f"barrier {barrier.get('name')!r} #{barrier.get('instance')}: waiting for task(s) "
-            f"{sample(missing, limit=MAX_LISTED_BARRIER_TASKS)} "
-            f"({len(barrier.get('arrived', [])):,} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
-        )
+    lines += _rendezvous_lines(result)
     lines += _watchdog_lines(result.get("watchdog"))
     if result.get("error"):
         lines += ["", f"cluster error: {result['error']}"]
     return "\n".join(lines)
+
+
+def _rendezvous_lines(result: "dict[str, Any]") -> "list[str]":
+    """The open barriers and gathers (who is missing), then the recently failed ones (when, why, who was
+    missing: a sample and a count, as the service keeps them)."""
+    from tpuctl.messages import sample, shown
+
+    lines = []
+    for barrier in result.get("barriers", []):
+        lines.append(
+            f"{barrier.get('kind', 'barrier')} {shown(str(barrier.get('name')))} #{barrier.get('instance')}: "
+            f"waiting for task(s) {sample(barrier.get('missing', []), limit=MAX_LISTED_BARRIER_TASKS)} "
+            f"({len(barrier.get('arrived', [])):,} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
+        )
+    failed = result.get("failed_barriers", [])
+    if failed:
+        lines.append("recently failed (every host's next call to the name joins a new round):")
+    for barrier in failed:
+        missing = sample(barrier.get("missing", []), limit=MAX_LISTED_BARRIER_TASKS, total=barrier.get("missing_count"))
+        lines.append(
+            f"  {barrier.get('kind', 'barrier')} {shown(str(barrier.get('name')))} #{barrier.get('instance')}, "
+            f"{barrier.get('seconds_ago', 0):.0f} s ago: {barrier.get('reason')}; missing task(s) {missing} "
+            f"({barrier.get('arrived', 0):,} arrived)"
+        )
+    return ["", *lines] if lines else []
 
 
 def _watchdog_lines(watchdog: "Any") -> "list[str]":

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         SAMPLE,
         ClusterFailure,
         ClusterStatus,
+        FailedBarrier,
         Membership,
         OpenBarrier,
         RegistrationProgress,
@@ -57,7 +58,7 @@ _LAZY = {
     "load_token": "tpuctl.coordination.auth",
     **dict.fromkeys(
         (
-            "PROTOCOL_VERSION", "SAMPLE", "ClusterFailure", "ClusterStatus", "Membership", "OpenBarrier",
+            "PROTOCOL_VERSION", "SAMPLE", "ClusterFailure", "ClusterStatus", "FailedBarrier", "Membership", "OpenBarrier",
             "RegistrationProgress", "RendezvousProgress", "ServiceConfig", "TaskFailure", "TaskInfo", "TaskRef",
             "TaskSpec", "TaskState", "TaskStatus",
         ),
@@ -87,6 +88,7 @@ __all__ = [
     "CoordinationServer",
     "CoordinatorUnreachable",
     "DeadlineError",
+    "FailedBarrier",
     "InputError",
     "Membership",
     "OpenBarrier",

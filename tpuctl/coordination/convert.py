@@ -14,8 +14,11 @@ import grpc
 
 from tpuctl.coordination.values import (
     MAX_GATHER_WIRE,
+    RECENT_FAILURES_KEPT,
+    SAMPLE,
     ClusterFailure,
     ClusterStatus,
+    FailedBarrier,
     Membership,
     OpenBarrier,
     Reason,
@@ -281,7 +284,37 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
             seconds_left=barrier.seconds_left,
             kind=_KINDS_PB[barrier.kind],
         )
+    for failed in status.failed_barriers:
+        response.failed_barriers.add(
+            name=failed.name,
+            instance=failed.instance,
+            kind=_KINDS_PB[failed.kind],
+            reason=failed.reason,
+            message=failed.message,
+            seconds_ago=failed.seconds_ago,
+            arrived=failed.arrived,
+            missing=_task_infos_pb(failed.missing),
+            missing_count=failed.missing_count,
+        )
     return response
+
+
+def _failed_barriers(response: pb.GetStatusResponse) -> tuple[FailedBarrier, ...]:
+    """The failed instances a status answer lists, as many as the service keeps (each a sample of hosts)."""
+    return tuple(
+        FailedBarrier(
+            name=f.name,
+            instance=f.instance,
+            kind=kind(f.kind),
+            reason=f.reason,
+            message=clip(f.message),
+            seconds_ago=f.seconds_ago,
+            arrived=f.arrived,
+            missing=tuple(_task_info(t) for t in f.missing[:SAMPLE]),
+            missing_count=f.missing_count,
+        )
+        for f in response.failed_barriers[-RECENT_FAILURES_KEPT:]
+    )
 
 
 def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
@@ -313,6 +346,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         forming=response.forming,
         ended=tuple(response.ended),
         watchdog=watchdog(response.watchdog) if response.HasField("watchdog") else None,
+        failed_barriers=_failed_barriers(response),
     )
 
 

@@ -1,30 +1,46 @@
 """Barriers and gathers: counted rendezvous of every task of the cluster.
 
-Pure: no grpc, no asyncio, no clock. The service counts calls per (kind, name, task): a task's k-th call
-to barrier "step" joins instance k, which passes when every task has made its k-th call. A gather is a
-barrier whose arrivals carry a value: once it passes, every caller gets the same ``Gathered`` (all values
+Pure: no grpc, no asyncio, no clock. Calls are counted per (kind, name, task) and instances are numbered
+per series (kind, name): a task's call joins the instance after the one its previous call joined, so in a
+loop the k-th calls of every task meet at instance k, which passes when every task has arrived. A gather is
+a barrier whose arrivals carry a value: once it passes, every caller gets the same ``Gathered`` (all values
 by task id), assembled once. An instance's deadline is its first arrival plus that arrival's timeout;
-when it passes, every waiter (and later arrival) is told how many hosts are missing and the first few.
+when it passes, every waiter is told how many hosts are missing and the first few.
 
-Cost: O(1) per arrival (the missing set is a linked list, ``taskset.Missing``), O(hosts) once per
-instance (creating it, assembling a gather), O(sample) per timeout and progress answer. Passed instances
-are dropped once a later instance of the same name passes (every task has read them by then).
+An instance that failed (timed out, or a host left while it waited) is over for every task, not only for
+those that were in it: each task's next call joins a later one. The series keeps a floor, one above its
+latest failed instance, and a call joins ``max(its previous instance + 1, floor)``; an instance past its
+deadline is decided before anyone joins it, so a late arrival opens (or joins) the next one instead of
+hearing an old timeout that names itself. So the next round in which every task calls the name passes,
+whatever failed before (a shell script's retry meets the late host's first call), and passed instances
+count as before. While a host is gone (it left: ``disconnected``) a call that would open an instance is
+refused at once, naming it, and is not counted: no instance can pass without it, and once it registers
+again the next round passes.
+
+Cost: O(1) per arrival (the missing set is a linked list, ``taskset.Missing``; the floor is per series, so
+a failure touches no task; an arrival that finds instances past their deadline decides each, once),
+O(hosts) once per instance (creating it, assembling a gather), O(sample) per failure and progress answer.
+Passed instances are dropped once a later instance of the same name passes (every task has read them by
+then). The last ``RECENT_FAILURES_KEPT`` failures are kept for ``tpuctl status``, each with a sample of
+who was missing.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     MAX_GATHER_TABLE,
     MAX_GATHER_VALUE,
+    RECENT_FAILURES_KEPT,
     SAMPLE,
     BarrierId,
     ClusterFailure,
     Counters,
+    FailedBarrier,
     Gathered,
     OpenBarrier,
     Pending,
@@ -61,6 +77,9 @@ class _Instance:
     gathered: Gathered | None = None
     last_arrival: float | None = None
     """When the latest arrival came (the lag of the last one behind it is a straggler's sign)."""
+    after_failure: bool = False
+    """The series' first instance after a failed one: its last arrival is likely a host that retried
+    on time, not a straggler, so the watchdog does not hear of it."""
 
     @property
     def decided(self) -> bool:
@@ -79,10 +98,15 @@ class Rendezvous:
         self._counters = counters
         self._woken = woken
         self._calls: dict[tuple[RendezvousKind, str, int], int] = {}
+        """The instance each task's latest call to a series joined."""
         self._instances: dict[BarrierId, _Instance] = {}
         self._open: set[BarrierId] = set()
-        self._floor: dict[tuple[RendezvousKind, str], int] = {}
-        """Instances below this number passed and were dropped."""
+        self._dropped_below: dict[tuple[RendezvousKind, str], int] = {}
+        """Instances below this number that passed were dropped (failed ones are kept)."""
+        self._next_floor: dict[tuple[RendezvousKind, str], int] = {}
+        """The lowest instance a call may join: one above the series' latest failed instance."""
+        self._failures: deque[tuple[float, FailedBarrier]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The last failed instances, each with when it failed (its ``seconds_ago`` is set when asked)."""
         self.last_arrivals: deque[tuple[int, float]] = deque(maxlen=LAST_ARRIVALS_KEPT)
         """Each passed barrier's last arrival (task id, seconds after the arrival before it), for the
         watchdog (a host last at most barriers, by a margin, drags the cluster); taken by the service."""
@@ -115,31 +139,34 @@ class Rendezvous:
             )
         if failure is not None:
             raise Refused(Reason.CLUSTER_FAILED, f"{kind} {shown(name)} refused: the cluster is in error: {failure}")
-        calls = (kind, name, task_id)
-        number = self._calls.get(calls, 0) + 1
-        self._calls[calls] = number
-        barrier = BarrierId(name, number, kind, self._generation)
-        instance = self._instances.get(barrier)
+        series, calls = (kind, name), (kind, name, task_id)
+        number = max(self._calls.get(calls, 0) + 1, self._next_floor.get(series, 1))
+        barrier, instance = self._joinable(kind, name, number, now)
         if instance is None:
+            if disconnected:
+                # No instance can pass while a host is gone; opening one per call would only keep verdicts.
+                gone = sorted(disconnected)
+                raise self._disconnected_verdict(barrier, gone[:SAMPLE], len(gone)).refused()
             timeout = timeout or default_timeout
             n = len(self._tasks)
-            instance = self._instances[barrier] = _Instance(now + timeout, timeout, Missing(n))
+            floor = self._next_floor.get(series, 1)
+            instance = _Instance(now + timeout, timeout, Missing(n), after_failure=floor > 1 and barrier.instance == floor)
+            self._instances[barrier] = instance
             if kind == "gather":
                 instance.values = [b""] * n
             self._counters.touched += n
             self._open.add(barrier)
-            if disconnected:
-                gone = sorted(disconnected)
-                self._decide(barrier, instance, self._disconnected_verdict(barrier, gone[:SAMPLE], len(gone)))
-        if instance.decided or self._time_out_if_late(barrier, instance, now) is not None:
-            return barrier
+        self._calls[calls] = barrier.instance
         assert instance.missing is not None
         if instance.missing.discard(task_id) and instance.values is not None and value is not None:
             instance.values[task_id] = value
         previous, instance.last_arrival = instance.last_arrival, now
         if not instance.missing:
             self._pass(barrier, instance)
-            if kind == "barrier" and previous is not None and not name.startswith(RESERVED_PREFIX):
+            if (
+                kind == "barrier" and previous is not None and not instance.after_failure
+                and not name.startswith(RESERVED_PREFIX)
+            ):  # fmt: skip
                 self.last_arrivals.append((task_id, now - previous))
         return barrier
 
@@ -148,7 +175,7 @@ class Rendezvous:
         timed out or cannot pass."""
         instance = self._instances.get(barrier)
         if instance is None:
-            if barrier.instance < self._floor.get((barrier.kind, barrier.name), 0):
+            if barrier.instance < self._dropped_below.get((barrier.kind, barrier.name), 0):
                 return barrier.instance  # passed, and dropped since (only barriers are asked that late)
             raise Refused(Reason.INVALID, f"{barrier} does not exist")
         if instance.passed:
@@ -194,13 +221,17 @@ class Rendezvous:
             if self._time_out_if_late(barrier, instance, now) is None:
                 assert instance.missing is not None
                 if task.task_id in instance.missing:
-                    self._decide(barrier, instance, self._disconnected_verdict(barrier, [task], 1))
+                    verdict = self._disconnected_verdict(barrier, [task], 1)
+                    self._decide(barrier, instance, verdict, self._missing(instance), reason="host left", at=now)
 
     def open_instances(self, *, now: float) -> tuple[OpenBarrier, ...]:
-        """Open instances with at least one arrival, by kind, name and number. O(hosts) each."""
+        """Open instances with at least one arrival, by kind, name and number (one past its deadline is
+        decided first, and is a failure then). O(hosts) each."""
         found = []
         for barrier in sorted(self._open, key=lambda b: (b.kind, b.name, b.instance)):
             instance = self._instances[barrier]
+            if self._time_out_if_late(barrier, instance, now) is not None:
+                continue
             missing = instance.missing
             if instance.decided or missing is None or len(missing) == len(self._tasks):
                 continue
@@ -212,7 +243,32 @@ class Rendezvous:
             )
         return tuple(found)
 
+    def recent_failures(self, *, now: float) -> tuple[FailedBarrier, ...]:
+        """The last ``RECENT_FAILURES_KEPT`` failed instances, oldest first. O(kept * sample)."""
+        self._counters.touched += len(self._failures)
+        ordered = sorted(self._failures, key=lambda failure: failure[0])
+        return tuple(replace(failed, seconds_ago=max(0.0, now - at)) for at, failed in ordered)
+
     # --- internals ---------------------------------------------------------------------------------
+
+    def _joinable(
+        self, kind: RendezvousKind, name: str, number: int, now: float
+    ) -> tuple[BarrierId, _Instance | None]:
+        """The instance a call numbered at least ``number`` joins: ``number`` itself while it is open, else
+        (it failed, or its deadline passed: decided here) the first after the series' floor. Returns the
+        open instance, or None for one to open. Each step past the first decides an instance that was
+        open, once in its life, so arrivals cost O(1) amortized."""
+        floor = self._next_floor
+        for _ in range(len(self._instances) + 1):  # each step moves past an existing instance
+            barrier = BarrierId(name, number, kind, self._generation)
+            instance = self._instances.get(barrier)
+            if instance is None:
+                return barrier, None
+            if not instance.decided and self._time_out_if_late(barrier, instance, now) is None:
+                return barrier, instance
+            # A decided instance this task never joined has failed (a pass needs every task): move on.
+            number = max(number + 1, floor.get((kind, name), 1))
+        raise AssertionError(f"no joinable instance of {kind} {name!r} from #{number}")  # unreachable
 
     def _pass(self, barrier: BarrierId, instance: _Instance) -> None:
         instance.passed = True
@@ -226,13 +282,32 @@ class Rendezvous:
         # Every task has made its call to this instance, so it has read every earlier one: drop those
         # that passed (failed ones stay: they are rare and keep their verdict).
         series = (barrier.kind, barrier.name)
-        for number in range(self._floor.get(series, 1), barrier.instance):
+        for number in range(self._dropped_below.get(series, 1), barrier.instance):
             earlier = BarrierId(barrier.name, number, barrier.kind, barrier.generation)
             if (old := self._instances.get(earlier)) is not None and old.passed:
                 del self._instances[earlier]
-        self._floor[series] = barrier.instance
+        self._dropped_below[series] = barrier.instance
 
-    def _decide(self, barrier: BarrierId, instance: _Instance, verdict: Verdict) -> None:
+    def _missing(self, instance: _Instance) -> tuple[tuple[TaskInfo, ...], int]:
+        """The first ``SAMPLE`` hosts an open instance waits for, and how many it waits for. O(sample)."""
+        assert instance.missing is not None
+        sample = tuple(self._tasks[i] for i in instance.missing.first(SAMPLE))
+        self._counters.touched += len(sample) + 1
+        return sample, len(instance.missing)
+
+    def _decide(
+        self, barrier: BarrierId, instance: _Instance, verdict: Verdict, missing: tuple[tuple[TaskInfo, ...], int],
+        *, reason: str, at: float,
+    ) -> None:  # fmt: skip
+        """Fail an open instance whose ``missing`` hosts (a sample, a count) did not come: every waiter hears
+        ``verdict``, and every task's next call to the series joins a later instance (the floor: O(1),
+        whatever the cluster size)."""
+        sample, absent = missing
+        arrived = len(self._tasks) - absent
+        failed = FailedBarrier(barrier.name, barrier.instance, barrier.kind, reason, verdict.message, 0.0, arrived, sample, absent)
+        self._failures.append((at, failed))
+        series = (barrier.kind, barrier.name)
+        self._next_floor[series] = max(self._next_floor.get(series, 1), barrier.instance + 1)
         instance.verdict = verdict
         instance.missing = None
         instance.values = None
@@ -243,18 +318,16 @@ class Rendezvous:
         """Decide an open instance whose deadline has passed; its verdict if it did."""
         if now < instance.deadline or instance.decided:
             return None
-        assert instance.missing is not None
-        missing = len(instance.missing)
-        sample = [self._tasks[i] for i in instance.missing.first(SAMPLE)]
-        self._counters.touched += len(sample) + 1
+        sample, missing = self._missing(instance)
         total = len(self._tasks)
         verdict = Verdict(
             Reason.TIMED_OUT,
             f"{barrier} timed out after {instance.timeout:.1f} s: {count(total - missing)} of {count(total)} "
             f"hosts {_ARRIVED[barrier.kind]}; missing: {sample_text(sample, missing)}",
-            hint=f"the missing hosts did not reach this {barrier.kind} in time; their logs say why",
+            hint=f"the missing hosts did not reach this {barrier.kind} in time (their logs say why); a retry is "
+            f"safe: every host's next call to {shown(barrier.name)} joins a new round",
         )
-        self._decide(barrier, instance, verdict)
+        self._decide(barrier, instance, verdict, (sample, missing), reason="timed out", at=instance.deadline)
         return verdict
 
     def _disconnected_verdict(self, barrier: BarrierId, gone: Sequence[int | TaskInfo], total: int) -> Verdict:

@@ -20,7 +20,8 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
   froze or was cut off is declared failed within the heartbeat timeout of its last sign of life, as a
   heartbeating one is. The first failure (or a task's own error
   report) puts the cluster in error for good: every wait fails at once, naming the failed task.
-* Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error.
+* Barriers and gathers (``rendezvous.py``): counted per name and task; a timeout is not a cluster error,
+  and a failed instance is over for every task (each one's next call joins a later instance).
 * Key-value (``kv.py``): values are bytes; a blocking get waits for the key up to the caller's timeout.
   Writes are charged to the writing task, under per-task and total quotas (``KvLimits``).
 * Generations (``generations.py``, ``ServiceConfig.restart``): under policy fail (the default) the first
@@ -478,15 +479,16 @@ class CoordinationState:
         return self._table.records[task_id].fingerprint if 0 <= task_id < len(self._table) else ""
 
     def status(self, *, now: float) -> ClusterStatus:
-        """Every task, and the open barriers: the one O(tasks) answer."""
+        """Every task, the open barriers and the recently failed ones: the one O(tasks) answer."""
         tasks = self._table.status(now)
-        barriers = self._rendezvous.open_instances(now=now)
+        barriers = self._rendezvous.open_instances(now=now)  # decides those past their deadline first
         return ClusterStatus(
             self.config.cluster,
             self.service_incarnation,
             tasks,
             self._failure,
             barriers=barriers,
+            failed_barriers=self._rendezvous.recent_failures(now=now),
             generation=self.generation,
             forming=bool(self._unregistered) and self._failure is None,
             ended=self.generations.history(),

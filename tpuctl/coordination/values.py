@@ -18,7 +18,7 @@ from tpuctl.messages import count, shown
 from tpuctl.watchdog.judge import WatchdogView
 from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""
@@ -40,6 +40,8 @@ def keepalive_window(ping_interval: float) -> float:
 
 SAMPLE = 10
 """How many hosts a progress line, timeout message or failure names before "... and N more"."""
+RECENT_FAILURES_KEPT = 16
+"""How many failed barrier and gather instances the service keeps for ``tpuctl status`` (per generation)."""
 MAX_NAME_CHARS = 1024
 """Longest barrier or gather name, and the longest key-value key; longer ones are refused."""
 MAX_TEXT_CHARS = 1024
@@ -390,6 +392,42 @@ class OpenBarrier:
 
 
 @dataclass(frozen=True)
+class FailedBarrier:
+    """A barrier (or gather) instance that failed (timed out, or a host left while it waited): one of the
+    last ``RECENT_FAILURES_KEPT`` of the generation. Every host's next call to the name joins a later
+    instance, so this one is history; kept so that ``tpuctl status`` can say what happened and who was
+    missing (a sample and a count)."""
+
+    name: str
+    instance: int
+    kind: str
+    reason: str
+    """``"timed out"`` or ``"host left"``."""
+    message: str
+    """What every caller of the instance was told (bounded: it names a sample of hosts)."""
+    seconds_ago: float
+    """Since it failed (a timeout: its deadline), by the service's clock."""
+    arrived: int
+    """How many hosts had arrived (of the cluster's)."""
+    missing: tuple[TaskInfo, ...]
+    """The first (lowest-id) hosts that had not arrived, at most ``SAMPLE``."""
+    missing_count: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "instance": self.instance,
+            "kind": self.kind,
+            "reason": self.reason,
+            "seconds_ago": self.seconds_ago,
+            "message": self.message,
+            "arrived": self.arrived,
+            "missing": [t.task_id for t in self.missing],
+            "missing_count": self.missing_count,
+        }
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     """Everything the service knows, every task listed: the one O(hosts) answer."""
 
@@ -407,6 +445,9 @@ class ClusterStatus:
     watchdog: WatchdogView | None = None
     """The watchdog's view (step range, the hosts furthest behind, its standing verdicts), once a host's
     job reported progress."""
+    failed_barriers: tuple[FailedBarrier, ...] = ()
+    """The generation's most recent failed barrier and gather instances, oldest first (at most
+    ``RECENT_FAILURES_KEPT``, each naming a sample of the missing hosts)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -445,6 +486,7 @@ class ClusterStatus:
                 }
                 for b in self.barriers
             ],
+            "failed_barriers": [f.as_dict() for f in self.failed_barriers],
             "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
         }
 
@@ -454,11 +496,12 @@ RendezvousKind = Literal["barrier", "gather"]
 
 @dataclass(frozen=True)
 class BarrierId:
-    """One instance of a barrier (or gather): the k-th call of every task to ``name`` joins instance k."""
+    """One instance of a barrier (or gather): a task's call to ``name`` joins the instance after the one its
+    previous call joined, or after the latest that failed if that is later (``rendezvous.py``)."""
 
     name: str
     instance: int
-    """1 for every task's first call to ``name``, 2 for the second, ..."""
+    """1 for every task's first call to ``name``, 2 for the second, ... while none fails."""
     kind: RendezvousKind = "barrier"
     generation: int = 1
     """Barrier and gather counts are per generation: "step" #1 of generation 2 is not that of 1."""

@@ -1495,6 +1495,60 @@ class OpenBarrier(_message.Message):
 Global___OpenBarrier: _TypeAlias = OpenBarrier  # noqa: Y015
 
 @_typing.final
+class FailedBarrier(_message.Message):
+    """A barrier (or gather) instance that failed: timed out, or a host left while it waited. Every host's next
+    call to the name joins a later instance; this one is kept (the last 16 of the generation) to say why.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    SECONDS_AGO_FIELD_NUMBER: _builtins.int
+    ARRIVED_FIELD_NUMBER: _builtins.int
+    MISSING_FIELD_NUMBER: _builtins.int
+    MISSING_COUNT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    instance: _builtins.int
+    kind: Global___RendezvousKind.ValueType
+    reason: _builtins.str
+    """"timed out" or "host left"."""
+    message: _builtins.str
+    """What every caller of the instance was told (bounded: it names a sample of hosts)."""
+    seconds_ago: _builtins.float
+    """Since it failed (a timeout: its deadline), by the service's clock."""
+    arrived: _builtins.int
+    """How many hosts had arrived."""
+    missing_count: _builtins.int
+    @_builtins.property
+    def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
+        """The first hosts that had not arrived (at most 10, ascending); missing_count counts them all."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        instance: _builtins.int = ...,
+        kind: Global___RendezvousKind.ValueType = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        seconds_ago: _builtins.float = ...,
+        arrived: _builtins.int = ...,
+        missing: _abc.Iterable[Global___TaskInfo] | None = ...,
+        missing_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "instance", b"instance", "kind", b"kind", "message", b"message", "missing", b"missing", "missing_count", b"missing_count", "name", b"name", "reason", b"reason", "seconds_ago", b"seconds_ago"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailedBarrier: _TypeAlias = FailedBarrier  # noqa: Y015
+
+@_typing.final
 class GetStatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1508,6 +1562,7 @@ class GetStatusResponse(_message.Message):
     FORMING_FIELD_NUMBER: _builtins.int
     ENDED_FIELD_NUMBER: _builtins.int
     WATCHDOG_FIELD_NUMBER: _builtins.int
+    FAILED_BARRIERS_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -1528,6 +1583,10 @@ class GetStatusResponse(_message.Message):
     def watchdog(self) -> Global___WatchdogStatus:
         """The watchdog, once a host's job reported progress."""
 
+    @_builtins.property
+    def failed_barriers(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedBarrier]:
+        """The generation's most recently failed barrier and gather instances, oldest first (at most 16)."""
+
     def __init__(
         self,
         *,
@@ -1541,10 +1600,11 @@ class GetStatusResponse(_message.Message):
         forming: _builtins.bool = ...,
         ended: _abc.Iterable[_builtins.str] | None = ...,
         watchdog: Global___WatchdogStatus | None = ...,
+        failed_barriers: _abc.Iterable[Global___FailedBarrier] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "failure", b"failure", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015
