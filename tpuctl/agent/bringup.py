@@ -236,6 +236,7 @@ class Agent:
             connect_timeout=wait,
             generation=self._last_generation,
             previous_credential=self._previous_credential,
+            answered_before=self.current is not None,  # this process registered before: the coordinator was up
             interval=spec.coordinator.heartbeat_interval,
             give_up_after=spec.coordinator.heartbeat_timeout,
         )
@@ -328,6 +329,13 @@ class Agent:
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
+            wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
+            self.reporter.phase("registering", wait)
+            self.reporter.progress(
+                f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
+                f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
+            )
         gen = self.current
         if gen is not None:
             await gen.stop()
