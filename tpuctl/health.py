@@ -12,6 +12,10 @@ failed    the cluster is in error, or a task failed or left (``tpuctl down`` on 
           cannot pass, ``status`` and ``barrier`` exit 3, ``run`` refuses to start a job
 ========  ===========================================================================================
 
+When the coordinator does not answer, the agent lists every host itself: the coordinator (task 0)
+``unreachable`` (the failed host when the cluster is in error; while this host re-forms, the re-forming
+says it), the rest ``unknown`` (no problem by itself: only the coordinator knew).
+
 The words naming a task and what happened to it (:func:`left`, :data:`LEFT_CAUSE`) are the service's
 too (its barrier verdicts), so the three commands say the same sentence. Pure: no clock, no I/O, the
 standard library only (``tpuctl status`` runs it on the light path). Cost O(tasks).

@@ -131,3 +131,19 @@ def test_a_failure_names_its_generation_and_an_ended_one_says_it_ended() -> None
     assert ended.startswith("cluster 'pod': generation 2 ended: task 1 (10.0.0.2) failed first")
     first_generation = headline(ClusterDown(ErrorReport(error="x", failures=(failed,), generation=1)), INFO)
     assert first_generation.startswith("cluster 'pod' failed: task 1")  # one generation: nothing to tell apart
+
+
+def test_a_cut_cell_on_a_terminal_that_is_not_utf8_prints_instead_of_crashing(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom tpuctl.cli import main\ntry:\n    main(['status', '--state-dir', sys.argv[1]])\n"
+        "except SystemExit:\n    pass\nsys.stdout.write('TASK  ' + sys.argv[2] + '\\n')\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "none"), cell("x" * 80, 10)],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "TASK  " + "x" * 9 + "?\n"
