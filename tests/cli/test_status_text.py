@@ -147,3 +147,10 @@ def test_a_cut_cell_on_a_terminal_that_is_not_utf8_prints_instead_of_crashing(tm
                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "TASK  " + "x" * 9 + "?\n"
+
+
+def test_an_error_no_health_line_says_is_still_printed_once() -> None:
+    # this host's agent gave up on the coordinator, which now answers and names another host failed
+    mine = "coordinator at 127.0.0.2:8476 unreachable/frozen: no heartbeat confirmed for 3.1 s"
+    text = render_status(doc([row(0), row(1), row(2, "failed", cause="reported an error: OOM")], error=mine))
+    assert text.count(mine) == 1 and text.count("reported an error: OOM") == 1, text

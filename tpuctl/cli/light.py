@@ -247,8 +247,11 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
             f"({len(barrier.get('arrived', [])):,} arrived, times out in {barrier.get('seconds_left', 0):.0f} s)"
         )
     lines += _watchdog_lines(result.get("watchdog"))
-    # The cluster's error is not printed again: the health lines above name it (a failed task's row, or
-    # the error itself when no task failed); --format json has its whole text in `error`.
+    error = result.get("error")
+    if error and not any(p.cause and p.cause in str(error) for p in health.problems):
+        # Only an error no health line says (as a failed task's cause, or itself when no task failed):
+        # each cause is printed once; --format json has its whole text in `error`.
+        lines += ["", f"cluster error: {error}"]
     return "\n".join(lines)
 
 

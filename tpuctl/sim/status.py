@@ -184,4 +184,5 @@ def render(doc: dict[str, Any]) -> str:
 def _named(error: str, problems: list[dict[str, Any]]) -> bool:
     """Whether a problem under health already says the cluster's error (a failed task's cause, the
     error itself), so the text does not print it twice."""
-    return any(p["problem"] == error or (p["state"] in ("failed", "stopped") and p["task"] is not None) for p in problems)
+    failed = ("failed", "disconnected", "unreachable", "stopped")  # a host's failure: the error names it
+    return any(p["problem"] == error or (p["state"] in failed and p["task"] is not None) for p in problems)
