@@ -91,9 +91,9 @@ def test_a_worker_init_hears_at_once_when_the_coordinator_dies_while_the_next_ge
     c.processes.wait_for_output(init, "waiting for every host", timeout=20)
     os.kill(c.agent_pid(0), signal.SIGKILL)
     killed = time.monotonic()
-    c.processes.wait_for_output(init, "ended before init finished", timeout=3 + 5)
+    c.processes.wait_for_output(init, "ended before init finished", timeout=3 + 6)
     heard = time.monotonic() - killed
-    assert heard < 3 + 3, f"init said it after {heard:.1f} s"  # the heartbeat timeout + a margin
+    assert heard < 3 + 4, f"init said it after {heard:.1f} s"  # the heartbeat timeout + a margin, not 15 s
     said = init.err()
     assert "the coordinator at 127.0.0.2:" in said and "stopped answering" in said, said
     done = c.processes.wait(init, 15 + 15)
