@@ -12,6 +12,10 @@ failed    the cluster is in error, or a task failed or left (``tpuctl down`` on 
           cannot pass, ``status`` and ``barrier`` exit 3, ``run`` refuses to start a job
 ========  ===========================================================================================
 
+When the coordinator does not answer, the agent lists every host itself: the coordinator (task 0)
+``unreachable`` (the failed host when the cluster is in error; while this host re-forms, the re-forming
+says it), the rest ``unknown`` (no problem by itself: only the coordinator knew).
+
 The words naming a task and what happened to it (:func:`left`, :data:`LEFT_CAUSE`) are the service's
 too (its barrier verdicts), so the three commands say the same sentence. Pure: no clock, no I/O, the
 standard library only (``tpuctl status`` runs it on the light path). Cost O(tasks).
@@ -103,6 +107,16 @@ class Health(Record):
             return f"cluster {cluster!r} is not healthy: {self.describe()}"
         return f"cluster {cluster!r} is {self.describe()}"  # "is degraded: task 1 (...) ..."
 
+    def verdict_line(self, cluster: object) -> str:
+        """``cluster 'pod-a' is not healthy: failed (1 problem, under health above)``: ``tpuctl status``'s
+        stderr after its text, which names every problem already (each cause is printed once)."""
+        if self.verdict == HEALTHY:
+            return f"cluster {cluster!r} is healthy"
+        problems = f"{len(self.problems):,} problem{'' if len(self.problems) == 1 else 's'}"
+        if self.verdict == FAILED:
+            return f"cluster {cluster!r} is not healthy: {self.verdict} ({problems}, under health above)"
+        return f"cluster {cluster!r} is {self.verdict} ({problems}, under health above)"
+
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "problems": [p.to_json() for p in self.problems]}
 
@@ -122,6 +136,11 @@ def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = 
             failed.append(Problem(FAILED, task, address, state, str(entry.get("cause") or "no cause given")))
         elif state == "disconnected":
             failed.append(Problem(FAILED, task, address, state, LEFT_CAUSE))
+        elif state == "unreachable":  # the coordinator, as a host that cannot reach it lists it
+            if status.get("error"):  # the cluster's error is that: named once, with its host
+                failed.append(Problem(FAILED, task, address, state, str(entry.get("cause") or status["error"])))
+        elif state == "unknown":
+            pass  # only the coordinator knew, and it does not answer: the error (or re-forming) says why
         elif state == "waiting":
             degraded.append(Problem(DEGRADED, task, address, state, "has not registered (yet)"))
         elif state != "connected":
@@ -149,6 +168,16 @@ def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = 
     return Health(HEALTHY)
 
 
+def heartbeat_text(task: Mapping[str, Any]) -> str:
+    """A task's HEARTBEAT cell: ``1.2s ago`` (its last heartbeat's measured age), ``<1.0s ago`` (its
+    session is open: the coordinator's keepalive pings vouch for it, the last answered less than that
+    long ago), ``-`` (none yet, or not known)."""
+    age = task.get("heartbeat_age")
+    if type(age) not in (int, float):
+        return "-"
+    return f"<{age:.1f}s ago" if task.get("session_open") else f"{age:.1f}s ago"
+
+
 def _late(age: object, timeout: object) -> bool:
     numbers = (int, float)
     if not isinstance(age, numbers) or not isinstance(timeout, numbers) or isinstance(timeout, bool) or timeout <= 0:
@@ -166,6 +195,7 @@ __all__ = [
     "Health",
     "Problem",
     "cluster_health",
+    "heartbeat_text",
     "left",
     "task_name",
 ]

@@ -12,10 +12,27 @@ TYPE_CHECKING = False  # typing and collections.abc are not imported on the ligh
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-__all__ = ["closest", "count", "did_you_mean", "listed", "plural", "sample", "shown", "suggestion", "table"]
+__all__ = [
+    "ELLIPSIS",
+    "cell",
+    "closest",
+    "count",
+    "did_you_mean",
+    "listed",
+    "plural",
+    "sample",
+    "shown",
+    "suggestion",
+    "table",
+]
 
 SHOWN_CHARS = 120
 """How much of a name or key ``shown`` quotes before eliding the rest."""
+ELLIPSIS = "\u2026"
+"""What ends a table cell cut to its column's width (one character: the width stays exact)."""
+CELL_CHARS = 60
+"""The widest cell of a table of free text (``table(..., widths=CELL_CHARS)``): a cause or a message
+longer than this is cut with ``ELLIPSIS``; the document (``--format json``) has the whole text."""
 
 
 def closest(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
@@ -91,20 +108,40 @@ def sample(items: Iterable[object], *, limit: int = 10, total: int | None = None
     return ", ".join(shown) + f", ... and {more:,} more"
 
 
-def table(rows: Sequence[Sequence[str]], *, indent: str = "") -> list[str]:
+def cell(text: str, width: int = CELL_CHARS) -> str:
+    """``text`` on one line (runs of white space as one space), cut to ``width`` characters with
+    ``ELLIPSIS`` as the last one: a table cell that keeps its column's width."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + ELLIPSIS
+
+
+def table(
+    rows: Sequence[Sequence[str]], *, indent: str = "", widths: Sequence[int | None] | int | None = None
+) -> list[str]:
     """Left-aligned columns two spaces apart; the last column is not padded, trailing spaces are stripped.
 
     The first row is usually the header. Rows may be shorter than others: a column's width counts only
-    the rows where it is not the last cell.
+    the rows where it is not the last cell. With ``widths``, every cell is cut to that many characters
+    (:func:`cell`: one line, ``ELLIPSIS`` at the cut), so one long cause never widens every row; a
+    sequence gives each column its own limit (None: that column is not cut).
     """
-    widths: list[int] = []
+    if widths is not None:
+        limits: list[int | None] = (
+            [widths] * max(map(len, rows), default=0) if isinstance(widths, int) else list(widths)
+        )
+        rows = [[_cut(text, limits[i] if i < len(limits) else None) for i, text in enumerate(row)] for row in rows]
+    columns: list[int] = []
     for row in rows:
-        for i, cell in enumerate(row[:-1]):
-            if i == len(widths):
-                widths.append(0)
-            widths[i] = max(widths[i], len(cell))
+        for i, text in enumerate(row[:-1]):
+            if i == len(columns):
+                columns.append(0)
+            columns[i] = max(columns[i], len(text))
     lines = []
     for row in rows:
-        cells = [f"{cell:<{widths[i]}}" for i, cell in enumerate(row[:-1])] + list(row[-1:])
+        cells = [f"{text:<{columns[i]}}" for i, text in enumerate(row[:-1])] + list(row[-1:])
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
+
+
+def _cut(text: str, width: int | None) -> str:
+    return text if width is None else cell(text, width)

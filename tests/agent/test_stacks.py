@@ -18,16 +18,18 @@ from tpuctl.agent import stacks
 from tpuctl.job.runner import _mark_job, with_python_startup
 from tpuctl.watchdog.blackbox import NOT_PYTHON, PY_SPY, SIGNAL, STOPPED
 
+# "ready" is printed from inside wait_for_batch, on the line that blocks: a job stopped right after it
+# said so is already in the frame the tests look for (printed before main(), a loaded machine could stop
+# it at module level).
 JOB = """
 import threading, time
 lock = threading.Lock()
 lock.acquire()
+threading.Thread(target=lambda: time.sleep(3600), name="idle", daemon=True).start()
 def wait_for_batch():
-    lock.acquire()
+    print("ready", flush=True); lock.acquire()
 def main():
     wait_for_batch()
-threading.Thread(target=lambda: time.sleep(3600), name="idle", daemon=True).start()
-print("ready", flush=True)
 main()
 """
 
@@ -61,7 +63,7 @@ def test_the_signal_handler_takes_every_thread(state: Path, job: subprocess.Pope
     found = stacks.take(state, 1, 5.0)
     assert time.monotonic() - started < 3
     assert found.method == SIGNAL and found.processes == 1
-    assert found.signature.startswith("wait_for_batch (<string>:6) <- main (<string>:8)"), found
+    assert found.signature.startswith("wait_for_batch (<string>:7) <- main (<string>:9)"), found
     dump = Path(found.path).read_text()
     assert dump.count("  thread 0x") == 2 and "wait_for_batch" in dump and f"process {job.pid}" in dump
     assert job.poll() is None  # the job goes on

@@ -278,3 +278,29 @@ def test_a_released_survivor_that_never_returns_is_named_at_the_restart_timeout(
     failure = state.failure
     assert failure is not None and {f.task.task_id for f in failure.failures} == {2, 3}
     assert "generation 1 ended: 2 tasks failed" in failure.earlier and "while generation 2 formed" in failure.earlier
+
+
+def test_a_shutdown_after_a_restart_is_a_shutdown_of_its_generation_and_the_old_failure_is_history() -> None:
+    """Issue 24 item 2: after a rejoin, `tpuctl down --all` is named as the shutdown of generation 2; what
+    ended generation 1 is labelled history, and no task row of generation 2 carries generation 1's cause."""
+    state, refs = formed()
+    state.report_error(refs[2], "preempted", now=1.0)
+    assert state.generation == 2
+    waiting = {t.task.task_id: t for t in state.status(now=1.5).tasks}
+    assert waiting[2].state is TaskState.WAITING and waiting[2].cause == ""  # generation 1's cause is history
+    again = [rejoin(state, refs[t], 2.0) for t in (0, 1, 3)]
+    state.register(registration(2, 5555), now=2.5)
+    assert state.registration_waiting(again[0], now=2.5) is None  # generation 2 formed
+    state.report_error(again[0], "tpuctl down --all", now=3.0, shutdown=True)
+    failure = state.failure
+    assert failure is not None and failure.shutdown and failure.generation == 2
+    assert str(failure) == (
+        "task 0 (127.0.0.1) shut the cluster down: tpuctl down --all (in generation 2; earlier: generation 1 ended: "
+        "task 2 (127.0.0.3) failed: reported an error: preempted)"
+    )
+    rows = {t.task.task_id: t for t in state.status(now=3.0).tasks}
+    assert rows[2].state is TaskState.CONNECTED and rows[2].cause == ""
+    assert state.status(now=3.0).ended == (
+        "generation 1: task 2 (127.0.0.3) failed: reported an error: preempted; generation 1 is over, the cluster "
+        "re-forms as generation 2",
+    )

@@ -247,7 +247,7 @@ def test_a_shutdown_report_is_a_flag_of_the_clusters_error() -> None:
             await c0.report_error(m0.task, "tpuctl/shutdown is just text now", shutdown=True)
             failure = await watching
             assert failure is not None and failure.shutdown
-            assert str(failure) == "task 0 (127.0.0.1) failed: shut the cluster down: tpuctl/shutdown is just text now"
+            assert str(failure) == "task 0 (127.0.0.1) shut the cluster down: tpuctl/shutdown is just text now"
             assert (await c1.status()).failure == failure
 
     run(body())

@@ -38,7 +38,10 @@ def test_an_open_session_keeps_its_task_alive_and_its_end_counts_from_the_keepal
     for i, ref in enumerate(refs):
         state.session_opened(ref, 100 + i, now=0.0)
     assert state.expire(now=1000.0) == ()  # no heartbeat for 1,000 s: the sessions vouch for all
-    assert state.status(now=1000.0).tasks[2].seconds_since_heartbeat == 0.0
+    # Status says what it knows: no heartbeat message for 1,000 s, but the session is open, so the last
+    # answered keepalive ping is at most one window old (issue 24 item 4: it read "0.0s ago", always).
+    row = state.status(now=1000.0).tasks[2]
+    assert (row.session_open, row.seconds_since_heartbeat) == (True, window)
 
     state.session_closed(refs[2], 102, now=1000.0)
     assert state.expire(now=1000.0 + 3.0 - window - 0.01) == ()  # silent since 999.0: 2.99 s
@@ -134,6 +137,8 @@ def test_a_quiet_cluster_sends_the_service_no_messages_and_stays_alive() -> None
                 status = await clients[0].status()
                 assert status.failure is None
                 assert all(t.state is TaskState.CONNECTED for t in status.tasks)
+                window = cluster.server.service.state.keepalive_window  # over the wire: a bound, said as one
+                assert all(t.session_open and t.seconds_since_heartbeat == pytest.approx(window) for t in status.tasks)
             finally:
                 for r in runs:
                     r.cancel()

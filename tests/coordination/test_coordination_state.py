@@ -471,16 +471,17 @@ def test_status_reports_every_task_by_the_service_clock() -> None:
     ]
     document = status.as_dict()
     assert document["service_incarnation"] == "77"
-    assert document["tasks"][0]["incarnation"] == "1000"
+    assert "incarnation" not in document["tasks"][0]  # a task's own, never shown (status has its fingerprint)
+    assert document["tasks"][0]["fingerprint"] == status.tasks[0].fingerprint and len(status.tasks[0].fingerprint) == 8
     assert document["tasks"][2] == {
         "task": 2,
         "address": "127.0.0.3",
         "state": "waiting",
-        "incarnation": None,
         "fingerprint": None,
         "hostname": None,
         "peer": None,
         "heartbeat_age": None,
+        "session_open": False,
         "cause": None,
     }
     assert document["error"] == "task 1 (127.0.0.2) failed: no heartbeat for 1.2 s (timeout 1 s)"

@@ -211,6 +211,9 @@ class Agent:
             end = await self._form_once(first=first)
             if end is None:
                 return
+            if end.shutdown:  # `tpuctl down --all` while this generation formed: a shutdown, not a failure
+                self.failures = ()
+                raise end.error
             if not end.rejoin or self.stop.is_set():
                 self.failures = end.failures
                 self.cluster_error = end.error
@@ -233,6 +236,7 @@ class Agent:
             connect_timeout=wait,
             generation=self._last_generation,
             previous_credential=self._previous_credential,
+            answered_before=self.current is not None,  # this process registered before: the coordinator was up
             interval=spec.coordinator.heartbeat_interval,
             give_up_after=spec.coordinator.heartbeat_timeout,
         )
@@ -305,6 +309,7 @@ class Agent:
         commit(gen.pending, self.options.output)
         gen.pending = None
         self.rejoining = None
+        self.failures = ()  # what ended the last generation is history now (``history``), not this one's cause
         self.formed = generation
         self.progress.start(generation, len(spec.hosts), gen.session.report_pace)
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
@@ -324,6 +329,13 @@ class Agent:
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
+            wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
+            self.reporter.phase("registering", wait)
+            self.reporter.progress(
+                f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
+                f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
+            )
         gen = self.current
         if gen is not None:
             await gen.stop()
@@ -348,7 +360,8 @@ class Agent:
             try:
                 await self._form(first=False)
             except TpuctlError as exc:
-                self._fail(exc)
+                if not self.shutdown_all:
+                    self._fail(exc)
                 return
 
     def _on_verdict(self, verdict: Verdict) -> None:
@@ -593,7 +606,7 @@ class Agent:
         self.shutdown_all = everyone
         if everyone:
             assert self.client is not None and self.current is not None
-            cause = f"the cluster was shut down from task {self.task} (tpuctl down --all)"
+            cause = "tpuctl down --all"  # the service's words: "task 1 (10.0.0.3) shut the cluster down: tpuctl down --all"
             await self.client.report_error(self.current.membership.task, cause, shutdown=True)
         self.stop.set()
         self.notify()

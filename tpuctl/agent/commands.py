@@ -25,7 +25,9 @@ from tpuctl.coordination.values import MAX_NAME_CHARS
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
 
 if TYPE_CHECKING:
-    from tpuctl.agent.protocol import AgentInfo, ErrorReport
+    from collections.abc import Sequence
+
+    from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure
     from tpuctl.coordination.values import ClusterStatus, RendezvousProgress
     from tpuctl.job.env import JobEnv
 
@@ -197,7 +199,7 @@ class LocalCommands:
         if report.error_type == CoordinatorUnreachable.__name__:
             # This agent already gave up on the coordinator (gone, frozen or cut off): asking it again
             # would only make `tpuctl status` (and `tpuctl run`'s report) wait for nothing.
-            return {**base, "tasks": [], "error": report.error}
+            return {**base, "tasks": known_tasks(info, report.failures, report.error or ""), "error": report.error}
         try:
             status = (await asyncio.wait_for(agent.coordinator_status(), STATUS_RPC_S)).as_dict()
         except (TpuctlError, asyncio.TimeoutError) as exc:
@@ -208,10 +210,42 @@ class LocalCommands:
             )
             report = agent.error_report()  # as it is now, after the wait
             if report.error is None and report.rejoining:  # not final: it re-forms
-                return {**base, "tasks": [], "coordinator_unreachable": why}
-            return {**base, "tasks": [], "error": report.error or why}
+                # what ended the last generation is not this one's state: no host is failed in it (yet)
+                return {**base, "tasks": known_tasks(info, (), why), "coordinator_unreachable": why}
+            error = report.error or why
+            return {**base, "tasks": known_tasks(info, report.failures, error), "error": error}
         local = agent.error_report().error
         return {**base, **status, "error": status.get("error") or local}
+
+
+def known_tasks(info: AgentInfo, failures: Sequence[Failure], unreachable: str) -> list[dict[str, object]]:
+    """Every host as this agent knows it when the coordinator does not answer (``tpuctl status`` lists
+    every host, not a header without rows): its address from the spec; a host the cluster's failure
+    named (``failures``), ``failed`` with its cause; task 0, the coordinator, ``unreachable`` with the
+    cause ``unreachable``; every other ``unknown`` (only the coordinator knew). O(hosts), as the
+    coordinator's answer is."""
+    failed = {f.task: f.cause for f in failures}
+    rows: list[dict[str, object]] = []
+    for task, address in enumerate(info.hosts):
+        state, cause = "unknown", None
+        if task in failed:
+            state, cause = "failed", failed[task]
+        elif task == 0:
+            state, cause = "unreachable", unreachable
+        rows.append(
+            {
+                "task": task,
+                "address": address,
+                "state": state,
+                "fingerprint": None,
+                "hostname": None,
+                "peer": None,
+                "heartbeat_age": None,
+                "session_open": False,
+                "cause": cause,
+            }
+        )
+    return rows
 
 
 def _seconds(value: object, default: float) -> float:

@@ -46,6 +46,10 @@ def main(argv: "Sequence[str] | None" = None) -> None:
     """Console-script entry point: run the command and turn every failure into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("TPUCTL_DEBUG", "") not in ("", "0")
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        # A table cell cut with "…" (tpuctl.messages.cell) on a terminal that is not UTF-8 prints "?", not
+        # a UnicodeEncodeError (UTF-8 is Python's default, also under the C locale).
+        sys.stdout.reconfigure(errors="replace")
     from tpuctl.cli.light import run_light
 
     try:

@@ -173,7 +173,12 @@ def run_status(fmt: str, state_dir: str | None) -> int:
         return 0
     from tpuctl.errors import EXIT_CLUSTER
 
-    say(f"tpuctl: error: {health.headline(result.get('cluster'))}")
+    # The text on stdout names every problem under `health`: stderr says the verdict, not the cause again.
+    say(
+        f"tpuctl: error: {health.headline(result.get('cluster'))}"
+        if fmt == JSON
+        else f"tpuctl: error: {health.verdict_line(result.get('cluster'))}"
+    )
     return EXIT_CLUSTER
 
 
@@ -189,8 +194,8 @@ def run_env(fmt: str, state_dir: str | None) -> int:
 
 def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> str:
     """The status document as text: a header, the health, a row per task, open barriers, the cluster's error."""
-    from tpuctl.health import cluster_health
-    from tpuctl.messages import table  # status's text alone
+    from tpuctl.health import cluster_health, heartbeat_text
+    from tpuctl.messages import CELL_CHARS, table  # status's text alone
 
     health = health or cluster_health(result)
     lines = [
@@ -213,8 +218,6 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
         )
     for ended in result.get("ended", [])[-3:]:
         lines.append(f"  ended      {ended}")
-    if result.get("rejoining"):
-        lines.append(f"this host    re-forming: {result['rejoining']}")
     lines.append(f"health       {health.verdict}")
     lines += [f"             {problem}" for problem in health.problems[:MAX_LISTED_BARRIER_TASKS]]
     if len(health.problems) > MAX_LISTED_BARRIER_TASKS:
@@ -222,23 +225,25 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
             f"             ... and {len(health.problems) - MAX_LISTED_BARRIER_TASKS:,} more (--format json lists all)"
         )
     lines.append("")
-    rows = [("TASK", "STATE", "ADDRESS", "INCARNATION", "HEARTBEAT")]
+    rows = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT")]
     for task in result.get("tasks", []):
-        age = task.get("heartbeat_age")
         rows.append(
             (
                 str(task.get("task")),
                 str(task.get("state")),
-                str(task.get("address")),
-                str(task.get("incarnation") or "-"),
-                "-" if age is None else f"{age:.1f}s ago",
+                str(task.get("address") or "-"),
+                str(task.get("fingerprint") or "-"),
+                heartbeat_text(task),
             )
         )
-    lines += table(rows)
+    lines += table(rows, widths=CELL_CHARS)
     lines += _rendezvous_lines(result)
     lines += _watchdog_lines(result.get("watchdog"))
-    if result.get("error"):
-        lines += ["", f"cluster error: {result['error']}"]
+    error = result.get("error")
+    if error and not any(p.cause and p.cause in str(error) for p in health.problems):
+        # Only an error no health line says (as a failed task's cause, or itself when no task failed):
+        # each cause is printed once; --format json has its whole text in `error`.
+        lines += ["", f"cluster error: {error}"]
     return "\n".join(lines)
 
 

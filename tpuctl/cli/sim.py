@@ -176,7 +176,8 @@ def down(root: Path | None) -> None:
 @format_options("text: a table; json: one document (schema tpuctl.sim.status/v1).")
 def status(root: Path | None, fmt: str) -> int:
     """Every simulated host in one table: its agent (running or not, pid), its state and last heartbeat
-    as the coordinator sees them, its state dir.
+    as the coordinator sees them, its state dir. Every host keeps its address when task 0 (the
+    coordinator) is gone; causes are named once, under health.
 
     \b
       tpuctl sim status

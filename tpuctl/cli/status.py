@@ -13,7 +13,16 @@ from tpuctl.cli.output import format_options
 @format_options("text: a table; json: one document (schema tpuctl.status/v1, stable keys).")
 @state_dir_option
 def status(fmt: str, state_dir: str | None) -> int:
-    """Show the cluster: every task's state, address, incarnation and last heartbeat age.
+    """Show the cluster: every task's state, address, fingerprint and last heartbeat.
+
+    FINGERPRINT tells registrations apart (8 hex digits of the registration's credential; a new process
+    on a host gets a new one). HEARTBEAT is the age of the task's last heartbeat, or `<1.0s ago` while
+    its session is open: the coordinator's keepalive pings vouch for it, the last answered less than that
+    long ago. Without the coordinator every host is still listed with its address: task 0 `unreachable`,
+    the others `unknown` (`failed` when the cluster's error named them).
+
+    Each cause is printed once, under health (stderr says only the verdict). Table cells longer than 60
+    characters are cut with an ellipsis; --format json has every text whole.
 
     \b
       tpuctl status

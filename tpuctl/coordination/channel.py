@@ -155,7 +155,25 @@ class Channel:
         return CoordinatorUnreachable(
             f"coordinator at {self.target} unreachable/frozen: no heartbeat confirmed for {silent:.1f} s "
             f"(heartbeat timeout {give_up_after:g} s): {exc.message}",
-            hint=exc.hint,
+            hint=self.lost_hint(exc),
+        )
+
+    def lost_hint(self, exc: TpuctlError) -> str:
+        """The hint for a coordinator that answered this host before and stopped, by how it stopped: a
+        refused (or reset) connection means its host answers and nothing listens on the port any more (task
+        0's agent died or restarted); silence means its host is cut off from this one, frozen or down. Never
+        the start-up advice (is `tpuctl init` running on task 0, is the address right): it was, and it is."""
+        text = exc.message.lower()
+        if "refused" in text or "reset by peer" in text:
+            return (
+                f"the coordinator answered before; now its host refuses connections on {self.target}: task 0's "
+                "agent died or restarted. Check task 0's agent log; `tpuctl init` on task 0 brings it back "
+                "(restart policy rejoin re-forms the cluster, else restart every host)"
+            )
+        return (
+            f"the coordinator answered before; now nothing comes back from {self.target}, not even a refusal: "
+            "task 0's host is cut off from this one (a network partition), frozen or down. Check the network "
+            "between the hosts and task 0's host"
         )
 
     def restart_error(self, now: int, was: int) -> ClusterError:

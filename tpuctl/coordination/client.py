@@ -80,6 +80,9 @@ class Registering(TypedDict, total=False):
     """The last generation this host was in (default: 0, none)."""
     previous_credential: bytes
     """The credential of this host's previous registration."""
+    answered_before: bool
+    """The coordinator answered this process before (an earlier generation): one that does not answer now
+    stopped, and the error says so (``Channel.lost_hint``), not the start-up advice."""
 
 
 class CoordinationClient(Channel):
@@ -177,6 +180,7 @@ class CoordinationClient(Channel):
                 raise
 
         connect_timeout = registering.get("connect_timeout", 0.0)
+        contact.before = registering.get("answered_before", False)
         membership, call = await self._retrying(attempt, connect_timeout, contact, give_up_after)
         self.membership = membership
         session = Session(self, membership, interval=interval, give_up_after=give_up_after)
@@ -235,8 +239,13 @@ class CoordinationClient(Channel):
                         raise CoordinatorUnreachable(
                             f"coordinator at {self.target} unreachable after it was reached: {exc.message} "
                             f"(kept trying for {now - lost_at:.1f} s, the heartbeat timeout)",
-                            hint="task 0's agent (the coordinator) died, restarted or was cut off: check task "
-                            "0's host and its agent log",
+                            hint=self.lost_hint(exc),
+                        ) from exc
+                    if contact is not None and contact.before:
+                        raise CoordinatorUnreachable(
+                            f"{exc.message} (it answered this host before, in an earlier generation; kept trying "
+                            f"for {now - started:.1f} s)",
+                            hint=self.lost_hint(exc),
                         ) from exc
                     if connect_timeout <= 0:
                         raise
@@ -548,6 +557,8 @@ _Answer = Any
 
 
 class _Contact:
-    """Whether a registration attempt got through to the coordinator (see ``_retrying``)."""
+    """Whether a registration attempt got through to the coordinator (see ``_retrying``), and whether it
+    answered this process before it (``Registering.answered_before``)."""
 
     reached = False
+    before = False

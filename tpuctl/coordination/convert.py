@@ -271,6 +271,7 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
             peer=task.peer,
             cause=task.cause,
             fingerprint=task.fingerprint,
+            session_open=task.session_open,
         )  # no incarnation: it makes a registration's retry idempotent, so it stays the task's own
         if task.seconds_since_heartbeat is not None:
             entry.seconds_since_heartbeat = task.seconds_since_heartbeat
@@ -328,6 +329,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
             seconds_since_heartbeat=t.seconds_since_heartbeat if t.HasField("seconds_since_heartbeat") else None,
             cause=t.cause,
             fingerprint=t.fingerprint,
+            session_open=t.session_open,
         )
         for t in response.tasks
     )

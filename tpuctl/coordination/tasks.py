@@ -199,6 +199,7 @@ class TaskTable:
         for task in self.records:
             task.reserved = task.state is TaskState.CONNECTED  # survivors keep their place
             task.state = TaskState.WAITING
+            task.cause = ""  # why it failed ended the last generation: history there, not this one's
         reserved = Silences(i for i in self.by_heartbeat.heard if self.records[i].reserved)
         for i in self.by_heartbeat.ended:
             if self.records[i].reserved:
@@ -207,7 +208,10 @@ class TaskTable:
         self.by_heartbeat = Silences()
 
     def status(self, now: float) -> tuple[TaskStatus, ...]:
-        """Every task's row as status shows it. O(tasks)."""
+        """Every task's row as status shows it. O(tasks). A task with an open session has sent no heartbeat
+        since (the keepalive pings are its heartbeat, answered in gRPC's transport, which says nothing of
+        them but closing the connection when one goes unanswered): its age is the most the last answered
+        ping can be old, one keepalive window."""
         self.counters.touched += len(self.records)
         return tuple(
             TaskStatus(
@@ -218,11 +222,12 @@ class TaskTable:
                 peer=t.peer,
                 seconds_since_heartbeat=None
                 if t.state is TaskState.WAITING
-                else 0.0
+                else self.keepalive_window
                 if t.sessions
                 else now - t.last_heartbeat,
                 cause=t.cause,
                 fingerprint=t.fingerprint,
+                session_open=bool(t.sessions),
             )
             for t in self.records
         )

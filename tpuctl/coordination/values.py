@@ -338,6 +338,11 @@ class ClusterFailure:
             object.__setattr__(self, "total", len(self.failures))
 
     def __str__(self) -> str:
+        if self.shutdown and self.failures:  # not a failure: a host shut the cluster down on purpose
+            text = f"{self.failures[0].task} {self.failures[0].cause}"
+            if self.earlier:  # what ended the earlier generations: history, labelled as such
+                return f"{text} (in generation {self.generation}; earlier: {self.earlier})"
+            return f"{text} (in generation {self.generation})" if self.generation > 1 else text
         if self.total == 1 and len(self.failures) == 1:
             (failure,) = self.failures
             text = f"{failure.task} failed: {failure.cause}"
@@ -369,11 +374,14 @@ class TaskStatus:
     hostname: str
     peer: str
     seconds_since_heartbeat: float | None
-    """By the service's clock; None while waiting."""
+    """By the service's clock; None while waiting. While ``session_open``: the most its last answered
+    keepalive ping can be old (one keepalive window), not a measured age."""
     cause: str
     """Why the task failed; empty unless FAILED."""
     fingerprint: str = ""
     """8 hex digits of a hash of the registration's credential (not a secret); empty while waiting."""
+    session_open: bool = False
+    """Its session stream is open: the service's keepalive pings on its connection vouch for it."""
 
 
 @dataclass(frozen=True)
@@ -465,11 +473,11 @@ class ClusterStatus:
                     "task": t.task.task_id,
                     "address": t.task.address,
                     "state": t.state.value,
-                    "incarnation": str(t.incarnation) if t.incarnation else None,
                     "fingerprint": t.fingerprint or None,
                     "hostname": t.hostname or None,
                     "peer": t.peer or None,
                     "heartbeat_age": t.seconds_since_heartbeat,
+                    "session_open": t.session_open,
                     "cause": t.cause or None,
                 }
                 for t in self.tasks

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
-from tpuctl.messages import table
+from tpuctl.messages import cell, table
 
 
 @dataclass
@@ -32,25 +32,49 @@ def _clock(when: float | None) -> str:
 
 
 def headline(down: ClusterDown, info: AgentInfo) -> str:
-    """One line: what happened to the cluster, naming the host that failed first."""
+    """One line: what happened to the cluster in this generation, naming the host that failed first. The
+    generation is named once the cluster has had more than one (``restart: {policy: rejoin}``): what
+    ended an earlier one is history (:func:`previous_generations`), never this one's cause."""
     report = down.report
     cluster = info.cluster
     when = _clock(report.detected_at or down.noticed_at)
     if down.agent_gone:
         return f"cluster {cluster!r}: task {info.task}: {down.agent_gone}, detected at {when}"
     failures = report.failures
+    generation = f" in generation {report.generation}" if report.generation > 1 else ""
     if failures:
         first = failures[0]
         more = f" (and {len(failures) - 1:,} more)" if len(failures) > 1 else ""
+        what = f": generation {report.generation} ended" if report.rejoining else f" failed{generation}"
         return (
-            f"cluster {cluster!r} failed: task {first.task} ({first.address}) failed first{more}, "
-            f"detected at {when}: {first.cause}"
+            f"cluster {cluster!r}{what}: task {first.task} ({first.address}) failed first{more}, detected at "
+            f"{when}: {first.cause}"
         )
     if report.error:
-        return f"cluster {cluster!r} failed, detected at {when}: {report.error}"
+        return f"cluster {cluster!r} failed{generation}, detected at {when}: {report.error}"
     if report.shutdown:
-        return f"cluster {cluster!r} was shut down (tpuctl down --all), at {when}"
-    return f"cluster {cluster!r}: this host's agent is stopping (tpuctl down), at {when}"
+        return f"cluster {cluster!r} was shut down (tpuctl down --all){generation}, at {when}"
+    return f"cluster {cluster!r}: this host's agent is stopping (tpuctl down){generation}, at {when}"
+
+
+def previous_generations(report: ErrorReport) -> list[str]:
+    """``previous generations:`` and a line per earlier generation this host was in that ended (when it
+    formed and ended, and why): history, below the table of the generation the job ran in."""
+    rows = [
+        h
+        for h in report.history
+        if h.get("ended") is not None and isinstance(h.get("generation"), int) and h["generation"] != report.generation
+    ]
+    if not rows:
+        return []
+    lines = ["previous generations (history, not this generation's cause):"]
+    for row in rows:
+        formed, ended = row.get("formed"), row.get("ended")
+        lines.append(
+            f"  generation {row['generation']} (formed {_clock(formed if isinstance(formed, float) else None)}, "
+            f"ended {_clock(ended if isinstance(ended, float) else None)}): {row.get('cause') or '-'}"
+        )
+    return lines
 
 
 def root_cause_rows(
@@ -96,8 +120,7 @@ def format_rows(rows: list[tuple[str, ...]]) -> str:
 
 
 def _short(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cell(text, limit)  # one line, cut with an ellipsis: the table keeps its width
 
 
 def generations_table(rows: list[dict[str, Any]]) -> str:
@@ -118,6 +141,8 @@ def generations_table(rows: list[dict[str, Any]]) -> str:
 
 
 def root_cause_table(down: ClusterDown, info: AgentInfo, status: dict[str, Any] | None, status_at: float) -> str:
-    return headline(down, info) + "\n" + format_rows(root_cause_rows(down, info, status, status_at))
+    history = previous_generations(down.report)
+    table = headline(down, info) + "\n" + format_rows(root_cause_rows(down, info, status, status_at))
+    return table + "".join("\n  " + line for line in history)
 
 

@@ -1407,6 +1407,7 @@ class TaskStatus(_message.Message):
     SECONDS_SINCE_HEARTBEAT_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
+    SESSION_OPEN_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
     hostname: _builtins.str
     peer: _builtins.str
@@ -1418,6 +1419,11 @@ class TaskStatus(_message.Message):
     fingerprint: _builtins.str
     """A short fingerprint of the registration's credential (8 hex digits; not a secret): tells registrations
     apart. Empty while waiting.
+    """
+    session_open: _builtins.bool
+    """Its session stream is open: the service's keepalive pings on its connection vouch for it, and
+    seconds_since_heartbeat is the most the last answered ping can be old (one keepalive window), not
+    a measured age.
     """
     @_builtins.property
     def task(self) -> Global___TaskInfo: ...
@@ -1431,10 +1437,11 @@ class TaskStatus(_message.Message):
         seconds_since_heartbeat: _builtins.float | None = ...,
         cause: _builtins.str = ...,
         fingerprint: _builtins.str = ...,
+        session_open: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "state", b"state", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "session_open", b"session_open", "state", b"state", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["seconds_since_heartbeat"]  # noqa: Y015
     _WhichOneofArgType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat"]  # noqa: Y015

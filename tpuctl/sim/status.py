@@ -17,8 +17,8 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.statedir import StateDir, live_pids
 from tpuctl.coordination.values import TaskState
 from tpuctl.errors import StateError, TpuctlError
-from tpuctl.health import FAILED, Health, Problem, cluster_health
-from tpuctl.messages import table
+from tpuctl.health import FAILED, Health, Problem, cluster_health, heartbeat_text
+from tpuctl.messages import CELL_CHARS, table
 
 SCHEMA = "tpuctl.sim.status/v1"
 MAX_LISTED_PROBLEMS = 10
@@ -57,9 +57,9 @@ def sim_status(root: Path) -> dict[str, Any]:
     if not any(pids):
         raise no_sim(root, f"none of its {len(dirs)} hosts' agents runs")
     infos: list[Any] = []
-    for state, pid in zip(states, pids, strict=True):
-        try:
-            infos.append(state.read_info() if pid is not None else None)
+    for state in states:
+        try:  # a stopped agent's description stays (its address, when no live agent's answer has it)
+            infos.append(state.read_info())
         except TpuctlError:
             infos.append(None)
     asked, problem = None, None
@@ -81,15 +81,16 @@ def sim_status(root: Path) -> dict[str, Any]:
             {
                 "task": task,
                 "state_dir": str(path),
-                "address": info.address if info else view.get("address"),
+                "address": view.get("address") or (info.address if info else None),
                 "agent_pid": pid,
                 "agent": "running" if pid is not None else "stopped",
                 "state": view.get("state"),
                 "heartbeat_age": view.get("heartbeat_age"),
+                "session_open": bool(view.get("session_open")),
                 "cause": view.get("cause"),
             }
         )
-    first = next((i for i in infos if i is not None), None)
+    first = next((i for i, pid in zip(infos, pids, strict=True) if i is not None and pid is not None), None)
     error = (cluster or {}).get("error") or problem
     health = _health(cluster, hosts, problem)
     healthy = (
@@ -120,15 +121,26 @@ def _health(cluster: dict[str, Any] | None, hosts: list[dict[str, Any]], problem
     if cluster is None:
         return Health(FAILED, (Problem(FAILED, None, "", "error", problem or "no agent is running"),))
     verdict = cluster_health(cluster)
-    named = {p.task for p in verdict.problems}
-    stopped = tuple(
-        Problem(FAILED, h["task"], str(h["address"] or "?"), "stopped", "its agent is not running")
+    stopped = {
+        h["task"]: Problem(FAILED, h["task"], str(h["address"] or "?"), "stopped", _stopped_cause(h["task"]))
         for h in hosts
-        if h["agent"] != "running" and h["task"] not in named
-    )
+        if h["agent"] != "running"
+    }
     if not stopped:
         return verdict
-    return Health(FAILED, tuple(sorted((*stopped, *verdict.problems), key=lambda p: (p.verdict != FAILED, p.task or 0))))
+    # A host the coordinator names keeps its words (as status, run and barrier say them); one it cannot
+    # (gone unnoticed yet, or task 0 itself, which the asked agent can only call unreachable) is named by
+    # what the sim sees: its agent is not running. Each host once.
+    named = {p.task for p in verdict.problems if p.state not in ("unreachable", "unknown")}
+    kept = [p for p in verdict.problems if p.task not in stopped or p.task in named]
+    added = [problem for task, problem in stopped.items() if task not in named]
+    return Health(FAILED, tuple(sorted((*added, *kept), key=lambda p: (p.verdict != FAILED, p.task or 0))))
+
+
+def _stopped_cause(task: int) -> str:
+    if task == 0:
+        return "its agent is not running (it was the coordinator: no other host can reach the cluster)"
+    return "its agent is not running"
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -142,21 +154,20 @@ def render(doc: dict[str, Any]) -> str:
     ]
     rows = [("TASK", "ADDRESS", "AGENT", "PID", "STATE", "HEARTBEAT", "STATE DIR")]
     for host in doc["tasks"]:
-        age = host["heartbeat_age"]
         rows.append(
             (
                 str(host["task"]),
                 str(host["address"] or "-"),
                 host["agent"],
                 str(host["agent_pid"] or "-"),
-                str(host["state"] or "-") + (f" ({host['cause']})" if host["cause"] else ""),
-                "-" if age is None else f"{age:.1f}s ago",
+                str(host["state"] or "-"),  # the cause is under health, once
+                heartbeat_text(host),
                 host["state_dir"],
             )
         )
-    lines += table(rows)
+    lines += table(rows, widths=(None, None, None, None, CELL_CHARS, None, None))
     lines.append("")
-    if doc["error"]:
+    if doc["error"] and not _named(doc["error"], doc["health"]["problems"]):
         lines.append(f"cluster error: {doc['error']}")
     if doc["healthy"]:
         lines.append("healthy: every agent runs and every task is connected")
@@ -168,3 +179,10 @@ def render(doc: dict[str, Any]) -> str:
         if more > 0:
             lines.append(f"  ... and {more:,} more (--format json lists all)")
     return "\n".join(lines)
+
+
+def _named(error: str, problems: list[dict[str, Any]]) -> bool:
+    """Whether a problem under health already says the cluster's error (a failed task's cause, the
+    error itself), so the text does not print it twice."""
+    failed = ("failed", "disconnected", "unreachable", "stopped")  # a host's failure: the error names it
+    return any(p["problem"] == error or (p["state"] in failed and p["task"] is not None) for p in problems)
