@@ -638,6 +638,7 @@ class Agent:
             topology=spec.slice.topology_str,
             mapping=str(self.options.output),
             config=self.options.config_path,
+            backend=spec.backend,
             incarnation=str(self.incarnation),
             service_incarnation=str(self.service_incarnation),
             barrier_timeout=spec.barrier_timeout,
