@@ -275,3 +275,24 @@ def test_the_light_path_chooses_the_format_choose_format_does(command: str, give
     except InputError as exc:
         got = exc.message
     assert got == expected, args
+
+
+@pytest.mark.parametrize(
+    ("args", "suggested"),
+    [(["statsu"], "'status'"), (["docter"], "'doctor'"), (["Init"], "'init'"), (["sim", "stauts"], "'status'"),
+     (["topology", "shwo"], "'show'"), (["mesh", "plna"], "'plan'")],
+)  # fmt: skip
+def test_an_unknown_command_suggests_the_closest(args: list[str], suggested: str, capsys) -> None:
+    # issue 24: the lazy top-level group said only "No such command 'statsu'."
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert f"Error: No such command {args[-1]!r}. Did you mean {suggested}?" in capsys.readouterr().err
+
+
+def test_an_unknown_command_far_from_every_name_gets_no_guess(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["xyzzy"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Error: No such command 'xyzzy'." in err and "Did you mean" not in err

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.app import SuggestingGroup
 from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
@@ -147,7 +148,7 @@ def mesh_option_flags(func: F) -> F:
     return wrapped  # type: ignore[no-any-return]
 
 
-@click.group("mesh")
+@click.group("mesh", cls=SuggestingGroup)
 def mesh() -> None:
     """Plan logical device meshes (ring order, JAX order, quality)."""
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from tpuctl.agent.statedir import default_sim_root
+from tpuctl.cli.app import SuggestingGroup
 from tpuctl.cli.common import parse_duration_option, say
 from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_CLUSTER, ClusterError, InputError
@@ -46,7 +47,7 @@ root_option = click.option(
 )
 
 
-@click.group("sim")
+@click.group("sim", cls=SuggestingGroup)
 def sim() -> None:
     """A whole cluster on this machine: real tpuctl processes on 127.0.0.x, simulated TPUs."""
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.app import SuggestingGroup
 from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # imported lazily at run time
     from tpuctl.mesh.model import Mesh
 
 
-@click.group("topology")
+@click.group("topology", cls=SuggestingGroup)
 def topology() -> None:
     """Inspect TPU slice topologies."""
 
