@@ -58,6 +58,7 @@ def show(
     Each chip cell reads "IDS tT": the device ids on that chip and the task (host) owning it.
     --format json prints one document (schema tpuctl.topology/v2: accelerator, topology, wraparound,
     tasks, devices, ...); --format svg --out slice.svg draws chips coloured by host with ICI and wraparound links.
+    Without --format, --out's ending chooses it (slice.svg: svg, .json: json); a format it contradicts is refused.
 
     \b
     --mesh NAME adds one of the meshes the spec declares (--config: built as tpuctl init would) or the
