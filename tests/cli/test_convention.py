@@ -296,3 +296,36 @@ def test_an_unknown_command_far_from_every_name_gets_no_guess(capsys) -> None:
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Error: No such command 'xyzzy'." in err and "Did you mean" not in err
+
+
+def integer_options() -> list[tuple[str, click.Parameter]]:
+    """Every option or argument of every command that takes an integer (click's INT or a range of it)."""
+    found = []
+    for name, command in commands():
+        for param in command.params:
+            counted = isinstance(param, click.Option) and param.count  # -v, -vv: a flag, not a value
+            if isinstance(param.type, click.types.IntParamType) and not counted:
+                found.append((f"{name} {param.opts[0]}", param))
+    return found
+
+
+def test_every_integer_option_takes_ascii_digits_only() -> None:
+    # issue 24: `--task-id ١` (ARABIC-INDIC DIGIT ONE) was taken as task 1; int() reads any script's digits
+    options = integer_options()
+    assert {"init --task-id", "doctor --task-id", "detect --task-id", "logs --lines", "run --max-restarts"} <= {
+        name for name, _ in options
+    }
+    for name, param in options:
+        ctx = click.Context(click.Command(name))
+        for text in ("\u0661", "1\u0660", "\uff11", "1_0", "\u00b9"):
+            with pytest.raises(click.BadParameter, match="is not a whole number"):
+                param.type.convert(text, param, ctx)
+        low = getattr(param.type, "min", None) or 0
+        assert param.type.convert(str(low + 1), param, ctx) == low + 1, name
+
+
+def test_a_task_id_in_other_digits_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["init", "--config", "nonexistent.yaml", "--task-id", "\u0661"])
+    assert exit_info.value.code == 2
+    assert "Invalid value for '--task-id': '\u0661' is not a whole number (digits 0-9)" in capsys.readouterr().err

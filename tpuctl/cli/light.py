@@ -89,7 +89,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     # waits ACCEPT_TIMEOUT_S for that, never reading agent.json (it lists every host of the cluster).
     args: dict[str, Any] = {"name": name, "timeout": seconds}
     generation = os.environ.get("TPUCTL_GENERATION", "")  # a job's: refused once its generation is over
-    if generation.isdigit() and len(generation) < 10:
+    if generation.isascii() and generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
     answer = ask(state, Op.BARRIER, args, timeout=wait).answer(progress=None if quiet else say)
@@ -116,7 +116,7 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     state = resolve_state_dir(state_dir)
     state.check()  # never talk to a socket in a folder someone else could have prepared
     generation = os.environ.get("TPUCTL_GENERATION", "")
-    gen = int(generation) if generation.isdigit() and len(generation) < 10 else 0
+    gen = int(generation) if generation.isascii() and generation.isdigit() and len(generation) < 10 else 0
     data = b"%s %d %d %d\n" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
     import _socket
 

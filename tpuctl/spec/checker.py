@@ -80,7 +80,7 @@ class Problem:
 # --- single-value checks (also used for environment variables) -------------------------------------
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_HOST_PORT_RE = re.compile(r"^([^:\[\]]+):(\d+)$")
+_HOST_PORT_RE = re.compile(r"^([^:\[\]]+):(\d+)$", re.ASCII)
 MAX_NAME = 63
 
 
