@@ -18,7 +18,7 @@ state_dir_option = click.option(
     metavar="DIR",
     envvar=STATE_DIR_ENV,
     help=f"This host's agent state (socket, pid, log). Default: ${STATE_DIR_ENV}, /run/tpuctl for root, "
-    "else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID. Use the same value as `tpuctl init`.",
+    "else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID. Use the same value as `tpuctl init`; an empty one is refused.",
 )
 
 
