@@ -78,7 +78,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     if problem:
         from tpuctl.errors import InputError
 
-        raise InputError(f"barrier name {problem}", hint="use a short name that does not start with tpuctl/")
+        raise InputError(f"barrier name {problem}", hint="use a short UTF-8 name that does not start with tpuctl/")
     seconds = None
     if timeout is not None:
         from tpuctl.durations import OPTION_BOUNDS, parse_duration
@@ -148,9 +148,14 @@ def _barrier_passed(answer: "Any") -> "tuple[str, int, int]":
 
 
 def barrier_name_problem(name: str) -> str | None:
-    """What is wrong with ``name`` as a barrier name (empty, tpuctl's own, too long), or None."""
+    """What is wrong with ``name`` as a barrier name (empty, not UTF-8, tpuctl's own, too long), or None."""
     if not name:
         return "is empty"
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (Python decoded them as surrogates)
+            return f"{os.fsencode(name)!r} is not UTF-8 text"
     if len(name) > MAX_BARRIER_NAME:
         return f"{name[:40]!r}... is {len(name):,} characters long; at most {MAX_BARRIER_NAME:,} are allowed"
     if name.startswith("tpuctl/"):
