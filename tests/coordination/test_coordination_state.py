@@ -95,6 +95,9 @@ def test_registration_progress_names_the_missing_hosts() -> None:
     assert progress.missing == (TaskInfo(2, "127.0.0.3"), TaskInfo(3, "127.0.0.4"))
     assert (progress.registered, progress.total, progress.seconds_left) == (2, 4, 4.0)
     assert progress.describe() == "waiting for 2 of 4 hosts: task 2 (127.0.0.3), task 3 (127.0.0.4)"
+    assert progress.describe_wait(1.4) == (  # as a barrier's wait reads (issue 24)
+        "waiting 1 s for 2 of 4 hosts: task 2 (127.0.0.3), task 3 (127.0.0.4) (registration times out in 4 s)"
+    )
     register(state, [2, 3], now=12.0)
     done = state.registration_progress(t1, now=12.0)
     assert done.complete and done.registered == 4
@@ -187,6 +190,10 @@ def test_registration_deadline_runs_from_the_first_registration_and_lists_every_
     with pytest.raises(Refused) as excinfo:
         state.registration_progress(t0, now=105.0)
     assert refusal(excinfo) == expected
+    assert excinfo.value.hint == (  # the key to raise, and its value now (issue 24)
+        "start `tpuctl init` on the missing hosts and check they reach the coordinator, or raise "
+        "coordinator.register_timeout in the cluster spec (now 5s)"
+    )
     with pytest.raises(Refused) as late:  # registration is closed: a late host hears the same
         state.register(registration(2), now=106.0)
     assert refusal(late) == expected

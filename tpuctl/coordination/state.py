@@ -84,6 +84,7 @@ from tpuctl.coordination.values import (
     kv_key,
     sample_text,
 )
+from tpuctl.durations import format_duration
 from tpuctl.messages import count, shown
 
 _NO_WAKEUP = Wakeup()
@@ -565,8 +566,8 @@ class CoordinationState:
                 Reason.TIMED_OUT,
                 f"registration timed out after {self.config.register_timeout:.1f} s: {count(total - missing)} "
                 f"of {count(total)} hosts registered; missing: {sample_text(sample, missing)}",
-                hint="start `tpuctl init` on the missing hosts and check they reach the coordinator, "
-                "or raise the register timeout",
+                hint="start `tpuctl init` on the missing hosts and check they reach the coordinator, or raise "
+                f"coordinator.register_timeout in the cluster spec (now {format_duration(self.config.register_timeout)})",
             )
         return self._registration_verdict
 
