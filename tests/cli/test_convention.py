@@ -28,6 +28,7 @@ NOT_DATA = {
     "logs": "prints the agent's log lines as they are",
     "completion": "prints a shell script",
     "sim down": "prints nothing on stdout",
+    "sim restart": "prints nothing on stdout (progress goes to stderr)",
     "sim run": "stdout is the jobs'",
 }
 """Commands whose stdout is not a document, and why; every other command is a data command."""

@@ -82,10 +82,11 @@ class LazyGroup(SuggestingGroup):
 
 
 def suggest(word: str, names: list[str]) -> str:
-    """`` Did you mean 'status'?`` for the closest of ``names`` (difflib, ratio 0.6 and up), else nothing."""
+    """`` Did you mean 'status'?`` for the closest of ``names`` (difflib, ratio 0.7 and up: at click's 0.6,
+    ``stauts`` would also suggest ``restart``), else nothing."""
     import difflib
 
-    close = difflib.get_close_matches(word.lower(), names, n=3)
+    close = difflib.get_close_matches(word.lower(), names, n=3, cutoff=0.7)
     if not close:
         return ""
     if len(close) == 1:
