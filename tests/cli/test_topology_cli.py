@@ -154,3 +154,14 @@ def test_a_file_ending_in_a_format_the_command_cannot_write_is_refused(tmp_path,
     code, _, err = run("mesh", "plan", "-a", "v4-8", "--shape", "data=4", "--out", str(target), capsys=capsys)
     assert code == 2 and "ends in .svg (svg), but this command writes text, json" in err
     assert not target.exists()
+
+
+def test_inits_out_is_the_mapping_and_chooses_no_format(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `init --out mapping.json` names the mapping file, not where its summary goes: the summary stays text
+    from tpuctl.cli.output import format_for_file
+
+    assert format_for_file("topology show", "x.svg", "text", False, ("text", "json", "svg")) == "svg"
+    spec = tmp_path / "c.yaml"
+    spec.write_text("cluster: c\naccelerator: v4-8\nbackend: sim\nhosts: [127.0.0.2]\nbarrier_timeout: nan\n")
+    code, out, err = run("init", "-c", str(spec), "--out", str(tmp_path / "m.json"), "--state-dir", str(tmp_path / "s"), capsys=capsys)
+    assert code == 2 and out == "" and "barrier_timeout" in err and "ends in .json" not in err

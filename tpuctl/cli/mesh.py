@@ -170,7 +170,9 @@ def mesh() -> None:
 @click.option(
     "--cells", type=click.Choice(["id", "coords", "task"]), default="id", show_default=True, help="Grid cells."
 )
-@format_options("text: the grid and quality tables; json: one document (schema tpuctl.mesh/v1).")
+@format_options(
+    "text: the grid and quality tables; json: one document (schema tpuctl.mesh/v1).", out_is_the_document=True
+)
 @out_option("the plan")
 def plan(
     slice_request: SliceRequest,

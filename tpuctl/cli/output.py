@@ -27,10 +27,14 @@ def format_options(
     choices: Sequence[str] = (TEXT, JSON),
     *,
     aliases: Mapping[str, str] | None = None,
+    out_is_the_document: bool = False,
 ) -> Callable[[F], F]:
     """Add ``-f/-o/--format/--output FORMAT`` and ``--json``; the command gets the chosen ``fmt: str``.
 
-    ``what``: a sentence saying what each format prints (the option's help).
+    ``what``: a sentence saying what each format prints (the option's help). ``out_is_the_document``: the
+    command's ``--out FILE`` (:func:`out_option`) receives what it prints, so the file's ending chooses
+    the format when none is given (:func:`format_for_file`); not so for ``init``, whose ``--out`` is
+    the mapping.
     """
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -44,7 +48,7 @@ def format_options(
             name = _name(click.get_current_context())
             chosen = choose_format(name, fmt, as_json, choices, aliases=aliases)
             out = kwargs.get("out")
-            if isinstance(out, str) and out != "-":
+            if out_is_the_document and isinstance(out, str) and out != "-":
                 chosen = format_for_file(name, out, chosen, fmt is not None or as_json, choices)
             return func(*args, fmt=chosen, **kwargs)
 

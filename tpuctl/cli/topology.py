@@ -27,7 +27,11 @@ def topology() -> None:
 @slice_options
 @click.option("--config", "-c", "config", metavar="FILE", help="Show the slice of a cluster spec (with its hosts).")
 @click.option("--mapping", "mapping_path", metavar="FILE", help="Show a device mapping file written by tpuctl init.")
-@format_options("text for people, json for scripts, svg for a picture (with --out FILE).", ("text", "json", "svg"))
+@format_options(
+    "text for people, json for scripts, svg for a picture (with --out FILE).",
+    ("text", "json", "svg"),
+    out_is_the_document=True,
+)
 @out_option("the picture or document")
 @click.option(
     "--mesh", "mesh_name", metavar="NAME", help="Also show a mesh of --config or --mapping: grid and quality."
