@@ -78,7 +78,9 @@ def test_loads_of_random_documents_matches_json() -> None:
         assert lightjson.dumps(doc, indent=2) == json.dumps(doc, indent=2)
 
 
-@pytest.mark.parametrize("text", ["", "  ", "{", "[1,]", "1 2", "nul", '{"a": 1} x', "\x00", "{'a': 1}"])
+@pytest.mark.parametrize(
+    "text", ["", "  ", "{", "[1,]", "1 2", "nul", '{"a": 1} x', "\x00", "{'a': 1}", "[" * 100_000 + "]" * 100_000]
+)
 def test_loads_refuses_what_is_not_one_document(text: str) -> None:
     with pytest.raises(ValueError):
         lightjson.loads(text)

@@ -1,4 +1,4 @@
-"""Durations as people write them: ``250ms``, ``5s``, ``10m``, ``1h30m``, or a plain number of seconds.
+"""Durations as people write them: ``250ms``, ``5s``, ``10m``, ``1h30m``, ``2d``, or a plain number of seconds.
 
 Every duration tpuctl takes has bounds (:class:`Bounds`, the constants below; docs/reference/spec.md's
 limits table lists them): a spec's waits are checked by ``tpuctl validate`` with the same bounds ``init``
@@ -63,26 +63,29 @@ OPTION_BOUNDS = {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE}
 MAX_DURATION_CHARS = 100
 """Longest duration text read; longer text is refused before it is parsed."""
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY}
+_DIGITS = "0123456789"
+SYNTAX = "e.g. 90s, 10m, 1h30m, 2d, 250ms, or seconds as a number"
+"""The grammar in one example line, for hints."""
 
 
 def parse_duration(text: str, *, what: str = "duration", bounds: Bounds | None = None) -> float:
-    """Seconds in ``text``; InputError naming ``what`` when it is not a positive duration within ``bounds``."""
+    """Seconds in ``text``; InputError naming ``what`` when it is not a positive duration within ``bounds``.
+
+    A leading ``-`` is read as a sign, so ``-5`` and ``-5s`` are both refused as negative (one message);
+    digits are ASCII only (``float`` alone would take ``\u0665`` for 5)."""
     if len(text) > MAX_DURATION_CHARS:
         raise InputError(
             f"{what}: {text[:20]!r}... ({len(text):,} characters) is not a duration",
-            hint="write e.g. 90s, 10m, 1h30m, 250ms, or seconds as a number",
+            hint=f"write {SYNTAX}",
         )
     value = text.strip().lower()
-    try:
-        seconds = float(value)
-    except ValueError:
-        parts = _parts(value)
-        if not parts:
-            raise InputError(
-                f"{what}: {text!r} is not a duration", hint="write e.g. 90s, 10m, 1h30m, 250ms, or seconds as a number"
-            ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    body = value[1:] if value[:1] in ("-", "+") else value
+    seconds = _seconds(body)
+    if seconds is None:
+        raise InputError(f"{what}: {text!r} is not a duration", hint=f"write {SYNTAX}")
+    if value.startswith("-") and seconds > 0:
+        raise InputError(f"{what}: {negative(repr(text))}", hint="e.g. 90s or 10m")
     if seconds <= 0 or seconds != seconds or seconds == float("inf"):
         raise InputError(f"{what}: {text!r} must be a positive, finite duration", hint="e.g. 90s or 10m")
     if bounds is not None and (problem := bounds.problem(seconds, repr(text))):
@@ -90,20 +93,37 @@ def parse_duration(text: str, *, what: str = "duration", bounds: Bounds | None =
     return seconds
 
 
+def negative(shown: str) -> str:
+    """The one message for a negative duration, however written (``-5``, ``'-5s'``, ``-1h30m``)."""
+    return f"{shown} is negative; a duration must be positive"
+
+
+def _seconds(body: str) -> float | None:
+    """Seconds in an unsigned duration (a plain number, or number-unit pairs); None when it is neither."""
+    if not body.isascii() or body[:1] in ("-", "+"):
+        return None
+    try:
+        return float(body)
+    except ValueError:
+        pass
+    parts = _parts(body)
+    return sum(float(n) * _UNITS[u] for n, u in parts) if parts else None
+
+
 def _parts(value: str) -> list[tuple[str, str]]:
-    """``1h30m`` -> ``[("1", "h"), ("30", "m")]``: the text as number-unit pairs (a number: digits, maybe a
-    ``.`` and digits; a unit: ms, s, m, h); empty unless all of it is such pairs."""
+    """``1h30m`` -> ``[("1", "h"), ("30", "m")]``: the text as number-unit pairs (a number: ASCII digits,
+    maybe a ``.`` and digits; a unit: ms, s, m, h, d); empty unless all of it is such pairs."""
     parts: list[tuple[str, str]] = []
     i, n = 0, len(value)
     while i < n:
         start = i
-        while i < n and value[i].isdecimal():
+        while i < n and value[i] in _DIGITS:
             i += 1
         if i == start:
             return []
-        if i + 1 < n and value[i] == "." and value[i + 1].isdecimal():
+        if i + 1 < n and value[i] == "." and value[i + 1] in _DIGITS:
             i += 1
-            while i < n and value[i].isdecimal():
+            while i < n and value[i] in _DIGITS:
                 i += 1
         number = value[start:i]
         unit = "ms" if value.startswith("ms", i) else value[i : i + 1]

@@ -53,7 +53,7 @@ def _encode(value: object, sort_keys: bool = False) -> str:
 
 def loads(text: str | bytes) -> "Any":
     """``json.loads(text)``: ValueError (``json.JSONDecodeError`` where ``_json`` finds the place) when
-    ``text`` is not one JSON document."""
+    ``text`` is not one JSON document, nesting past the recursion limit included."""
     if _json is None:
         import json
 
@@ -65,6 +65,8 @@ def loads(text: str | bytes) -> "Any":
         value, end = _scan(text, start)
     except StopIteration as exc:
         raise ValueError(f"Expecting value: char {exc.value}") from None
+    except RecursionError:  # json.loads lets it out; here it is what it is, text that is not a document
+        raise ValueError("JSON nested too deeply") from None
     if text[end:].strip(_WHITESPACE):
         raise ValueError(f"Extra data: char {end}")
     return value

@@ -24,7 +24,7 @@ def parse_level(text: str, what: str = "--log-level") -> int:
     name = ALIASES.get(name, name)
     if name in LEVELS:
         return LEVELS[name]
-    if name.isdigit() and 0 < int(name) <= 50:
+    if name.isascii() and name.isdigit() and 0 < int(name) <= 50:
         return int(name)
     from tpuctl.errors import InputError  # a wrong level's alone: not on the light path
     from tpuctl.messages import did_you_mean

@@ -191,3 +191,36 @@ def test_an_agent_whose_state_dir_is_deleted_leaves_the_cluster(tmp_path: Path) 
             await stop_cluster(agents[:3], runs[:3])
 
     asyncio.run(scenario())
+
+
+def test_waiting_for_hosts_says_how_long_and_until_when_and_the_timeout_names_its_spec_key(tmp_path: Path) -> None:
+    # issue 24: init's waiting lines lacked the elapsed time and the deadline a barrier's have, and the
+    # registration timeout's hint did not say which spec key to raise.
+    import re
+
+    hosts = loopback_hosts(2)
+    text = sim_spec_text("v4-16", hosts, free_port(hosts[0]), tmp_path).replace("register_timeout: 2m", "register_timeout: 5s")
+
+    async def scenario() -> None:
+        recorder = Recorder()
+        options = AgentOptions(
+            spec=load_spec_text(text), task=0, state=StateDir(tmp_path / "host-0"),
+            output=tmp_path / "host-0" / "mapping.json", address=hosts[0],
+        )  # fmt: skip
+        run = asyncio.create_task(Agent(options, recorder).run())
+        outcome = await asyncio.wait_for(recorder.outcome, DEADLINE_S)
+        await asyncio.wait_for(run, DEADLINE_S)
+        waiting = [line for line in recorder.lines if "hosts:" in line]
+        assert waiting, recorder.lines
+        for line in waiting:
+            match = re.fullmatch(
+                r"task 0: waiting (\d+) s for 1 of 2 hosts: task 1 \(127\.0\.0\.3\) \(registration times out in (\d+) s\)",
+                line,
+            )
+            assert match is not None, line
+            assert 4 <= int(match[1]) + int(match[2]) <= 6, line  # elapsed + left: the 5 s window
+        assert isinstance(outcome, TpuctlError) and outcome.exit_code == 4
+        assert outcome.hint is not None
+        assert "raise coordinator.register_timeout in the cluster spec (now 5s)" in outcome.hint
+
+    asyncio.run(scenario())

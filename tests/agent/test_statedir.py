@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuctl.agent.statedir import StateDir, lock_holder
+from tpuctl.agent.statedir import StateDir, lock_holder, resolve_state_dir
 from tpuctl.errors import StateError
 
 
@@ -83,3 +83,24 @@ def test_a_lock_held_in_this_process_is_seen(tmp_path: Path) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert lock_holder(state.lock_file) == os.getpid()
     assert lock_holder(state.lock_file) is None
+
+
+@pytest.mark.parametrize("given", ["", " ", "\n"])
+def test_an_empty_state_dir_option_is_refused_naming_it_not_the_default(
+    given: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 24: `tpuctl run --state-dir ""` said "no tpuctl agent is running for state dir /run/tpuctl"
+    from tpuctl.cli import main
+
+    monkeypatch.delenv("TPUCTL_STATE_DIR", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--state-dir", given, "--", "true"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.startswith(f"tpuctl: error: --state-dir (or $TPUCTL_STATE_DIR) is {given!r}: it names no folder\n")
+
+
+def test_the_state_dir_click_reads_from_the_environment_loses_its_newline(tmp_path: Path) -> None:
+    # click fills --state-dir from TPUCTL_STATE_DIR as it is; `$(...)`-style whitespace names the same folder
+    assert resolve_state_dir(f"{tmp_path}\n").path == str(tmp_path)
+    assert resolve_state_dir(f"  {tmp_path} ").path == str(tmp_path)

@@ -28,6 +28,7 @@ NOT_DATA = {
     "logs": "prints the agent's log lines as they are",
     "completion": "prints a shell script",
     "sim down": "prints nothing on stdout",
+    "sim restart": "prints nothing on stdout (progress goes to stderr)",
     "sim run": "stdout is the jobs'",
 }
 """Commands whose stdout is not a document, and why; every other command is a data command."""
@@ -275,3 +276,57 @@ def test_the_light_path_chooses_the_format_choose_format_does(command: str, give
     except InputError as exc:
         got = exc.message
     assert got == expected, args
+
+
+@pytest.mark.parametrize(
+    ("args", "suggested"),
+    [(["statsu"], "'status'"), (["docter"], "'doctor'"), (["Init"], "'init'"), (["sim", "stauts"], "'status'"),
+     (["topology", "shwo"], "'show'"), (["mesh", "plna"], "'plan'")],
+)  # fmt: skip
+def test_an_unknown_command_suggests_the_closest(args: list[str], suggested: str, capsys) -> None:
+    # issue 24: the lazy top-level group said only "No such command 'statsu'."
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert f"Error: No such command {args[-1]!r}. Did you mean {suggested}?" in capsys.readouterr().err
+
+
+def test_an_unknown_command_far_from_every_name_gets_no_guess(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["xyzzy"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Error: No such command 'xyzzy'." in err and "Did you mean" not in err
+
+
+def integer_options() -> list[tuple[str, click.Parameter]]:
+    """Every option or argument of every command that takes an integer (click's INT or a range of it)."""
+    found = []
+    for name, command in commands():
+        for param in command.params:
+            counted = isinstance(param, click.Option) and param.count  # -v, -vv: a flag, not a value
+            if isinstance(param.type, click.types.IntParamType) and not counted:
+                found.append((f"{name} {param.opts[0]}", param))
+    return found
+
+
+def test_every_integer_option_takes_ascii_digits_only() -> None:
+    # issue 24: `--task-id ١` (ARABIC-INDIC DIGIT ONE) was taken as task 1; int() reads any script's digits
+    options = integer_options()
+    assert {"init --task-id", "doctor --task-id", "detect --task-id", "logs --lines", "run --max-restarts"} <= {
+        name for name, _ in options
+    }
+    for name, param in options:
+        ctx = click.Context(click.Command(name))
+        for text in ("\u0661", "1\u0660", "\uff11", "1_0", "\u00b9"):
+            with pytest.raises(click.BadParameter, match="is not a whole number"):
+                param.type.convert(text, param, ctx)
+        low = getattr(param.type, "min", None) or 0
+        assert param.type.convert(str(low + 1), param, ctx) == low + 1, name
+
+
+def test_a_task_id_in_other_digits_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["init", "--config", "nonexistent.yaml", "--task-id", "\u0661"])
+    assert exit_info.value.code == 2
+    assert "Invalid value for '--task-id': '\u0661' is not a whole number (digits 0-9)" in capsys.readouterr().err

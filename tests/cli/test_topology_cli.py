@@ -122,3 +122,46 @@ def test_output_file_gets_the_mappings_mode(tmp_path, capsys: pytest.CaptureFixt
         assert stat.S_IMODE(target.stat().st_mode) == 0o644  # as the device mapping: 0644 whatever it was
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize(("name", "starts"), [("slice.svg", "<?xml"), ("slice.JSON", "{"), ("slice.txt", "accelerator")])
+def test_the_out_files_ending_chooses_the_format_when_none_is_given(
+    tmp_path, name: str, starts: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 24: `--out x.svg` without --format svg wrote the text picture into the .svg
+    target = tmp_path / name
+    code, _, err = run("topology", "show", "-a", "v4-8", "--out", str(target), capsys=capsys)
+    assert code == 0, err
+    assert target.read_text().startswith(starts)
+
+
+@pytest.mark.parametrize(("given", "name"), [(["--format", "text"], "x.svg"), (["--json"], "x.svg"), (["-o", "svg"], "x.json")])
+def test_a_format_the_out_files_ending_contradicts_is_refused(
+    tmp_path, given: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / name
+    code, _, err = run("topology", "show", "-a", "v4-8", *given, "--out", str(target), capsys=capsys)
+    assert code == 2
+    asked = {"--json": "json"}.get(given[0], given[-1])
+    ending = target.suffix
+    assert f"tpuctl: error: tpuctl topology show: --out {target} ends in {ending} ({ending[1:]}), but the format asked for is {asked}" in err
+    assert f"hint: give --format {ending[1:]}, or a file name for {asked}" in err
+    assert not target.exists()
+
+
+def test_a_file_ending_in_a_format_the_command_cannot_write_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "plan.svg"
+    code, _, err = run("mesh", "plan", "-a", "v4-8", "--shape", "data=4", "--out", str(target), capsys=capsys)
+    assert code == 2 and "ends in .svg (svg), but this command writes text, json" in err
+    assert not target.exists()
+
+
+def test_inits_out_is_the_mapping_and_chooses_no_format(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `init --out mapping.json` names the mapping file, not where its summary goes: the summary stays text
+    from tpuctl.cli.output import format_for_file
+
+    assert format_for_file("topology show", "x.svg", "text", False, ("text", "json", "svg")) == "svg"
+    spec = tmp_path / "c.yaml"
+    spec.write_text("cluster: c\naccelerator: v4-8\nbackend: sim\nhosts: [127.0.0.2]\nbarrier_timeout: nan\n")
+    code, out, err = run("init", "-c", str(spec), "--out", str(tmp_path / "m.json"), "--state-dir", str(tmp_path / "s"), capsys=capsys)
+    assert code == 2 and out == "" and "barrier_timeout" in err and "ends in .json" not in err

@@ -193,8 +193,9 @@ def test_a_second_live_process_for_a_task_is_refused() -> None:
             with pytest.raises(ClusterError) as excinfo:
                 await cluster.client().register("test", 1, hostname="host-b")
             assert excinfo.value.message.startswith(
-                "task 1 is already registered by another live process (registered from host-a at ipv4:127.0.0.1:"
+                "task 1 is already registered by another live process, connected from 127.0.0.1:"
             )
+            assert "calling itself 'host-a' (unchecked)" in excinfo.value.message
             assert str(member.task.incarnation) not in excinfo.value.message  # never echoed
 
     run(body())

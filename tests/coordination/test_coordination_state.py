@@ -95,6 +95,9 @@ def test_registration_progress_names_the_missing_hosts() -> None:
     assert progress.missing == (TaskInfo(2, "127.0.0.3"), TaskInfo(3, "127.0.0.4"))
     assert (progress.registered, progress.total, progress.seconds_left) == (2, 4, 4.0)
     assert progress.describe() == "waiting for 2 of 4 hosts: task 2 (127.0.0.3), task 3 (127.0.0.4)"
+    assert progress.describe_wait(1.4) == (  # as a barrier's wait reads (issue 24)
+        "waiting 1 s for 2 of 4 hosts: task 2 (127.0.0.3), task 3 (127.0.0.4) (registration times out in 4 s)"
+    )
     register(state, [2, 3], now=12.0)
     done = state.registration_progress(t1, now=12.0)
     assert done.complete and done.registered == 4
@@ -169,10 +172,55 @@ def test_second_live_process_for_a_task_is_refused_with_the_first_ones_identity(
         state.register(registration(1, incarnation=222, hostname="other"), now=0.5)
     assert refusal(excinfo) == (
         Reason.TASK_TAKEN,
-        "task 1 is already registered by another live process "
-        f"(registered from host-1 at ipv4:127.0.0.1:5001, fingerprint {fingerprint(credential(1, 111))})",
+        "task 1 is already registered by another live process, connected from 127.0.0.1:5001 (as the coordinator "
+        f"saw it), calling itself 'host-1' (unchecked), fingerprint {fingerprint(credential(1, 111))}",
     )
     assert state.status(now=0.5).tasks[1].incarnation == 111
+
+
+def test_a_task_id_taken_by_a_stranger_is_reported_as_observed_not_as_claimed() -> None:
+    # issue 24: a stranger (auth none) registering as task 1 under a host name of its choosing was reported by
+    # that name ("is tpuctl init already running on host-1?"), and its death was blamed on the spec's host.
+    state = new_state(heartbeat_timeout=1.0)
+    refs = register(state, [0, 2, 3], now=0.0)
+    stranger = registration(1, incarnation=666, hostname="host-1", peer="ipv4:10.9.9.9:40000")
+    state.register(stranger, now=0.0)
+    with pytest.raises(Refused) as taken:
+        state.register(registration(1, incarnation=111), now=0.5)  # the real host 1
+    assert refusal(taken) == (
+        Reason.TASK_TAKEN,
+        "task 1 is already registered by another live process, connected from 10.9.9.9:40000 (as the coordinator "
+        f"saw it), calling itself 'host-1' (unchecked), fingerprint {fingerprint(credential(1, 666))}",
+    )
+    assert taken.value.hint == (
+        "is `tpuctl init` for task 1 already running at 10.9.9.9? If not, something else took the task id; with "
+        "auth none any process that reaches the coordinator may take a task id: set auth.token_file in the spec; "
+        "else check this host's task id"
+    )
+    for ref in refs:
+        state.heartbeat(ref, now=0.9)
+    state.expire(now=1.5)  # the stranger falls silent: the process that failed is named as seen
+    assert str(state.failure) == (
+        "task 1 (127.0.0.2) failed: no heartbeat for 1.5 s (timeout 1 s) (its registration came from "
+        "10.9.9.9:40000, as the coordinator saw it, not from 127.0.0.2)"
+    )
+
+
+def test_a_registration_from_the_tasks_own_address_adds_nothing_to_its_cause() -> None:
+    from tpuctl.coordination.tasks import TaskRecord, elsewhere
+
+    def record(address: str, peer: str) -> TaskRecord:
+        return TaskRecord(TaskInfo(1, address), peer=peer)
+
+    assert elsewhere(record("10.0.0.3", "ipv4:10.0.0.3:5000")) == ""
+    assert elsewhere(record("127.0.0.3", "ipv4:127.0.0.1:5000")) == ""  # one machine: simulated hosts
+    assert elsewhere(record("::ffff:10.0.0.3", "ipv6:[::ffff:10.0.0.3]:5000")) == ""
+    assert elsewhere(record("10.0.0.3", "ipv6:%5B::ffff:10.0.0.3%5D:5000")) == ""  # IPv4 mapped into IPv6
+    assert elsewhere(record("host-1.example", "ipv4:10.0.0.9:5000")) == ""  # a name: not told apart without DNS
+    assert elsewhere(record("10.0.0.3", "")) == ""  # never registered
+    assert elsewhere(record("fd00::3", "ipv6:[fd00::9]:5000")) == (
+        " (its registration came from [fd00::9]:5000, as the coordinator saw it, not from fd00::3)"
+    )
 
 
 def test_registration_deadline_runs_from_the_first_registration_and_lists_every_missing_host() -> None:
@@ -187,6 +235,10 @@ def test_registration_deadline_runs_from_the_first_registration_and_lists_every_
     with pytest.raises(Refused) as excinfo:
         state.registration_progress(t0, now=105.0)
     assert refusal(excinfo) == expected
+    assert excinfo.value.hint == (  # the key to raise, and its value now (issue 24)
+        "start `tpuctl init` on the missing hosts and check they reach the coordinator, or raise "
+        "coordinator.register_timeout in the cluster spec (now 5s)"
+    )
     with pytest.raises(Refused) as late:  # registration is closed: a late host hears the same
         state.register(registration(2), now=106.0)
     assert refusal(late) == expected
@@ -272,8 +324,9 @@ def test_heartbeat_with_a_stale_incarnation_is_aborted_naming_the_task() -> None
         state.heartbeat(old, now=2.1)
     assert refusal(excinfo) == (
         Reason.STALE_INCARNATION,
-        "task 2 (127.0.0.3): incarnation 5 is stale; the task is registered by another process "
-        f"(from host-2 at ipv4:127.0.0.1:5002, fingerprint {fingerprint(credential(2, 6))})",
+        "task 2 (127.0.0.3): incarnation 5 is stale; the task is registered by another process (connected "
+        "from 127.0.0.1:5002 (as the coordinator saw it), calling itself 'host-2' (unchecked), fingerprint "
+        f"{fingerprint(credential(2, 6))})",
     )
 
 

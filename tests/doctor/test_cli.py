@@ -209,3 +209,29 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and "3 a check failed" in out and "-f, -o, --format, --output FORMAT" in out and "text|json" in out
     code, out, _ = run("--help", capsys=capsys)
     assert "doctor" in out
+
+
+@pytest.mark.parametrize("recorded", ["backend", "spec"])
+def test_the_running_agents_backend_decides_the_device_checks(
+    spec: Path, answering_agent: Path, recorded: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No --config: doctor checks against the running agent. Its backend is sim (recorded in agent.json, or
+    # only in the spec it names, as an agent.json from before the field has it), so no TPU is a skip, not
+    # a warning suggesting `backend sim` (issue 24).
+    from tpuctl.agent.protocol import AgentInfo, JobPorts
+    from tpuctl.agent.statedir import StateDir
+
+    hosts = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
+    info = AgentInfo(
+        cluster="doc-test", task=1, num_tasks=4, coordinator="127.0.0.2:1", mapping="/nonexistent/mapping.json",
+        job_ports=JobPorts(dtensor=(2, 3, 4, 5), jax=6), pid=os.getpid(), hosts=hosts, config=str(spec),
+        backend="sim" if recorded == "backend" else "",
+    )  # fmt: skip
+    StateDir(answering_agent).write_info(info)
+    _, out, _ = run("doctor", "--state-dir", str(answering_agent), "--json", capsys=capsys)
+    doc = json.loads(out)
+    assert doc["cluster"]["backend"] == "sim"
+    checks = {c["name"]: c for c in doc["checks"]}
+    if not any(Path("/dev").glob("accel*")) and not Path("/dev/vfio").exists():
+        assert checks["tpu-devices"]["verdict"] == "skip", checks["tpu-devices"]
+        assert "backend sim" in checks["tpu-devices"]["saw"]

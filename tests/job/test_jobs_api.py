@@ -62,6 +62,8 @@ def test_load_mapping_refusals(mapping_file: Path, tmp_path: Path) -> None:
     assert "tpuctl run" in str(info.value.hint)
     with pytest.raises(MappingError, match=r"\$TPUCTL_TASK_ID='one' is not a task id"):
         load_mapping(mapping_file, environ={"TPUCTL_TASK_ID": "one"})
+    with pytest.raises(MappingError, match=r"\$TPUCTL_TASK_ID='\u0661' is not a task id"):
+        load_mapping(mapping_file, environ={"TPUCTL_TASK_ID": "\u0661"})  # not 1: digits are ASCII
     with pytest.raises(MappingError, match=r"task 2 is not in the device mapping"):
         load_mapping(mapping_file, task=2, environ={})
     with pytest.raises(MappingError, match="no device mapping file at"):

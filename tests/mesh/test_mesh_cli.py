@@ -113,6 +113,9 @@ def test_plan_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
             "mesh 'data_model': data=4 x model=8 = 32 devices, but v4-32 (2x2x4, 4 hosts) has 16 devices",
         ),
         (["-s", "data:4"], "--shape 'data:4': 'data:4' is not NAME=SIZE"),
+        # digits are ASCII: int() alone reads ARABIC-INDIC FOUR as 4 (issue 24)
+        (["-s", "data=\u0664,model=4"], "--shape 'data=\u0664,model=4': 'data=\u0664' is not NAME=SIZE"),
+        (["-s", "data=4,model=4", "--ring-bounds", "1,\u0662,1,1"], "--ring-bounds '1,\u0662,1,1' is not a list of integers"),
         (["-s", "data=4,model=4", "--mode", "jax", "--ring-dims", "1"], "mode jax has no option 'ring_dims'"),
         (
             ["-s", "data=4,model=4", "--ring-bounds", "1,16,1,1"],

@@ -185,6 +185,23 @@ def test_a_long_barrier_name_is_refused_before_any_call(tmp_path: Path, capsys: 
     assert "no tpuctl agent" not in err  # refused before the state dir is even looked at
 
 
+def test_a_barrier_name_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    # issue 24: `tpuctl barrier $'\xff'` reached the agent, which closed the connection: exit 5, "the agent
+    # ... may have exited". The shell's bytes as they come, through a real process (argv's surrogateescape).
+    assert barrier_name_problem("\udcff") == "b'\\xff' is not UTF-8 text"
+    assert barrier_name_problem("\u00e9t\u00e9") is None
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    proc = subprocess.run(
+        [*TPUCTL, "barrier", b"ab\xffc", "--state-dir", str(state)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "tpuctl: error: barrier name b'ab\\xffc' is not UTF-8 text\n"
+        "hint: use a short UTF-8 name that does not start with tpuctl/\n"
+    )
+
+
 def test_a_long_cluster_name_is_refused_and_not_quoted_in_full() -> None:
     (problem,) = problems(BASE.replace("cluster: a", "cluster: " + "a" * 1_000_000))
     assert problem.startswith("c.yaml:1:10: cluster: 'aaaa") and "characters)..." in problem

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tpuctl.durations import format_duration, parse_duration
+from tpuctl.durations import BARRIER_TIMEOUT, format_duration, parse_duration
+from tpuctl.errors import InputError
 from tpuctl.spec.model import check_spec, node_from
 
 BASE = {"cluster": "a", "accelerator": "v4-8", "backend": "sim", "hosts": ["h"]}
@@ -19,7 +20,7 @@ BASE = {"cluster": "a", "accelerator": "v4-8", "backend": "sim", "hosts": ["h"]}
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("250ms", 0.25), ("5s", 5.0), ("10m", 600.0), ("1h", 3600.0), ("1h30m", 5400.0), ("90", 90.0), ("1.5", 1.5),
-     ("2m30s", 150.0), ("1h0m1s", 3601.0)],
+     ("2m30s", 150.0), ("1h0m1s", 3601.0), ("1d", 86400.0), ("2d12h", 216000.0), ("7d", 604800.0)],
 )  # fmt: skip
 def test_duration_syntax(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -38,12 +39,14 @@ def test_yaml_numbers_are_seconds(value: float) -> None:
     ("value", "message"),
     [
         (0, "0 is not a positive, finite duration"),
-        (-1, "-1 is not a positive, finite duration"),
+        (-1, "-1 is negative; a duration must be positive"),
         (float("inf"), "inf is not a positive, finite duration"),
         ("0s", "'0s' must be a positive, finite duration"),
-        ("-5s", "'-5s' is not a duration"),
+        ("-5s", "'-5s' is negative; a duration must be positive"),
+        ("-5", "'-5' is negative; a duration must be positive"),
         ("5 sec", "'5 sec' is not a duration"),
-        ("1d", "'1d' is not a duration"),
+        ("1w", "'1w' is not a duration"),
+        ("\u0665s", "'\u0665s' is not a duration"),
         ("", "'' is not a duration"),
         (True, "got boolean true"),
         ([5], "got a list"),
@@ -53,6 +56,28 @@ def test_bad_durations(value: object, message: str) -> None:
     (problem,) = check_spec(node_from({**BASE, "barrier_timeout": value})).problems
     assert problem.path == "barrier_timeout"
     assert problem.message == f"{message}; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number"
+
+
+@pytest.mark.parametrize("text", ["-5", "-5s", "-1h30m", "-0.5", "-2d", "-inf"])
+def test_a_negative_duration_gets_one_message_however_written(text: str) -> None:
+    # issue 24: '-5s' was "not a duration" and '-5' "must be a positive, finite duration"
+    with pytest.raises(InputError) as caught:
+        parse_duration(text, what="--timeout", bounds=BARRIER_TIMEOUT)
+    assert caught.value.message == f"--timeout: {text!r} is negative; a duration must be positive"
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["\u0665", "\u0665s", "1\u0660m", "\uff15s", "5\u00b2"])
+def test_only_ascii_digits_make_a_duration(text: str) -> None:
+    with pytest.raises(InputError) as caught:
+        parse_duration(text, what="--timeout")
+    assert caught.value.message == f"--timeout: {text!r} is not a duration"
+
+
+def test_days_reach_the_longest_bounds() -> None:
+    assert parse_duration("7d", bounds=BARRIER_TIMEOUT) == BARRIER_TIMEOUT.high
+    with pytest.raises(InputError, match="is longer than 168h"):
+        parse_duration("7d1s", bounds=BARRIER_TIMEOUT)
 
 
 @given(st.integers(min_value=1, max_value=10**7))
@@ -96,9 +121,9 @@ def test_the_hand_parser_splits_durations_as_the_regular_expressions_did() -> No
 
     from tpuctl.durations import _parts
 
-    part = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-    whole = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
+    part = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+    whole = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+$")
     rng = random.Random(5)
     for _ in range(20000):
-        value = "".join(rng.choice("0123456789.mshx \u0661\u00b2") for _ in range(rng.randrange(9)))
+        value = "".join(rng.choice("0123456789.mshdx \u0661\u00b2") for _ in range(rng.randrange(9)))
         assert _parts(value) == (part.findall(value) if whole.match(value) else []), value

@@ -117,7 +117,7 @@ barrier_timeout: true
 """,
         [
             "c.yaml:6:23: coordinator.heartbeat_interval: '5 sec' is not a duration; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number",
-            "c.yaml:7:22: coordinator.heartbeat_timeout: -30 is not a positive, finite duration; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number",
+            "c.yaml:7:22: coordinator.heartbeat_timeout: -30 is negative; a duration must be positive; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number",
             "c.yaml:8:21: coordinator.register_timeout: '0s' must be a positive, finite duration; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number",
             "c.yaml:9:18: barrier_timeout: got boolean true; expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number",
         ],

@@ -98,6 +98,10 @@ def test_single_host_spec_is_task_0() -> None:
         (4, {}, "--task-id 4 is out of range: pod.yaml has 4 hosts, tasks 0 to 3"),
         (None, {"TPUCTL_TASK_ID": "x"}, "TPUCTL_TASK_ID='x' is not an integer; expected a task id of pod.yaml from 0 to 3"),
         (None, {"TPUCTL_TASK_ID": "4"}, "TPUCTL_TASK_ID=4 is out of range; expected a task id of pod.yaml from 0 to 3"),
+        # int() alone reads any script's digits: ARABIC-INDIC ONE was task 1 (issue 24)
+        (None, {"TPUCTL_TASK_ID": "\u0661"},
+         "TPUCTL_TASK_ID='\u0661' is not an integer; expected a task id of pod.yaml from 0 to 3"),
+        (None, {"TPU_WORKER_ID": "\uff11"}, "TPU_WORKER_ID='\uff11' is not an integer; expected a worker index of v4-32 from 0 to 3"),
         (None, {"TPU_WORKER_ID": "4"}, "TPU_WORKER_ID=4 is out of range; expected a worker index of v4-32 from 0 to 3"),
         (None, {"TPU_WORKER_ID": "0", "MEGASCALE_NUM_SLICES": "2"},
          "MEGASCALE_NUM_SLICES=2, but the spec has 1 slice(s)"),

@@ -283,6 +283,7 @@ def test_job_ports_range() -> None:
         ("9000-8000", f"9000-8000 is not a range of ports; {expected}"),
         ("8477-70000", f"8477-70000 is not a range of ports; {expected}"),
         ([8477, 8499], f"got a list; {expected}"),
+        ("\u0668477-8499", f"got string '\u0668477-8499'; {expected}"),  # digits are ASCII (issue 24)
     ]:
         check = check_spec(node_from({**base, "coordinator": {"job_ports": value}}))
         assert [(p.path, p.message) for p in check.problems] == [("coordinator.job_ports", message)]

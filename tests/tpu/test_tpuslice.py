@@ -184,6 +184,13 @@ ERRORS = [
     ({"accelerator": "v5lite-pod-16"}, "unknown accelerator type 'v5lite-pod-16'", "did you mean 'v5litepod-16'?"),
     ({"accelerator": "v5litepod16"}, "unknown accelerator type 'v5litepod16'", "did you mean 'v5litepod-16'?"),
     ({"accelerator": "tpu-v4-8"}, "unknown accelerator type 'tpu-v4-8'", "did you mean 'v4-8'?"),
+    # A generation named in other words: its real type prefix, not the closest letters (issue 24: tpu7x-16).
+    ({"accelerator": "tpu-v5e-16"}, "unknown accelerator type 'tpu-v5e-16'", "did you mean 'v5litepod-16'?"),
+    ({"accelerator": "TPU v6e 8"}, "unknown accelerator type 'TPU v6e 8'", "did you mean 'v6e-8'?"),
+    ({"accelerator": "tpuv5e-12"}, "unknown accelerator type 'tpuv5e-12'", "did you mean 'v5litepod-8'?"),
+    ({"accelerator": "tpu-ironwood-8"}, "unknown accelerator type 'tpu-ironwood-8'", "did you mean 'tpu7x-8'?"),
+    # Digits are ASCII: '\u0668' is not 8.
+    ({"accelerator": "v4-\u0668"}, "unknown accelerator type 'v4-\u0668'", "did you mean 'v4-8'?"),
     (
         {"accelerator": "v4-7"},
         f"'v4-7' is not a v4 slice: N counts TensorCores (2 per chip) and must be one of {V4_COUNTS}",

@@ -276,9 +276,12 @@ class Agent:
         g = f" (generation {generation})" if generation > 1 else ""
         self.reporter.phase("waiting for every host", wait)
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{g}; waiting for every host")
+        waiting_since = time.monotonic()
         await gen.session.wait_for_all(
             timeout=wait,
-            progress=lambda progress: self.reporter.progress(f"task {task}{g}: {progress.describe()}"),
+            progress=lambda progress: self.reporter.progress(
+                f"task {task}{g}: {progress.describe_wait(time.monotonic() - waiting_since)}"
+            ),
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
         gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{generation}"))
@@ -651,6 +654,7 @@ class Agent:
             topology=spec.slice.topology_str,
             mapping=str(self.options.output),
             config=self.options.config_path,
+            backend=spec.backend,
             incarnation=str(self.incarnation),
             service_incarnation=str(self.service_incarnation),
             barrier_timeout=spec.barrier_timeout,

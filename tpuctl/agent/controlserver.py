@@ -2,6 +2,13 @@
 
 The caller's side and the message format are in :mod:`tpuctl.agent.control`; the operations in
 :mod:`tpuctl.agent.protocol`.
+
+A request that is not one (not UTF-8, not JSON, nested past Python's recursion limit, not an object,
+``op`` not a string, ``args`` not an object, text with lone surrogates, a line over ``MAX_LINE``) is
+answered with an :class:`~tpuctl.errors.InputError` (exit 2 for the caller) and logged in one line,
+never a traceback; the handler only ever sees an ``op`` string and an ``args`` dict of valid text. A
+handler failing with anything but a ``TpuctlError`` is a bug: logged with its traceback, and answered
+as an internal error (exit 1), so the caller does not report an agent that "may have exited".
 """
 
 from __future__ import annotations
@@ -9,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tpuctl.agent.control import MAX_LINE
-from tpuctl.errors import TpuctlError, error_payload
+from tpuctl.errors import InputError, TpuctlError, error_payload
 
 BACKLOG = 1024
 """Connections the kernel queues for the agent (capped by ``net.core.somaxconn``): every job process and
@@ -23,6 +31,50 @@ Progress = Callable[..., Awaitable[None]]
 """``await progress(text)``: a progress line for the caller; ``await progress(deadline=seconds)``: the
 operation's own deadline, announced (:mod:`tpuctl.agent.control`)."""
 Handler = Callable[[str, dict[str, object], Progress], Awaitable[dict[str, object]]]
+
+log = logging.getLogger(__name__)
+_HINT = "the command and the agent are of different tpuctl versions, or something else wrote to the socket"
+
+
+def parse_request(raw: bytes) -> tuple[str, dict[str, object]]:
+    """``(op, args)`` of one request line; InputError saying what is wrong with it otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"malformed control request: not UTF-8 ({exc.reason} at byte {exc.start})", hint=_HINT) from None
+    try:
+        request = json.loads(text)
+    except RecursionError:
+        raise InputError("malformed control request: JSON nested too deeply", hint=_HINT) from None
+    except ValueError as exc:
+        raise InputError(f"malformed control request: not JSON ({exc})", hint=_HINT) from None
+    if not isinstance(request, dict):
+        raise InputError(f"malformed control request: the document is {_kind(request)}; expected an object", hint=_HINT)
+    op = request.get("op")
+    if not isinstance(op, str):
+        raise InputError(f"malformed control request: 'op' is {_kind(op)}; expected a string", hint=_HINT)
+    args = request.get("args")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise InputError(
+            f"malformed control request: 'args' of {op[:40]!r} is {_kind(args)}; expected an object", hint=_HINT
+        )
+    try:
+        json.dumps(request, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:  # "\udcff": what a shell argument not in UTF-8 becomes
+        bad = exc.object[exc.start : exc.end]
+        raise InputError(
+            f"malformed control request: its text is not UTF-8 (lone surrogate {bad!r} in {op[:40]!r})", hint=_HINT
+        ) from None
+    except RecursionError:  # only as deep as loads allowed: the encoder's frames are larger
+        raise InputError("malformed control request: JSON nested too deeply", hint=_HINT) from None
+    return op, args
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
 
 
 async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
@@ -39,17 +91,36 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
             await send({"progress": text} if deadline is None else {"deadline": deadline})
 
         try:
-            raw = await reader.readline()
-            request = json.loads(raw) if raw else {}
-            op = str(request.get("op", ""))
-            args = request.get("args") or {}
+            try:
+                raw = await reader.readline()
+            except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
+                raw = None
+            if raw == b"":
+                return  # connected and left without a word
+            try:
+                if raw is None:
+                    raise InputError(f"malformed control request: longer than {MAX_LINE:,} bytes", hint=_HINT)
+                op, args = parse_request(raw)
+            except InputError as exc:
+                log.warning("control socket: %s; answered with an error", exc.message)
+                await send({"ok": False, "error": error_payload(exc)})
+                return
             try:
                 result = await handler(op, args, progress)
                 await send({"ok": True, "result": result})
             except TpuctlError as exc:
                 await send({"ok": False, "error": error_payload(exc)})
-        except (ConnectionError, ValueError):
-            pass  # the caller went away or sent garbage: nothing to answer
+            except ConnectionError:
+                raise
+            except Exception as exc:  # a bug: its traceback belongs in the log, and the caller is told
+                log.exception("control socket: %r failed", op)
+                bug = TpuctlError(
+                    f"the tpuctl agent failed answering {op!r}: {type(exc).__name__}: {exc}",
+                    hint="this is a bug in tpuctl: its traceback is in the agent's log; please report it",
+                )
+                await send({"ok": False, "error": error_payload(bug)})
+        except ConnectionError:
+            pass  # the caller went away: nothing to answer
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

@@ -94,6 +94,8 @@ class AgentInfo(Record):
     accelerator: str = ""
     topology: str = ""
     config: str | None = None
+    backend: str = ""
+    """The spec's backend (``sim``, ``jax``, ``tensorflow``); empty in a description from before it was kept."""
     incarnation: str = ""
     service_incarnation: str = ""
     barrier_timeout: float = 600.0
@@ -120,6 +122,7 @@ class AgentInfo(Record):
             "topology": self.topology,
             "mapping": self.mapping,
             "config": self.config,
+            "backend": self.backend,
             "incarnation": self.incarnation,
             "service_incarnation": self.service_incarnation,
             "barrier_timeout": self.barrier_timeout,
@@ -154,6 +157,7 @@ class AgentInfo(Record):
             accelerator=str(data.get("accelerator") or ""),
             topology=str(data.get("topology") or ""),
             config=_optional(data, "config", str, source),
+            backend=str(data.get("backend") or ""),
             incarnation=str(data.get("incarnation") or ""),
             service_incarnation=str(data.get("service_incarnation") or ""),
             barrier_timeout=float(_optional(data, "barrier_timeout", (int, float), source) or 600.0),

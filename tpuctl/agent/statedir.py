@@ -441,7 +441,22 @@ def default_state_dir(environ: dict[str, str] | os._Environ[str], uid: int) -> s
 
 
 def resolve_state_dir(option: str | None) -> StateDir:
-    """The state dir a command uses: ``--state-dir``, else the environment's default."""
-    if option:
-        return StateDir(option)
-    return StateDir(default_state_dir(os.environ, os.getuid()))
+    """The state dir a command uses: ``--state-dir`` (click also fills it from ``TPUCTL_STATE_DIR``,
+    unstripped), else the environment's default. Surrounding whitespace is dropped, as
+    :func:`default_state_dir` drops it; a value that is nothing else (``--state-dir "$UNSET"``) is an
+    InputError naming it, never a silent fall back to the default dir."""
+    if option is None:
+        return StateDir(default_state_dir(os.environ, os.getuid()))
+    path = option.strip()
+    if not path:
+        from tpuctl.errors import InputError  # here, not at the top: only a bad value loads it
+
+        raise InputError(
+            f"--state-dir (or ${STATE_DIR_ENV}) is {option!r}: it names no folder",
+            hint=f"pass the folder tpuctl init used, or leave both out for the default ({_default_hint()})",
+        )
+    return StateDir(path)
+
+
+def _default_hint() -> str:
+    return default_state_dir({k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}, os.getuid())

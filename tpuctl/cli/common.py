@@ -18,8 +18,25 @@ state_dir_option = click.option(
     metavar="DIR",
     envvar=STATE_DIR_ENV,
     help=f"This host's agent state (socket, pid, log). Default: ${STATE_DIR_ENV}, /run/tpuctl for root, "
-    "else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID. Use the same value as `tpuctl init`.",
+    "else $XDG_RUNTIME_DIR/tpuctl or /tmp/tpuctl-UID. Use the same value as `tpuctl init`; an empty one is refused.",
 )
+
+
+class WholeNumber(click.IntRange):
+    """An integer option (``--task-id``, ``--lines``) in ASCII digits only, optionally within a range.
+
+    click's INT calls ``int()``, which reads ``'\u0661'`` (ARABIC-INDIC DIGIT ONE) as 1 and ``'1_0'`` as
+    10: a task id no one typed. Anything but an optional sign and 0-9 is a usage error (exit 2)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            digits = value.strip()
+            digits = digits[1:] if digits[:1] in ("-", "+") else digits
+            if not (digits.isascii() and digits.isdigit()):
+                self.fail(f"{value!r} is not a whole number (digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def parse_duration_option(text: str | None, option: str) -> float | None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.common import WholeNumber
 from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import TpuctlError
 
@@ -80,7 +81,7 @@ def _text(found: Detection, task: TaskIdentity | None, task_problem: str | None)
 
 @click.command("detect")
 @format_options("text: one line per value with its source; json: one document (schema tpuctl.detect/v1).")
-@click.option("--task-id", type=click.IntRange(min=0), help="As for `tpuctl init`: this host's task id.")
+@click.option("--task-id", type=WholeNumber(min=0), help="As for `tpuctl init`: this host's task id.")
 def detect(fmt: str, task_id: int | None) -> int:
     """Show the cluster spec `tpuctl init` builds without --config, and where every value came from.
 

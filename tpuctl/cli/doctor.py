@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tpuctl.cli.common import state_dir_option
+from tpuctl.cli.common import WholeNumber, state_dir_option
 from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_CLUSTER
 
@@ -13,7 +13,7 @@ from tpuctl.errors import EXIT_CLUSTER
 @click.option(
     "--config", "-c", "config", metavar="FILE", help="The cluster spec (else the running agent's, else detected)."
 )
-@click.option("--task-id", type=int, metavar="N", help="This host's task (else found as tpuctl init finds it).")
+@click.option("--task-id", type=WholeNumber(min=0), metavar="N", help="This host's task (else found as tpuctl init finds it).")
 @state_dir_option
 @format_options("text: a line per check; json: one document (schema tpuctl.doctor/v1: verdict, counts, checks).")
 def doctor(config: str | None, task_id: int | None, state_dir: str | None, fmt: str) -> int:

@@ -9,7 +9,7 @@ import click
 from tpuctl.agent.launch import launch, refuse_if_running, run_foreground
 from tpuctl.agent.options import build_options
 from tpuctl.agent.reporter import Reporter
-from tpuctl.cli.common import say, state_dir_option
+from tpuctl.cli.common import WholeNumber, say, state_dir_option
 from tpuctl.cli.output import dumps, format_options
 from tpuctl.errors import TpuctlError
 
@@ -20,7 +20,7 @@ from tpuctl.errors import TpuctlError
 )
 @click.option(
     "--task-id",
-    type=click.IntRange(min=0),
+    type=WholeNumber(min=0),
     help="This host's task id (else TPUCTL_TASK_ID, address match, TPU_WORKER_ID).",
 )
 @click.option("--out", "out", metavar="FILE", help="Where to write the device mapping (default: the spec's output).")

@@ -78,7 +78,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     if problem:
         from tpuctl.errors import InputError
 
-        raise InputError(f"barrier name {problem}", hint="use a short name that does not start with tpuctl/")
+        raise InputError(f"barrier name {problem}", hint="use a short UTF-8 name that does not start with tpuctl/")
     seconds = None
     if timeout is not None:
         from tpuctl.durations import OPTION_BOUNDS, parse_duration
@@ -89,7 +89,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     # waits ACCEPT_TIMEOUT_S for that, never reading agent.json (it lists every host of the cluster).
     args: dict[str, Any] = {"name": name, "timeout": seconds}
     generation = os.environ.get("TPUCTL_GENERATION", "")  # a job's: refused once its generation is over
-    if generation.isdigit() and len(generation) < 10:
+    if generation.isascii() and generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
     answer = ask(state, Op.BARRIER, args, timeout=wait).answer(progress=None if quiet else say)
@@ -116,7 +116,7 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     state = resolve_state_dir(state_dir)
     state.check()  # never talk to a socket in a folder someone else could have prepared
     generation = os.environ.get("TPUCTL_GENERATION", "")
-    gen = int(generation) if generation.isdigit() and len(generation) < 10 else 0
+    gen = int(generation) if generation.isascii() and generation.isdigit() and len(generation) < 10 else 0
     data = b"%s %d %d %d\n" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
     import _socket
 
@@ -148,9 +148,14 @@ def _barrier_passed(answer: "Any") -> "tuple[str, int, int]":
 
 
 def barrier_name_problem(name: str) -> str | None:
-    """What is wrong with ``name`` as a barrier name (empty, tpuctl's own, too long), or None."""
+    """What is wrong with ``name`` as a barrier name (empty, not UTF-8, tpuctl's own, too long), or None."""
     if not name:
         return "is empty"
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (Python decoded them as surrogates)
+            return f"{os.fsencode(name)!r} is not UTF-8 text"
     if len(name) > MAX_BARRIER_NAME:
         return f"{name[:40]!r}... is {len(name):,} characters long; at most {MAX_BARRIER_NAME:,} are allowed"
     if name.startswith("tpuctl/"):

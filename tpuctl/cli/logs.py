@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import click
 
-from tpuctl.cli.common import parse_duration_option, state_dir_option
+from tpuctl.cli.common import WholeNumber, parse_duration_option, state_dir_option
 from tpuctl.errors import StateError
 
 FOLLOW_POLL_S = 0.2
@@ -21,7 +21,7 @@ MAX_LINES = 100_000
 
 @click.command("logs")
 @click.option(
-    "--lines", "-n", type=click.IntRange(0, MAX_LINES), default=50, show_default=True, help="Show the last N lines."
+    "--lines", "-n", type=WholeNumber(0, MAX_LINES), default=50, show_default=True, help="Show the last N lines."
 )
 @click.option("--follow", is_flag=True, help="Keep printing new lines until the agent exits (or --timeout).")
 @click.option("--timeout", metavar="DURATION", help="With --follow: stop after this long (e.g. 30s, 10m).")

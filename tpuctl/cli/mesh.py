@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.app import SuggestingGroup
+from tpuctl.cli.common import WholeNumber
 from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from tpuctl.mesh.model import MeshOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-_AXIS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$")
+_AXIS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$", re.ASCII)
 
 
 def parse_shape(text: str) -> tuple[tuple[str, int], ...]:
@@ -38,11 +40,15 @@ def parse_shape(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def parse_ints(option: str, text: str, expected: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.replace("x", ",").split(","))
-    except ValueError:
-        raise InputError(f"{option} {text!r} is not a list of integers", hint=f"expected {expected}") from None
-    return values
+    parts = [v.strip() for v in text.replace("x", ",").split(",")]
+    if not all(_ascii_digits(p[1:] if p[:1] in ("-", "+") else p) for p in parts):
+        # int() alone would read any script's digits ('\u0661' is 1) and '1_0' as 10
+        raise InputError(f"{option} {text!r} is not a list of integers", hint=f"expected {expected}")
+    return tuple(int(p) for p in parts)
+
+
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def parse_dcn(text: str, axes: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
@@ -114,7 +120,7 @@ def mesh_option_flags(func: F) -> F:
         ),
         click.option(
             "--ring-dims",
-            type=int,
+            type=WholeNumber(),
             metavar="N",
             help="ring: -k rings over the last k axes, +k the first k (default 1-axes).",
         ),
@@ -147,7 +153,7 @@ def mesh_option_flags(func: F) -> F:
     return wrapped  # type: ignore[no-any-return]
 
 
-@click.group("mesh")
+@click.group("mesh", cls=SuggestingGroup)
 def mesh() -> None:
     """Plan logical device meshes (ring order, JAX order, quality)."""
 
@@ -164,7 +170,9 @@ def mesh() -> None:
 @click.option(
     "--cells", type=click.Choice(["id", "coords", "task"]), default="id", show_default=True, help="Grid cells."
 )
-@format_options("text: the grid and quality tables; json: one document (schema tpuctl.mesh/v1).")
+@format_options(
+    "text: the grid and quality tables; json: one document (schema tpuctl.mesh/v1).", out_is_the_document=True
+)
 @out_option("the plan")
 def plan(
     slice_request: SliceRequest,

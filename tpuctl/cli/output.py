@@ -27,10 +27,14 @@ def format_options(
     choices: Sequence[str] = (TEXT, JSON),
     *,
     aliases: Mapping[str, str] | None = None,
+    out_is_the_document: bool = False,
 ) -> Callable[[F], F]:
     """Add ``-f/-o/--format/--output FORMAT`` and ``--json``; the command gets the chosen ``fmt: str``.
 
-    ``what``: a sentence saying what each format prints (the option's help).
+    ``what``: a sentence saying what each format prints (the option's help). ``out_is_the_document``: the
+    command's ``--out FILE`` (:func:`out_option`) receives what it prints, so the file's ending chooses
+    the format when none is given (:func:`format_for_file`); not so for ``init``, whose ``--out`` is
+    the mapping.
     """
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -41,7 +45,11 @@ def format_options(
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def command(*args: Any, fmt: str | None, as_json: bool, **kwargs: Any) -> Any:
-            chosen = choose_format(_name(click.get_current_context()), fmt, as_json, choices, aliases=aliases)
+            name = _name(click.get_current_context())
+            chosen = choose_format(name, fmt, as_json, choices, aliases=aliases)
+            out = kwargs.get("out")
+            if out_is_the_document and isinstance(out, str) and out != "-":
+                chosen = format_for_file(name, out, chosen, fmt is not None or as_json, choices)
             return func(*args, fmt=chosen, **kwargs)
 
         wrapped: Any = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(command)
@@ -52,6 +60,38 @@ def format_options(
         return wrapped  # type: ignore[no-any-return]
 
     return decorate
+
+
+FILE_FORMATS = {".svg": "svg", ".json": JSON, ".txt": TEXT}
+"""File name endings that say a format: ``--out slice.svg`` without a format means ``--format svg``."""
+
+
+def format_for_file(command: str, out: str, chosen: str, given: bool, choices: Sequence[str]) -> str:
+    """The format to write ``out`` in: ``chosen`` when given (``--format``, ``--json``), else the one its
+    ending says (:data:`FILE_FORMATS`), else ``chosen``. A given format the ending contradicts, or an
+    ending saying a format the command cannot write, is refused (exit 2): a ``.svg`` full of text helps no
+    one."""
+    ending = Path(out).suffix.lower()
+    said = FILE_FORMATS.get(ending)
+    if said is None or said == chosen:
+        return chosen
+    listed = ", ".join(choices)
+    if said not in choices:
+        raise InputError(
+            f"tpuctl {command}: --out {out} ends in {ending} ({said}), but this command writes {listed}",
+            hint=f"name the file for one of them, e.g. --out {Path(out).with_suffix('.' + _ending(choices[0]))}",
+        )
+    if given:
+        raise InputError(
+            f"tpuctl {command}: --out {out} ends in {ending} ({said}), but the format asked for is {chosen}",
+            hint=f"give --format {said}, or a file name for {chosen} "
+            f"(e.g. --out {Path(out).with_suffix('.' + _ending(chosen))})",
+        )
+    return said
+
+
+def _ending(fmt: str) -> str:
+    return next((e.lstrip(".") for e, f in FILE_FORMATS.items() if f == fmt), fmt)
 
 
 def _name(ctx: click.Context) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tpuctl.agent.statedir import resolve_state_dir
-from tpuctl.cli.common import parse_duration_option, say, state_dir_option
+from tpuctl.cli.common import WholeNumber, parse_duration_option, say, state_dir_option
 
 
 @click.command(
@@ -21,7 +21,7 @@ from tpuctl.cli.common import parse_duration_option, say, state_dir_option
 )
 @click.option(
     "--max-restarts",
-    type=click.IntRange(0, 1000),
+    type=WholeNumber(0, 1000),
     default=0,
     show_default=True,
     help="Restart the job up to N times when its cluster re-forms as a new generation (spec restart.policy: rejoin).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,12 +10,15 @@ from typing import Any, TypeVar
 
 import click
 
-from tpuctl.agent.statedir import default_sim_root
-from tpuctl.cli.common import parse_duration_option, say
+from tpuctl.agent.statedir import StateDir, default_sim_root
+from tpuctl.cli.app import SuggestingGroup
+from tpuctl.cli.common import WholeNumber, parse_duration_option, say
 from tpuctl.cli.output import dumps, emit, format_options
 from tpuctl.errors import EXIT_CLUSTER, ClusterError, InputError
+from tpuctl.spec.model import DEFAULT_OUTPUT
 
 INIT_TIMEOUT_S = 180.0
+INIT_MARGIN_S = 60.0  # beyond the spec's restart timeout, for a restarted host's init to say why it failed
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -46,7 +50,7 @@ root_option = click.option(
 )
 
 
-@click.group("sim")
+@click.group("sim", cls=SuggestingGroup)
 def sim() -> None:
     """A whole cluster on this machine: real tpuctl processes on 127.0.0.x, simulated TPUs."""
 
@@ -56,6 +60,7 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
     \b
       tpuctl sim up v4-32                  # 4 hosts on 127.0.0.2-5, state dirs {default_root()}/host-N
       tpuctl sim status                    # every host's agent, as the coordinator sees it
+      tpuctl sim restart 2                 # host 2 lost and back as a new generation (needs --rejoin)
       tpuctl sim run -- python job.py      # job.py on every host at once, under `tpuctl run`
       tpuctl status --state-dir {default_root()}/host-2
       tpuctl sim down
@@ -73,8 +78,14 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
 )
 @root_option
 @click.option("--hold", is_flag=True, help="Stay in the foreground; Ctrl-C tears the cluster down.")
+@click.option(
+    "--rejoin",
+    is_flag=True,
+    help="With ACCELERATOR: the spec gets restart: {policy: rejoin}, so a lost host brought back "
+    "(`tpuctl sim restart TASK`) re-forms the cluster as a new generation.",
+)
 @format_options("text: the topology; json: one document (schema tpuctl.sim.up/v1: root, tasks with state dirs).")
-def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool, fmt: str) -> None:
+def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool, rejoin: bool, fmt: str) -> None:
     from tpuctl.agent.statedir import record_sim_root
     from tpuctl.render.text import render_text
     from tpuctl.sim import cluster as sc
@@ -84,6 +95,11 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
     root.mkdir(parents=True, exist_ok=True)
     sc.check_root(root)
     if config:
+        if rejoin:
+            raise InputError(
+                "--rejoin goes with ACCELERATOR (a generated spec); a spec of your own says its restart policy",
+                hint="put restart: {policy: rejoin} in the spec",
+            )
         spec = load_spec(config)
         spec_path = Path(config).absolute()
     elif accelerator:
@@ -91,7 +107,7 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
 
         count = resolve_slice(accelerator=accelerator).num_hosts
         hosts = sc.loopback_hosts(count)
-        text = sc.sim_spec_text(accelerator, hosts, sc.free_port(hosts[0]), root)
+        text = sc.sim_spec_text(accelerator, hosts, sc.free_port(hosts[0]), root, rejoin=rejoin)
         spec_path = root / "cluster.yaml"
         spec = load_spec_text(text, str(spec_path))
         spec_path.write_text(text)
@@ -100,6 +116,11 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
     if spec.backend != "sim":
         raise InputError(f"{spec_path}: backend is {spec.backend!r}; sim up needs backend: sim")
     hosts = list(spec.hosts)
+    if config and spec.output != DEFAULT_OUTPUT:
+        say(
+            f"note: {spec_path}'s output: {spec.output} is not used: the {len(hosts)} simulated hosts share this "
+            f"machine, so each writes its own mapping file, {root}/host-N/mapping.json"
+        )
     say(f"starting {len(hosts)} hosts of {spec.slice.describe()} under {root}")
     started = time.monotonic()
     try:
@@ -150,6 +171,64 @@ def _up_document(cluster: str, accelerator: str, root: Path, spec_path: Path, ho
             for t, a in enumerate(hosts)
         ],
     }
+
+
+_RESTART_HELP = f"""Restart simulated host TASK's agent: kill it if it runs (SIGKILL, as a crashed or preempted
+    host is lost), then `tpuctl init` it again with the cluster's spec, its state dir and its mapping
+    file, as a real host brought back would be. The other hosts re-form the cluster with it as a new
+    generation, which needs restart: {{policy: rejoin}} in the spec (`sim up ACCELERATOR --rejoin` writes it).
+
+    \b
+      tpuctl sim up v4-32 --rejoin
+      kill -9 $(cat {default_root()}/host-2/agent.pid)   # a host lost (or leave it running)
+      tpuctl sim restart 2                               # back, as generation 2
+      tpuctl sim status
+    With --root DIR, pass the --root of sim up.
+
+    Exit codes: 0 back and the new generation formed, 2 no such task or the spec's restart policy is not
+    rejoin, 3 the host did not come back (what its init said), 5 no simulated cluster runs under the root.
+    """
+
+
+@sim.command("restart", help=_RESTART_HELP)
+@click.argument("task", type=WholeNumber(min=0), metavar="TASK")
+@root_option
+def restart(task: int, root: Path | None) -> None:
+    from tpuctl.sim import cluster as sc
+    from tpuctl.sim.status import host_dirs, no_sim
+    from tpuctl.spec.yamlfile import load_spec
+
+    root = (root or default_root()).absolute()
+    if not host_dirs(root):
+        raise no_sim(root, "it has no host-N state dirs")
+    spec_path = sc.running_spec(root, task)
+    spec = load_spec(spec_path)
+    hosts = list(spec.hosts)
+    if task >= len(hosts):
+        raise InputError(
+            f"task {task} is not a host of the simulated cluster under {root}: {spec_path} has tasks 0 to "
+            f"{len(hosts) - 1}",
+            hint=f"tpuctl sim status{root_flag(root)} lists them",
+        )
+    if not spec.restart.rejoin:
+        raise InputError(
+            f"{spec_path}: restart policy is {spec.restart.policy}: a host that left ends the cluster, it cannot "
+            "come back as a new generation",
+            hint=f"start the cluster with restart: {{policy: rejoin}} (tpuctl sim down{root_flag(root)}, then "
+            f"tpuctl sim up ACCELERATOR --rejoin{root_flag(root)}, or -c SPEC with it)",
+        )
+    others = [t for t, folder in host_dirs(root) if t != task and StateDir(folder).live_pid() is not None]
+    if not others:
+        raise no_sim(root, f"no host but task {task} has a running agent: there is no cluster to rejoin")
+    stopped = sc.lose_host(root, task)
+    if stopped is not None:
+        say(f"killed task {task}'s agent (pid {stopped}), as a lost host's")
+    say(f"starting task {task} ({hosts[task]}) again under {sc.host_dir(root, task)}")
+    started = time.monotonic()
+    (run,) = sc.wait_all([sc.start_init(root, spec_path, task)], spec.restart.timeout + INIT_MARGIN_S)
+    sc.require_up([dataclasses.replace(run, task=task)], hosts, root)
+    generation = StateDir(sc.host_dir(root, task)).read_info().generation
+    say(f"task {task} is back in {time.monotonic() - started:.2f} s: the cluster formed generation {generation}")
 
 
 @sim.command("down")

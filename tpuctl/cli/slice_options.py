@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from tpuctl.cli.common import WholeNumber
 from tpuctl.errors import InputError
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
 
@@ -68,8 +69,8 @@ def slice_options(func: F) -> F:
         ),
         click.option("--generation", metavar="GEN", help="With --topology: v2 v3 v4 v5e v5p v6e 7x."),
         click.option("--topology", "topology_dims", metavar="AxBxC", help="With --generation: chips per axis."),
-        click.option("--chips-per-host", type=int, metavar="N", help="Chips per host (4; 8 for v5e/v6e hosts)."),
-        click.option("--num-slices", type=click.IntRange(min=1), default=1, show_default=True, help="Multislice."),
+        click.option("--chips-per-host", type=WholeNumber(), metavar="N", help="Chips per host (4; 8 for v5e/v6e hosts)."),
+        click.option("--num-slices", type=WholeNumber(min=1), default=1, show_default=True, help="Multislice."),
         click.option("--megacore/--no-megacore", default=None, help="v4: one device per chip (default) or two."),
     ]
     wrapped: Any = command

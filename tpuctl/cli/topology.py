@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.app import SuggestingGroup
 from tpuctl.cli.output import dumps, emit, format_options, out_option
 from tpuctl.cli.slice_options import SliceRequest, slice_options
 from tpuctl.errors import InputError
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # imported lazily at run time
     from tpuctl.mesh.model import Mesh
 
 
-@click.group("topology")
+@click.group("topology", cls=SuggestingGroup)
 def topology() -> None:
     """Inspect TPU slice topologies."""
 
@@ -26,7 +27,11 @@ def topology() -> None:
 @slice_options
 @click.option("--config", "-c", "config", metavar="FILE", help="Show the slice of a cluster spec (with its hosts).")
 @click.option("--mapping", "mapping_path", metavar="FILE", help="Show a device mapping file written by tpuctl init.")
-@format_options("text for people, json for scripts, svg for a picture (with --out FILE).", ("text", "json", "svg"))
+@format_options(
+    "text for people, json for scripts, svg for a picture (with --out FILE).",
+    ("text", "json", "svg"),
+    out_is_the_document=True,
+)
 @out_option("the picture or document")
 @click.option(
     "--mesh", "mesh_name", metavar="NAME", help="Also show a mesh of --config or --mapping: grid and quality."
@@ -57,6 +62,7 @@ def show(
     Each chip cell reads "IDS tT": the device ids on that chip and the task (host) owning it.
     --format json prints one document (schema tpuctl.topology/v2: accelerator, topology, wraparound,
     tasks, devices, ...); --format svg --out slice.svg draws chips coloured by host with ICI and wraparound links.
+    Without --format, --out's ending chooses it (slice.svg: svg, .json: json); a format it contradicts is refused.
 
     \b
     --mesh NAME adds one of the meshes the spec declares (--config: built as tpuctl init would) or the

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from tpuctl.coordination.generations import Generations
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.rendezvous import Rendezvous
-from tpuctl.coordination.tasks import TaskRecord, TaskTable
+from tpuctl.coordination.tasks import TaskRecord, TaskTable, elsewhere, observed_address, registered_by
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
@@ -85,6 +85,7 @@ from tpuctl.coordination.values import (
     kv_key,
     sample_text,
 )
+from tpuctl.durations import format_duration
 from tpuctl.messages import count, shown
 
 _NO_WAKEUP = Wakeup()
@@ -202,12 +203,18 @@ class CoordinationState:
                 self._table.heard_from(task, now)  # an RPC retry of our own registration: proof of life too
                 return self._membership(task)
             if not self._table.proves(task, registration.previous_credential):
+                where = observed_address(task.peer).rpartition(":")[0] or observed_address(task.peer)
+                stranger = (
+                    "; with auth none any process that reaches the coordinator may take a task id: set "
+                    "auth.token_file in the spec"
+                    if self.config.token is None
+                    else ""
+                )
                 raise Refused(
                     Reason.TASK_TAKEN,
-                    f"task {task.info.task_id} is already registered by another live process (registered "
-                    f"from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
-                    hint=f"is `tpuctl init` already running for task {task.info.task_id} on {task.hostname}? "
-                    f"Check this host's task id",
+                    f"task {task.info.task_id} is already registered by another live process, {registered_by(task)}",
+                    hint=f"is `tpuctl init` for task {task.info.task_id} already running at {where}? If not, "
+                    f"something else took the task id{stranger}; else check this host's task id",
                 )
             # The host's new process, holding its predecessor's credential: the old registration is dead.
             cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
@@ -226,7 +233,7 @@ class CoordinationState:
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is held for the process that registered it in generation "
-                    f"{self.generation - 1} (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint}) "
+                    f"{self.generation - 1} ({registered_by(task)}) "
                     f"until it re-registers, or for {left:.1f} s more (silent for the heartbeat timeout, "
                     f"{self.config.heartbeat_timeout:g} s, it is presumed dead)",
                     hint=f"that process re-registers by itself; if it is dead (its VM replaced, its state dir lost), "
@@ -567,8 +574,8 @@ class CoordinationState:
                 Reason.TIMED_OUT,
                 f"registration timed out after {self.config.register_timeout:.1f} s: {count(total - missing)} "
                 f"of {count(total)} hosts registered; missing: {sample_text(sample, missing)}",
-                hint="start `tpuctl init` on the missing hosts and check they reach the coordinator, "
-                "or raise the register timeout",
+                hint="start `tpuctl init` on the missing hosts and check they reach the coordinator, or raise "
+                f"coordinator.register_timeout in the cluster spec (now {format_duration(self.config.register_timeout)})",
             )
         return self._registration_verdict
 
@@ -596,6 +603,7 @@ class CoordinationState:
         Returns the new failures."""
         failures = []
         for task, cause in failed:
+            cause += elsewhere(task)
             task.state = TaskState.FAILED
             task.cause = cause
             self._told.add(task.info.task_id)

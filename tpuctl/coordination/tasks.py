@@ -28,6 +28,7 @@ from tpuctl.coordination.values import (
     keepalive_interval,
     keepalive_window,
 )
+from tpuctl.messages import shown
 
 
 @dataclass
@@ -55,6 +56,51 @@ class TaskRecord:
     the task is alive)."""
     session_ended_at: float | None = None
     """When its last session ended, while no heartbeat came since (for the failure's cause)."""
+
+
+def observed_address(peer: str) -> str:
+    """Where a call came from, as the coordinator's transport saw it: gRPC's ``ipv4:10.0.0.3:51234`` ->
+    ``10.0.0.3:51234``, ``ipv6:[::1]:5000`` (or ``%5B::1%5D``) -> ``[::1]:5000``; another form as it is."""
+    kind, sep, rest = peer.partition(":")
+    if not sep or kind not in ("ipv4", "ipv6"):
+        return peer or "an address not recorded"
+    return rest.replace("%5B", "[").replace("%5D", "]")
+
+
+def registered_by(task: TaskRecord) -> str:
+    """Who holds ``task``'s registration, as far as it is known: the address the call came from (seen by the
+    coordinator) and the host name the process gave (its own word: with auth none, anything that reaches
+    the coordinator may register, calling itself anything), e.g. ``connected from 10.0.0.9:51234 (as the
+    coordinator saw it), calling itself 'host-1' (unchecked), fingerprint 1a2b3c4d``."""
+    return (
+        f"connected from {observed_address(task.peer)} (as the coordinator saw it), calling itself "
+        f"{shown(task.hostname or '?')} (unchecked), fingerprint {task.fingerprint}"
+    )
+
+
+def elsewhere(task: TaskRecord) -> str:
+    """`` (its registration came from 10.0.0.9:51234, as the coordinator saw it, not from 10.0.0.3)`` when
+    the spec gives the task an IP address and the registration came from another one; else nothing (the
+    same address, both on loopback, or a host name: not told apart without DNS). What failed was the
+    process at that address: its cause must not read as the spec's host's."""
+    import ipaddress
+
+    def address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        found = ipaddress.ip_address(text.strip("[]").split("%", 1)[0])
+        mapped = found.ipv4_mapped if isinstance(found, ipaddress.IPv6Address) else None
+        return mapped or found
+
+    try:
+        expected = address(task.info.address)
+        seen = address(observed_address(task.peer).rpartition(":")[0])
+    except ValueError:
+        return ""
+    if seen == expected or (seen.is_loopback and expected.is_loopback):
+        return ""
+    return (
+        f" (its registration came from {observed_address(task.peer)}, as the coordinator saw it, not from "
+        f"{task.info.address})"
+    )
 
 
 class Silences:
@@ -257,7 +303,7 @@ class TaskTable:
         return Refused(
             Reason.STALE_INCARNATION,
             f"{task.info}: incarnation {caller.incarnation} is stale; the task is registered by another "
-            f"process (from {task.hostname} at {task.peer}, fingerprint {task.fingerprint})",
+            f"process ({registered_by(task)})",
             hint="another process registered for this task since; stop this one",
         )
 

@@ -277,6 +277,16 @@ class RegistrationProgress:
             f"{sample_text(self.missing, self.missing_count)}"
         )
 
+    def describe_wait(self, waited: float) -> str:
+        """As a barrier's wait reads: ``waiting 10 s for 1 of 4 hosts: task 3 (10.0.0.5) (registration times
+        out in 290 s)``; ``waited`` is how long the caller has been waiting."""
+        if self.complete:
+            return self.describe()
+        return (
+            f"waiting {waited:.0f} s for {count(self.missing_count)} of {count(self.total)} hosts: "
+            f"{sample_text(self.missing, self.missing_count)} (registration times out in {self.seconds_left:.0f} s)"
+        )
+
 
 @dataclass(frozen=True)
 class RendezvousProgress:

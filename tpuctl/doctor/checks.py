@@ -436,7 +436,7 @@ def check_peers(host: Host, target: Target | None) -> list[Check]:
         names_check = Check(
             "peer-names",
             FAIL,
-            f"{len(bad_dns)} of {plural(len(considered), 'name')} do not resolve: "
+            f"{len(bad_dns)} of {plural(len(considered), 'name')} did not resolve: "
             f"{sample([f'{r.name} ({r.dns_error})' for r in bad_dns], limit=LISTED)}{tail}",
             fix=f"check hosts in {target.source}, /etc/hosts and DNS; on GKE a pod's name may not resolve for about "
             "30 s after it starts (headless service, publishNotReadyAddresses)",
@@ -444,26 +444,23 @@ def check_peers(host: Host, target: Target | None) -> list[Check]:
     else:
         resolved = len(results)
         names_check = Check(
-            "peer-names", WARN if limits else OK, f"{resolved} of {plural(len(considered), 'name')} resolve{tail}"
+            "peer-names", WARN if limits else OK, f"{resolved} of {plural(len(considered), 'name')} resolved{tail}"
         )
 
     probed = [r for r in results.values() if r.outcome is not None]
     if not probed:
         return [names_check, Check("peer-reachable", SKIP, "no peer name resolved" if bad_dns else f"no answer{tail}")]
+    port = target.port
     dead = [r for r in probed if r.outcome in (probes.TIMEOUT, probes.UNREACHABLE)]
     coordinator = next((r for r in probed if r.name == target.coordinator and target.task != 0), None)
-    port = target.port
-    details = tuple(
-        f"{r.name} ({r.addresses[0]}): {r.outcome}, {r.said}"
-        for r in sorted(probed, key=lambda r: r.name)[: LISTED * 10]
-    )
+    details = tuple(_peer_line(r, port) for r in sorted(probed, key=lambda r: r.name)[: LISTED * 10])
     if dead:
         return [
             names_check,
             Check(
                 "peer-reachable",
                 FAIL,
-                f"{len(dead)} of {plural(len(probed), 'peer')} do not answer on TCP port {port}: "
+                f"{len(dead)} of {plural(len(probed), 'peer')} unreachable on TCP port {port}: "
                 f"{sample([f'{r.name} ({r.said})' for r in dead], limit=LISTED)}{tail}",
                 fix=f"check the host is up and that the firewall lets TCP port {port} through between the hosts "
                 "(a refused connection is fine before init: it proves the host answers)",
@@ -476,48 +473,75 @@ def check_peers(host: Host, target: Target | None) -> list[Check]:
             Check(
                 "peer-reachable",
                 WARN,
-                f"every peer answers, but nothing listens on the coordinator {target.coordinator}:{port} yet "
+                f"every peer is reachable, but nothing listens on the coordinator {target.coordinator}:{port} yet "
                 f"({coordinator.said}){tail}",
                 fix="task 0 runs the coordinator: run tpuctl init there (before a start this is expected)",
                 details=details,
             ),
         ]
-    up = " (the coordinator is listening)" if coordinator is not None else ""
     return [
         names_check,
         Check(
             "peer-reachable",
             WARN if limits else OK,
-            f"{len(probed)} of {plural(len(probed), 'peer')} answer on TCP port {port}{up}{tail}",
+            f"{len(probed)} of {plural(len(probed), 'peer')} reachable on TCP port {port}"
+            f"{_reach_breakdown(probed, coordinator, port)}{tail}",
             details=details,
         ),
     ]
 
 
+def _peer_line(result: PeerResult, port: int) -> str:
+    """One peer's detail line: what its answer means, then what the OS said."""
+    where = f"{result.name} ({result.addresses[0]})" if result.addresses else result.name
+    meaning = {
+        probes.OPEN: f"reachable, listening on port {port}",
+        probes.REFUSED: f"reachable (the host is up), nothing listens on port {port}",
+        probes.TIMEOUT: "unreachable",
+        probes.UNREACHABLE: "unreachable",
+    }.get(result.outcome or "", result.outcome or "?")
+    return f"{where}: {meaning}: {result.said}"
+
+
+def _reach_breakdown(probed: Sequence[PeerResult], coordinator: PeerResult | None, port: int) -> str:
+    """``: 1 listening (the coordinator), 2 up with nothing listening on 8490 (connection refused: ...)``."""
+    listening = sum(1 for r in probed if r.outcome == probes.OPEN)
+    refused = sum(1 for r in probed if r.outcome == probes.REFUSED)
+    parts = []
+    if listening:
+        parts.append(f"{listening} listening" + (" (the coordinator)" if coordinator is not None else ""))
+    if refused:
+        parts.append(
+            f"{refused} up with nothing listening on {port} (connection refused: only the coordinator, task 0, "
+            "listens on it)"
+        )
+    return ": " + ", ".join(parts) if parts else ""
+
+
 # --- clocks -----------------------------------------------------------------------------------------
 
-SKEW_UNMEASURABLE = (
-    "skew against the coordinator not measurable: the coordination service keeps monotonic time only, with no "
-    "call returning its wall clock (that needs one; meanwhile compare `chronyc tracking` on both hosts); "
-    "tpuctl's timeouts use each host's monotonic clock, so skew only misdates logs"
+SKEW_NOTE = (
+    "skew between hosts is not measured (`chronyc tracking` on each host shows its offset); it only misdates "
+    "log lines: tpuctl's timeouts do not use wall clocks"
 )
 
 
 def check_clock(host: Host, target: Target | None) -> Check:
+    """This host's NTP state (``adjtimex``): synchronized is ok, not synchronized warns, unknown skips."""
     name = "clock-skew"
     state = host.clock()
     if state is None:
-        local = "this host's clock discipline is unknown (adjtimex not available)"
-    elif not state.synchronized:
+        return Check(name, SKIP, f"this host's clock discipline is unknown (adjtimex not available); {SKEW_NOTE}")
+    if not state.synchronized:
         return Check(
             name,
             WARN,
-            "this host's clock is not synchronized (adjtimex: TIME_ERROR); " + SKEW_UNMEASURABLE,
+            f"this host's clock is not synchronized (adjtimex: TIME_ERROR); {SKEW_NOTE}",
             fix="start an NTP client (chronyd or systemd-timesyncd); TPU VMs sync to metadata.google.internal",
         )
-    else:
-        local = f"this host's clock is synchronized (estimated error {state.est_error_us / 1000:.1f} ms)"
-    return Check(name, SKIP, f"{local}; {SKEW_UNMEASURABLE}")
+    return Check(
+        name, OK, f"this host's clock is synchronized (estimated error {state.est_error_us / 1000:.1f} ms); {SKEW_NOTE}"
+    )
 
 
 # --- everything -------------------------------------------------------------------------------------

@@ -72,15 +72,30 @@ def from_agent(state: StateDir) -> tuple[Target, Check] | None:
         task=info.task,
         coordinator=where[0],
         port=where[1],
-        backend=None,
+        backend=info.backend or _spec_backend(info.config),
         source=str(state.info_file),
     )
+    backend = f", backend {target.backend}" if target.backend else ""
     return target, Check(
         NAME,
         OK,
-        f"{origin}: cluster {info.cluster!r}, {info.num_tasks} hosts, this host is task {info.task}, "
+        f"{origin}: cluster {info.cluster!r}, {info.num_tasks} hosts{backend}, this host is task {info.task}, "
         f"coordinator {info.coordinator}",
     )
+
+
+def _spec_backend(config: str | None) -> str | None:
+    """The backend of the spec an agent was started with (an ``agent.json`` written before it named the
+    backend); None when there is no such spec or it no longer loads."""
+    if not config:
+        return None
+    from tpuctl.spec.yamlfile import check_spec_file
+
+    try:
+        check = check_spec_file(config)
+    except TpuctlError:
+        return None
+    return check.spec.backend if check.spec is not None else None
 
 
 def find_target(config: str | None, task_id: int | None, state: StateDir) -> tuple[Target | None, Check]:

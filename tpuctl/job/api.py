@@ -145,10 +145,9 @@ def load_mapping(
     if task is None:
         raw = env.get(TASK_ENV, "").strip()
         if raw:
-            try:
-                task = int(raw)
-            except ValueError:
-                raise MappingError(f"${TASK_ENV}={raw!r} is not a task id", hint=_RUN_HINT) from None
+            if not (raw.isascii() and raw.isdigit()):  # int() alone reads any script's digits ('\u0661' is 1)
+                raise MappingError(f"${TASK_ENV}={raw!r} is not a task id", hint=_RUN_HINT)
+            task = int(raw)
         elif mapping.num_tasks == 1:
             task = 0
     if task is not None:

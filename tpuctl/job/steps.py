@@ -94,7 +94,7 @@ class _Reporter:
             self.path = os.path.join(state_dir, SOCKET_NAME)
         if not self.tail:
             generation = os.environ.get("TPUCTL_GENERATION", "0").strip()
-            self.tail = b" %d %d\n" % (int(generation) if generation.isdigit() else 0, os.getpid())
+            self.tail = b" %d %d\n" % (int(generation) if generation.isascii() and generation.isdigit() else 0, os.getpid())
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             sock.setblocking(False)

@@ -101,8 +101,9 @@ class SimRun:
             raise StateError(
                 f"the agents of task(s) {', '.join(map(str, stopped[:10]))} under {self.root} are not running; "
                 f"a job would fail on them",
-                hint=f"see `tpuctl sim status --root {self.root}`; restart with `tpuctl sim down --root {self.root}` "
-                f"and `tpuctl sim up`",
+                hint=f"see `tpuctl sim status --root {self.root}`; bring one back with `tpuctl sim restart TASK "
+                f"--root {self.root}` (a cluster with restart policy rejoin), or all with `tpuctl sim down --root "
+                f"{self.root}` and `tpuctl sim up`",
             )
         return [(task, state) for (task, _), state in zip(dirs, states, strict=True)]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuctl.durations import Bounds, parse_duration
+from tpuctl.durations import Bounds, negative, parse_duration
 from tpuctl.errors import InputError
 from tpuctl.messages import did_you_mean
 
@@ -80,7 +80,7 @@ class Problem:
 # --- single-value checks (also used for environment variables) -------------------------------------
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_HOST_PORT_RE = re.compile(r"^([^:\[\]]+):(\d+)$")
+_HOST_PORT_RE = re.compile(r"^([^:\[\]]+):(\d+)$", re.ASCII)
 MAX_NAME = 63
 
 
@@ -264,6 +264,9 @@ class Checker:
         expected = "expected e.g. 250ms, 5s, 10m, 1h30m, or seconds as a number"
         seconds: float
         if node.kind == "scalar" and not isinstance(value, bool) and isinstance(value, int | float):
+            if value < 0:
+                self.add(node, path, f"{negative(node.text)}; {expected}")
+                return None
             if not (value > 0 and (isinstance(value, int) or math.isfinite(value))):
                 self.add(node, path, f"{node.text} is not a positive, finite duration; {expected}")
                 return None

@@ -153,10 +153,10 @@ def _env_int(environ: Mapping[str, str], name: str, low: int, high: int, what: s
     if raw is None:
         return None
     label = _label(environ, name)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InputError(f"{label}={raw!r} is not an integer; expected {what} from {low} to {high}") from None
+    digits = raw[1:] if raw[:1] in ("-", "+") else raw
+    if not (digits.isascii() and digits.isdigit()):  # int() alone reads any script's digits ('\u0661' is 1)
+        raise InputError(f"{label}={raw!r} is not an integer; expected {what} from {low} to {high}")
+    value = int(raw)
     if not low <= value <= high:
         raise InputError(f"{label}={value} is out of range; expected {what} from {low} to {high}")
     return value
@@ -284,11 +284,11 @@ def _endpoint(item: str, *, ports: bool) -> tuple[str, int | None]:
             pass
     if ports and item.startswith("[") and "]:" in item:
         port = item[item.index("]:") + 2 :]
-        return item[1 : item.index("]:")], int(port) if port.isdigit() else None
+        return item[1 : item.index("]:")], int(port) if port.isascii() and port.isdigit() else None
     parts = item.split(":", 2)
-    if len(parts) == 3 and parts[1].isdigit():
+    if len(parts) == 3 and parts[1].isascii() and parts[1].isdigit():
         return parts[2], None  # name:uid:address
-    if ports and len(parts) == 2 and parts[1].isdigit():
+    if ports and len(parts) == 2 and parts[1].isascii() and parts[1].isdigit():
         return parts[0], int(parts[1])
     return item, None
 
@@ -343,7 +343,7 @@ def _host_entries(values: Values, problems: list[str]) -> _HostList | None:
     return _HostList(name, tuple(hosts), per_machine, values.source(name))
 
 
-_JOBSET_RE = re.compile(r"^(?P<prefix>[a-z0-9][-a-z0-9]*)-(?P<job>\d+)-(?P<pod>\d+)(?P<rest>(\.[^,]*)?)$")
+_JOBSET_RE = re.compile(r"^(?P<prefix>[a-z0-9][-a-z0-9]*)-(?P<job>\d+)-(?P<pod>\d+)(?P<rest>(\.[^,]*)?)$", re.ASCII)
 
 
 def jobset_hosts(

@@ -275,7 +275,7 @@ TOP_KEYS = (
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
 COORDINATOR_KEYS = ("address", "port", "heartbeat_interval", "heartbeat_timeout", "register_timeout", "job_ports")
-_PORT_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_PORT_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$", re.ASCII)
 _REQUIRED = {
     "cluster": "a cluster name, e.g. cluster: pod-a",
     "backend": "one of sim, tensorflow, jax",

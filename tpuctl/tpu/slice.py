@@ -225,8 +225,10 @@ class TpuSlice:
 
 # --- parsing ---------------------------------------------------------------------------------------
 
-_TYPE_RE = re.compile(r"^\s*([a-z0-9]+?)-(\d+)\s*$", re.IGNORECASE)
-_DIMS_RE = re.compile(r"^\s*\d+(\s*x\s*\d+){1,2}\s*$", re.IGNORECASE)
+_TYPE_RE = re.compile(r"^\s*([a-z0-9]+?)-(\d+)\s*$", re.IGNORECASE | re.ASCII)
+_DIMS_RE = re.compile(r"^\s*\d+(\s*x\s*\d+){1,2}\s*$", re.IGNORECASE | re.ASCII)
+_SPELLING_RE = re.compile(r"^\s*(.*?)[-_\s]*(\d+)\s*$", re.ASCII)
+_WORDS_RE = re.compile(r"[-_\s]+")
 
 
 def format_dims(dims: tuple[int, ...]) -> str:
@@ -320,14 +322,39 @@ def known_type_names() -> list[str]:
     return names
 
 
+def _respelt(name: str) -> str | None:
+    """The accelerator type ``name`` means when it names one generation in other words: ``tpu-v5e-16``,
+    ``TPU v5e 16``, ``v5e_16`` -> ``v5litepod-16`` (the nearest valid N); None when no single generation
+    is named. A letter-by-letter guess would answer ``tpu-v5e-16`` with ``tpu7x-16``."""
+    spelt = _SPELLING_RE.match(name.lower())
+    if spelt is None:
+        return None
+    words = [w for w in _WORDS_RE.split(spelt.group(1)) if w]
+    named = {
+        gen.name: gen for w in words for word in (w, w.removeprefix("tpu")) if (gen := find_generation(word)) is not None
+    }
+    if len(named) != 1:
+        return None
+    (gen,) = named.values()
+    return f"{gen.type_prefix}-{_closest(int(spelt.group(2)), _valid_counts(gen))}"
+
+
 def parse_accelerator_type(name: str) -> tuple[Generation, Triple]:
     """``"v4-32"`` -> (v4, (2, 2, 4)). Raises TopologyError with a "did you mean" hint."""
     match = _TYPE_RE.match(name)
     gen = find_generation(match.group(1)) if match else None
     if match is None or gen is None:
         prefixes = ", ".join(f"{g.type_prefix}-N" for g in GENERATIONS)
-        hint = did_you_mean(
-            name.strip().lower(), known_type_names(), cutoff=0.5, otherwise=f"accelerator types look like {prefixes}"
+        respelt = _respelt(name)
+        hint = (
+            suggestion(respelt)
+            if respelt is not None
+            else did_you_mean(
+                name.strip().lower(),
+                known_type_names(),
+                cutoff=0.5,
+                otherwise=f"accelerator types look like {prefixes}",
+            )
         )
         raise TopologyError(f"unknown accelerator type {name!r}", hint=hint)
     n = int(match.group(2))
