@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from tpuctl.coordination.figures import BarrierWaits
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     MAX_GATHER_TABLE,
@@ -71,10 +72,18 @@ class Rendezvous:
     """Every barrier and gather instance of one cluster."""
 
     def __init__(
-        self, tasks: Sequence[TaskInfo], counters: Counters, woken: set[WaitKey], *, generation: int = 1
+        self,
+        tasks: Sequence[TaskInfo],
+        counters: Counters,
+        woken: set[WaitKey],
+        *,
+        generation: int = 1,
+        waits: BarrierWaits | None = None,
     ) -> None:
-        """``generation``: the cluster generation these instances belong to (every one a new ``Rendezvous``)."""
+        """``generation``: the cluster generation these instances belong to (every one a new ``Rendezvous``);
+        ``waits``: where the job's instances (not tpuctl's own) are counted as they pass or fail, for metrics."""
         self._generation = generation
+        self._waits = waits
         self._tasks = tasks
         self._counters = counters
         self._woken = woken
@@ -139,6 +148,8 @@ class Rendezvous:
         previous, instance.last_arrival = instance.last_arrival, now
         if not instance.missing:
             self._pass(barrier, instance)
+            if self._waits is not None and not name.startswith(RESERVED_PREFIX):
+                self._waits.passed(kind, now - (instance.deadline - instance.timeout))  # since the first arrival
             if kind == "barrier" and previous is not None and not name.startswith(RESERVED_PREFIX):
                 self.last_arrivals.append((task_id, now - previous))
         return barrier
@@ -233,6 +244,8 @@ class Rendezvous:
         self._floor[series] = barrier.instance
 
     def _decide(self, barrier: BarrierId, instance: _Instance, verdict: Verdict) -> None:
+        if self._waits is not None and not barrier.name.startswith(RESERVED_PREFIX):
+            self._waits.decided_failed(barrier.kind)
         instance.verdict = verdict
         instance.missing = None
         instance.values = None
