@@ -140,8 +140,9 @@ async def open_endpoint(
         else:
             await endpoint.listen(host, port)
     except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio's own text repeats the address
         raise StateError(
-            f"task {task}: cannot serve metrics on {what}: {exc.strerror or exc}",
+            f"task {task}: cannot serve metrics on {what}: {why}",
             hint="another process may listen there (`ss -ltnp`); choose another metrics port or socket "
             "(the spec's metrics:, tpuctl init --metrics), or turn metrics off",
         ) from exc

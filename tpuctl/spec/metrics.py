@@ -26,6 +26,8 @@ SUGGESTED_PORT = 8491
 """The port the docs suggest: beside the coordinator's 8490, clear of the TPU software's (``spec.model.DEFAULT_PORT``)."""
 _EXPECTED = f"a port (metrics: {{port: {SUGGESTED_PORT}}}) or a Unix socket (metrics: {{socket: metrics.sock}}), or off"
 _OPTION_EXPECTED = f"a port ({SUGGESTED_PORT}), ADDRESS:PORT (0.0.0.0:{SUGGESTED_PORT}), unix:PATH or off"
+ANY_ADDRESS = ("0.0.0.0", "::")
+"""Every address of the host: a scraper elsewhere may reach it (the default is the host's own hosts entry)."""
 MAX_SOCKET_PATH = 107
 """Longest Unix socket path Linux binds (``sun_path`` is 108 bytes with its NUL)."""
 
@@ -62,8 +64,9 @@ def check_metrics(ck: Checker, node: Node) -> tuple[bool, MetricsSpec | None]:
     if node.kind != "mapping":
         ck.add(node, "metrics", f"got {described(node)}; expected {_EXPECTED}")
         return False, None
+    before = len(ck.problems)
     keys = ck.mapping(node, "metrics", METRICS_KEYS)
-    if keys is None:
+    if keys is None or len(ck.problems) > before:  # an unknown key: its "did you mean" says enough
         return False, None
     if ("port" in keys) == ("socket" in keys):
         ck.add(node, "metrics", ("both port and socket given" if "port" in keys else "neither port nor socket") + f"; expected {_EXPECTED}")
@@ -78,7 +81,11 @@ def check_metrics(ck: Checker, node: Node) -> tuple[bool, MetricsSpec | None]:
             ck.add(keys["socket"], "metrics.socket", problem)
         return (True, MetricsSpec(socket=path)) if path is not None and not problem else (False, None)
     port = ck.integer(keys["port"], "metrics.port", 1, 65535)
-    address = ck.host(keys["address"], "metrics.address") if "address" in keys else None
+    address = None
+    if "address" in keys:
+        node = keys["address"]
+        text = ck.string(node, "metrics.address", "an address to listen on, like 0.0.0.0 or 10.0.0.2")
+        address = text if text in ANY_ADDRESS else ck.host(node, "metrics.address") if text is not None else None
     if port is None or ("address" in keys and address is None):
         return False, None
     return True, MetricsSpec(port=port, address=address)
@@ -116,7 +123,7 @@ def parse_metrics_option(text: str, what: str = "--metrics") -> MetricsSpec | No
     if port_text.isdigit() and 1 <= int(port_text) <= 65535 and len(port_text) <= 5:
         if not address:
             return MetricsSpec(port=int(port_text))
-        if host_problem(address) is None:
+        if address in ANY_ADDRESS or host_problem(address) is None:
             return MetricsSpec(port=int(port_text), address=address)
     raise InputError(f"{what} {text[:60]!r} is not a metrics endpoint", hint=f"expected {_OPTION_EXPECTED}")
 
