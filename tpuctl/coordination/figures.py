@@ -33,7 +33,6 @@ BARRIER_WAIT_BOUNDS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0,
 """Seconds from a barrier's first arrival to its last: a step's barrier takes milliseconds, init's
 waits for every host to start (minutes at most: the barrier timeout, 10 min by default)."""
 RENDEZVOUS_KINDS = ("barrier", "gather")
-STATES = tuple(state.value for state in TaskState)
 
 
 class Histogram:
@@ -47,10 +46,10 @@ class Histogram:
         self.count = 0
         self.sum = 0.0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.count += 1
-        self.sum += value
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.count += times
+        self.sum += value * times
 
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, observations at or below it)`` for each bound, then ``(inf, count)``."""
@@ -90,23 +89,37 @@ class HostFigures:
 
 
 def host_figures(records: Iterable[TaskRecord], now: float, top: int = TOP_K) -> HostFigures:
-    """One pass over the tasks: O(tasks log ``top``)."""
-    by_state = dict.fromkeys(STATES, 0)
+    """One pass over the tasks, ``records`` in task order: O(tasks log ``top``). A host with an open session
+    (the common case) is age 0 and, coming after the hosts already ranked, ranks below them on a tie: once
+    ``top`` are ranked it is only counted."""
+    others: list[TaskState] = []  # the states of the hosts not connected (few, while a cluster stands)
     ages = Histogram(HEARTBEAT_AGE_BOUNDS)
     ranked: list[tuple[float, int]] = []  # a min-heap of (age, -task): the ``top`` oldest so far
-    connected = TaskState.CONNECTED
+    connected, vouched, total = TaskState.CONNECTED, 0, 0
     for record in records:
-        by_state[record.state.value] += 1
-        if record.state is not connected:
+        total += 1
+        if record.state is not connected:  # identity, not a dict of enum keys: Enum.__hash__ is Python code
+            others.append(record.state)
             continue
-        age = 0.0 if record.sessions else now - record.last_heartbeat
-        ages.observe(age)
+        if record.sessions:  # heard from continuously: age 0, below any ranked one once ``top`` are
+            vouched += 1
+            if len(ranked) >= top:
+                continue
+            age = 0.0
+        else:
+            age = now - record.last_heartbeat
+            ages.observe(age)
         entry = (age, -record.info.task_id)
         if len(ranked) < top:
             heapq.heappush(ranked, entry)
         elif entry > ranked[0]:
             heapq.heapreplace(ranked, entry)
+    ages.observe(0.0, vouched)
     slowest = tuple((-task, age) for age, task in sorted(ranked, reverse=True))
+    by_state = dict.fromkeys((state.value for state in TaskState), 0)
+    for state in others:
+        by_state[state.value] += 1
+    by_state[connected.value] = total - len(others)
     return HostFigures(by_state, ages, slowest)
 
 
