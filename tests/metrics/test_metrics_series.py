@@ -6,10 +6,11 @@ server): 10,000-host clusters are cheap here. Series are counted, never timed (b
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,15 +18,30 @@ from tpuctl.agent.protocol import ErrorReport
 from tpuctl.coordination.figures import BARRIER_WAIT_BOUNDS, TOP_K, Histogram, host_figures
 from tpuctl.coordination.service import CoordinationServicer
 from tpuctl.coordination.state import CoordinationState
-from tpuctl.coordination.values import PROTOCOL_VERSION, Refused, Registration, RestartPolicy, TaskRef
+from tpuctl.coordination.tasks import TaskRecord
+from tpuctl.coordination.values import (
+    PROTOCOL_VERSION,
+    Refused,
+    Registration,
+    RestartPolicy,
+    ServiceConfig,
+    TaskInfo,
+    TaskRef,
+    TaskSpec,
+    TaskState,
+)
 from tpuctl.metrics.agent import AGENT_STATES, AgentCollector, agent_state
 from tpuctl.metrics.coordinator import CoordinatorCollector
 from tpuctl.metrics.endpoint import registry_of, render
 from tpuctl.watchdog.pace import PaceReport, StepPace
 from tpuctl.watchdog.settings import WatchdogSettings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordination"))
-from coordination_harness import make_config
+
+def make_config(hosts: int, **overrides: Any) -> ServiceConfig:
+    tasks = tuple(TaskSpec(f"10.0.{i // 256}.{i % 256}") for i in range(hosts))
+    waits: dict[str, Any] = {"heartbeat_timeout": 1.0, "register_timeout": 5.0, "barrier_timeout": 5.0}
+    return ServiceConfig(cluster="test", tasks=tasks, **{**waits, **overrides})
+
 
 SERIES_BUDGET = 150
 """The coordinator's series at any cluster size (docs/reference/metrics.md; bench/metrics.py: "a few hundred")."""
@@ -174,6 +190,27 @@ def test_host_figures_rank_the_oldest_first_ties_by_task() -> None:
     assert figures.slowest == ((1, 9.0), (2, 9.0), (5, 9.0), (6, 8.0))
     assert figures.by_state == {"waiting": 0, "connected": 8, "failed": 0, "disconnected": 0}
     assert figures.heartbeat_ages.count == 8 and figures.heartbeat_ages.sum == pytest.approx(80 - 26)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hosts=st.lists(
+        st.tuples(st.sampled_from(list(TaskState)), st.booleans(), st.floats(min_value=0, max_value=400)), max_size=30
+    ),
+    top=st.integers(min_value=1, max_value=6),
+)
+def test_host_figures_agree_with_sorting_every_host(hosts: list[tuple[TaskState, bool, float]], top: int) -> None:
+    """The one pass (which skips hosts with a session once ``top`` are ranked) against the obvious way."""
+    records = [
+        TaskRecord(TaskInfo(i, f"h{i}"), state=state, last_heartbeat=100.0 - age, sessions={1} if session else set())
+        for i, (state, session, age) in enumerate(hosts)
+    ]
+    figures = host_figures(records, now=100.0, top=top)
+    ages = {r.info.task_id: (0.0 if r.sessions else 100.0 - r.last_heartbeat) for r in records if r.state is TaskState.CONNECTED}
+    assert figures.slowest == tuple(sorted(ages.items(), key=lambda item: (-item[1], item[0]))[:top])
+    assert figures.by_state == {s.value: sum(1 for r in records if r.state is s) for s in TaskState}
+    assert figures.heartbeat_ages.count == len(ages) and figures.heartbeat_ages.sum == pytest.approx(sum(ages.values()))
+    assert dict(figures.heartbeat_ages.cumulative())[0.5] == sum(1 for a in ages.values() if a <= 0.5)
 
 
 def test_histogram_buckets_are_upper_bounds() -> None:
