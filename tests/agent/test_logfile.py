@@ -75,3 +75,18 @@ def test_a_multi_line_message_and_a_traceback_stay_one_line_and_an_error_has_its
 def test_any_text_round_trips(message: str) -> None:
     line = JsonFormatter(LogContext("c", 1)).format(record("%s", message))
     assert "\n" not in line and json.loads(line)["msg"] == message
+
+
+def test_init_foreground_with_a_json_log_says_its_progress_as_log_lines(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``init --foreground`` logs to stderr: with a JSON log its progress must be JSON lines too, not text."""
+    from tpuctl.cli.init import _StderrReporter
+
+    configure_logging(None, fmt="json", context=LogContext("pod-a", 2))
+    try:
+        _StderrReporter("text", json_log=True).progress("task 2: registered; waiting for every host")
+        lines = capsys.readouterr().err.splitlines()
+        assert [json.loads(line)["msg"] for line in lines] == ["task 2: registered; waiting for every host"]
+        _StderrReporter("text").progress("task 2: registered")
+        assert capsys.readouterr().err == "task 2: registered\n"  # a text log: the chatter as before
+    finally:
+        logging.getLogger("tpuctl").handlers[:] = []

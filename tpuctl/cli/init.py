@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
@@ -68,20 +69,25 @@ def init(
     options = observed(options, metrics, log_format, os.environ)
     refuse_if_running(options.state)
     if foreground:
-        return run_foreground(options, _StderrReporter(fmt))
+        return run_foreground(options, _StderrReporter(fmt, json_log=options.spec.log_format == "json"))
     summary = launch(options, say)
     _print_summary(summary, fmt)
     return 0
 
 
 class _StderrReporter(Reporter):
-    """``--foreground``: progress on stderr, the summary on stdout as init would print it."""
+    """``--foreground``: progress on stderr (a JSON log's line when the log is JSON, as stderr is the log),
+    the summary on stdout as init would print it."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, *, json_log: bool = False) -> None:
         self.fmt = fmt
+        self.json_log = json_log
 
     def progress(self, text: str) -> None:
-        say(text)
+        if self.json_log:
+            logging.getLogger("tpuctl.agent.bringup").info("%s", text)
+        else:
+            say(text)
 
     def ready(self, summary: Mapping[str, object]) -> None:
         _print_summary(summary, self.fmt)
