@@ -115,3 +115,15 @@ def test_a_port_in_use_is_named_with_the_cause_and_a_hint() -> None:
         assert caught.value.hint is not None and "metrics" in caught.value.hint and caught.value.exit_code == 5
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_an_agent_without_metrics_never_imports_prometheus_client() -> None:
+    """prometheus_client (tens of milliseconds) loads only with metrics on: not with init, its agent or the
+    service's modules."""
+    import subprocess
+    import sys
+
+    modules = "tpuctl.cli.init, tpuctl.agent.bringup, tpuctl.agent.launch, tpuctl.coordination.server, tpuctl.coordination.figures"
+    probe = f"import sys, {modules}; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
