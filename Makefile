@@ -9,7 +9,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 SITE_DIR ?= site
 
-.PHONY: install bytecode test test-fast lint docs docs-serve protos check-protos demo bench bench-scale clean
+.PHONY: install bytecode test test-fast lint docs docs-serve protos check-protos prometheus demo bench bench-scale clean
 
 install: $(STAMP)
 
@@ -32,7 +32,12 @@ protos: install
 check-protos: install
 	$(PY) tools/protos.py check
 
-test: install bytecode check-protos
+## A real Prometheus server for the metrics test (tests/metrics): Debian's package, installed when missing
+## where this user may (root with apt-get); elsewhere that test is skipped and says why.
+prometheus:
+	$(PY) tests/harness/prometheus.py
+
+test: install bytecode check-protos prometheus
 	$(PY) -m pytest -q --durations=30
 
 ## Only the fast tests (skips multi-process clusters).
@@ -75,10 +80,13 @@ demo: $(DEMO_STAMP)
 	  || { $(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT); exit 1; }
 	$(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
-## bench/run.py: first tpuctl.job.progress beside a bare socket.send (fails above 5x; target 2x), then the rest.
+## bench/run.py: first tpuctl.job.progress beside a bare socket.send (fails above 5x; target 2x), then the rest;
+## bench/metrics.py: a scrape of the coordinator of 10,000 hosts beside its status answer (fails above 300
+## series or 50 ms).
 bench: install bytecode
 	$(PY) bench/run.py
 	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
+	$(PY) bench/metrics.py --hosts 10000
 
 ## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md);
 ## --progress: the watchdog's pace reports (service CPU against the steady phase) and a hang named to every host

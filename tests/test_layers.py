@@ -51,6 +51,7 @@ CORE = (
     "tpuctl.coordination.rendezvous",
     "tpuctl.coordination.kv",
     "tpuctl.coordination.generations",
+    "tpuctl.coordination.figures",
     "tpuctl.mapping.model",
     "tpuctl.watchdog.*",
     "tpuctl.errors",
@@ -61,6 +62,8 @@ CORE = (
     "tpuctl.processes",
     "tpuctl.health",
     "tpuctl.loglevel",
+    "tpuctl.logformat",
+    "tpuctl.spec.metrics",
 )
 CORE_BANNED = frozenset({"grpc", "yaml", "click", "asyncio"})
 ENVIRONMENT = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})

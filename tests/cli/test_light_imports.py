@@ -24,7 +24,7 @@ import pytest
 
 import tpuctl
 
-HEAVY = ("grpc", "numpy", "tensorflow", "jax", "yaml")
+HEAVY = ("grpc", "numpy", "tensorflow", "jax", "yaml", "prometheus_client")
 # barrier, status and env run on the standard library alone (tpuctl.cli.light): not even click
 LIGHT_PATH_HEAVY = (*HEAVY, "click", "asyncio", "google")
 

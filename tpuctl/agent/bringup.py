@@ -69,9 +69,11 @@ from tpuctl.watchdog.judge import Verdict
 if TYPE_CHECKING:
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.server import CoordinationServer
+    from tpuctl.coordination.service import CoordinationServicer
     from tpuctl.coordination.values import ClusterFailure, ClusterStatus, RendezvousProgress
     from tpuctl.job.env import JobEnv
     from tpuctl.mapping.model import DeviceMapping
+    from tpuctl.metrics.endpoint import MetricsEndpoint
 
 log = logging.getLogger("tpuctl.agent.bringup")
 
@@ -113,6 +115,7 @@ class Agent:
         self.formed = 0  # the latest generation whose mapping is committed on this host
         self.history: list[HistoryRow] = []  # every generation: when it formed, when and why it ended
         self._server: CoordinationServer | None = None
+        self._metrics: MetricsEndpoint | None = None  # /metrics (the spec's metrics:), while running
         self._tasks: list[asyncio.Task[None]] = []
         self._control: asyncio.Task[None] | None = None  # serving local commands, from the first mapping on
         self._main_task: asyncio.Task[object] | None = None  # the bring-up, cancelled when init cannot finish
@@ -188,6 +191,10 @@ class Agent:
         previous = self.options.state.read_registration(spec.cluster, task)
         if previous is not None:  # a dead agent's registration: this process replaces it
             self._last_generation, self._previous_credential = previous
+        if spec.metrics is not None:
+            from tpuctl.metrics.agent import serve_agent_metrics  # prometheus_client: only with metrics on
+
+            self._metrics = await serve_agent_metrics(self)
         if task == 0:
             first = self._last_generation + 1 if spec.restart.rejoin and self._last_generation else 1
             self._server = await start_service(spec, token, first_generation=first)
@@ -203,6 +210,11 @@ class Agent:
     @property
     def generation(self) -> int:
         return self.current.number if self.current is not None else 0
+
+    @property
+    def service(self) -> CoordinationServicer | None:
+        """Task 0's coordination service, once started (for metrics)."""
+        return self._server.service if self._server is not None else None
 
     async def _form(self, *, first: bool) -> None:
         """Register and bring up a generation; again while generations end before they form. Raises the
@@ -400,6 +412,8 @@ class Agent:
             # In-flight answers get a moment to leave; after a failed init every host has heard already
             # (what is still open is a dead host's stream), so not a whole second.
             await self._server.stop(grace=1.0 if leaving else FAILED_STOP_GRACE_S)
+        if self._metrics is not None:
+            await self._metrics.close()
 
     async def _tell_the_cluster(self, exc: TpuctlError) -> None:
         """Init failed here for a reason of this host's own (the mapping write, the backend, ...): report

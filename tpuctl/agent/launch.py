@@ -18,11 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import DeadlineError, StateError, TpuctlError, error_from_payload
+from tpuctl.logformat import JSON
+
+if TYPE_CHECKING:
+    from tpuctl.agent.logfile import LogContext
 
 # Time init waits for its background agent beyond the spec's own deadlines (process start, imports).
 STARTUP_SLACK_S = 30.0
@@ -62,10 +67,21 @@ def run_foreground(options: AgentOptions, reporter: Reporter) -> int:
     import asyncio
 
     from tpuctl.agent.bringup import Agent
-    from tpuctl.agent.logfile import configure_logging
 
-    configure_logging(None, agent_log_level())
-    return asyncio.run(Agent(options, reporter).run())
+    context = _configure_logging(options, None)
+    agent = Agent(options, reporter)
+    context.generation = lambda: agent.generation
+    return asyncio.run(agent.run())
+
+
+def _configure_logging(options: AgentOptions, path: Path | None) -> LogContext:
+    """The agent's log at ``agent_log_level()``, in the spec's ``log_format`` (``init`` put its options and
+    the environment's over it); the returned context names the cluster and task on JSON lines."""
+    from tpuctl.agent.logfile import LogContext, configure_logging
+
+    context = LogContext(options.spec.cluster, options.task)
+    configure_logging(path, agent_log_level(), options.spec.log_format, context)
+    return context
 
 
 def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, object]:
@@ -75,7 +91,10 @@ def launch(options: AgentOptions, progress: Callable[[str], None]) -> dict[str, 
     state = options.state
     state.ensure()
     read_fd, write_fd = os.pipe()
-    log_fd = os.open(state.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # What the process writes to its stdout and stderr itself (a C library's messages) joins the text log;
+    # a JSON log keeps only its JSON lines, and those go to agent.out beside it.
+    output = state.log_file if options.spec.log_format != JSON else state.output_file
+    log_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -223,13 +242,14 @@ def _agent_child(options: AgentOptions, write_fd: int) -> int:
     import asyncio
 
     from tpuctl.agent.bringup import Agent
-    from tpuctl.agent.logfile import configure_logging
     from tpuctl.agent.reporter import PipeReporter
 
-    configure_logging(Path(options.state.log_file), agent_log_level())
+    context = _configure_logging(options, Path(options.state.log_file))
     reporter = PipeReporter(os.fdopen(write_fd, "w"))
     try:
-        return asyncio.run(Agent(options, reporter).run())
+        agent = Agent(options, reporter)
+        context.generation = lambda: agent.generation
+        return asyncio.run(agent.run())
     except BaseException as exc:  # never let the child fall back into click's code
         import logging
 

@@ -3,7 +3,8 @@ them from ``tpuctl init``'s arguments (``tpuctl detect`` builds them from what i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpuctl.agent.statedir import StateDir, resolve_state_dir
@@ -43,4 +44,30 @@ def build_options(config: str | None, task_id: int | None, output: str | None, s
     )
 
 
-__all__ = ["AgentOptions", "build_options"]
+def observed(
+    options: AgentOptions, metrics: str | None, log_format: str | None, environ: Mapping[str, str]
+) -> AgentOptions:
+    """``options`` with ``init --metrics`` (else ``TPUCTL_METRICS``) over the spec's ``metrics:`` and
+    ``--log-format`` (else ``TPUCTL_LOG_FORMAT``) over its ``log_format``; InputError (exit 2) for a value
+    that is neither."""
+    from tpuctl.errors import InputError
+    from tpuctl.logformat import LOG_FORMAT_ENV, chosen_log_format
+    from tpuctl.spec.metrics import METRICS_ENV, parse_metrics_option
+
+    spec = options.spec
+    endpoint = spec.metrics
+    if metrics is not None:
+        endpoint = parse_metrics_option(metrics)
+    elif environ.get(METRICS_ENV):
+        endpoint = parse_metrics_option(environ[METRICS_ENV], what=METRICS_ENV)
+    if endpoint is not None and endpoint.port == spec.coordinator.port:
+        raise InputError(
+            f"metrics port {endpoint.port} is the coordinator's port too", hint="choose another port for metrics"
+        )
+    fmt = chosen_log_format(log_format, environ.get(LOG_FORMAT_ENV), spec.log_format)
+    if endpoint == spec.metrics and fmt == spec.log_format:
+        return options
+    return replace(options, spec=replace(spec, metrics=endpoint, log_format=fmt))
+
+
+__all__ = ["AgentOptions", "build_options", "observed"]

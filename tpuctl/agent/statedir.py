@@ -11,6 +11,9 @@ Files::
     agent.lock   held (flock) by the live agent: a second init on this directory is refused
     agent.json   what the agent is: cluster, task, address, coordinator, mapping path, incarnation
     agent.log    the agent's log (one per state dir, appended)
+    agent.out    with a JSON log (``--log-format json``): what the agent's process writes to stdout and
+                 stderr itself (a C library's messages), kept out of agent.log's JSON lines
+    metrics.sock  /metrics, where the spec's ``metrics: {socket: ...}`` names a relative path (its name)
     progress.sock  unix socket the job reports its steps on (``tpuctl.job.progress``; the watchdog)
     registration.json  the live registration's credential and generation (0600, never printed); removed
                  when the agent exits, so only a dead agent leaves it, for its successor to reclaim the task
@@ -69,6 +72,7 @@ class StateDir:
     lock_file = _File("agent.lock")
     info_file = _File("agent.json")
     log_file = _File("agent.log")
+    output_file = _File("agent.out")
     registration_file = _File("registration.json")
     progress_socket = _File("progress.sock")  # tpuctl.job.steps.SOCKET_NAME: the job side finds it by name
 

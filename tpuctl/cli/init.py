@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 
 import click
 
 from tpuctl.agent.launch import launch, refuse_if_running, run_foreground
-from tpuctl.agent.options import build_options
+from tpuctl.agent.options import build_options, observed
 from tpuctl.agent.reporter import Reporter
 from tpuctl.cli.common import WholeNumber, say, state_dir_option
 from tpuctl.cli.output import dumps, format_options
@@ -25,10 +27,25 @@ from tpuctl.errors import TpuctlError
 )
 @click.option("--out", "out", metavar="FILE", help="Where to write the device mapping (default: the spec's output).")
 @click.option("--foreground", is_flag=True, help="Stay attached (for systemd or Kubernetes); log to stderr.")
+@click.option(
+    "--metrics", metavar="ENDPOINT",
+    help="Serve /metrics for Prometheus: PORT, ADDRESS:PORT, unix:PATH or off (else $TPUCTL_METRICS, the spec's metrics:).",
+)  # fmt: skip
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]),
+    help="The agent's log: text (default) or json, one object a line (else $TPUCTL_LOG_FORMAT, the spec's log_format).",
+)  # fmt: skip
 @format_options("text: a one-line summary; json: one document (schema tpuctl.init/v1).")
 @state_dir_option
 def init(
-    config: str | None, task_id: int | None, out: str | None, foreground: bool, fmt: str, state_dir: str | None
+    config: str | None,
+    task_id: int | None,
+    out: str | None,
+    foreground: bool,
+    metrics: str | None,
+    log_format: str | None,
+    fmt: str,
+    state_dir: str | None,
 ) -> int:
     """Join this host to the cluster and write the device mapping file.
 
@@ -49,22 +66,28 @@ def init(
         from tpuctl.cli.detect import detected_options
 
         options = detected_options(task_id, out, state_dir)
+    options = observed(options, metrics, log_format, os.environ)
     refuse_if_running(options.state)
     if foreground:
-        return run_foreground(options, _StderrReporter(fmt))
+        return run_foreground(options, _StderrReporter(fmt, json_log=options.spec.log_format == "json"))
     summary = launch(options, say)
     _print_summary(summary, fmt)
     return 0
 
 
 class _StderrReporter(Reporter):
-    """``--foreground``: progress on stderr, the summary on stdout as init would print it."""
+    """``--foreground``: progress on stderr (a JSON log's line when the log is JSON, as stderr is the log),
+    the summary on stdout as init would print it."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, *, json_log: bool = False) -> None:
         self.fmt = fmt
+        self.json_log = json_log
 
     def progress(self, text: str) -> None:
-        say(text)
+        if self.json_log:
+            logging.getLogger("tpuctl.agent.bringup").info("%s", text)
+        else:
+            say(text)
 
     def ready(self, summary: Mapping[str, object]) -> None:
         _print_summary(summary, self.fmt)

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from tpuctl.coordination.figures import BarrierWaits
 from tpuctl.coordination.taskset import Missing
 from tpuctl.coordination.values import (
     MAX_GATHER_TABLE,
@@ -90,10 +91,18 @@ class Rendezvous:
     """Every barrier and gather instance of one cluster."""
 
     def __init__(
-        self, tasks: Sequence[TaskInfo], counters: Counters, woken: set[WaitKey], *, generation: int = 1
+        self,
+        tasks: Sequence[TaskInfo],
+        counters: Counters,
+        woken: set[WaitKey],
+        *,
+        generation: int = 1,
+        waits: BarrierWaits | None = None,
     ) -> None:
-        """``generation``: the cluster generation these instances belong to (every one a new ``Rendezvous``)."""
+        """``generation``: the cluster generation these instances belong to (every one a new ``Rendezvous``);
+        ``waits``: where the job's instances (not tpuctl's own) are counted as they pass or fail, for metrics."""
         self._generation = generation
+        self._waits = waits
         self._tasks = tasks
         self._counters = counters
         self._woken = woken
@@ -163,6 +172,8 @@ class Rendezvous:
         previous, instance.last_arrival = instance.last_arrival, now
         if not instance.missing:
             self._pass(barrier, instance)
+            if self._waits is not None and not name.startswith(RESERVED_PREFIX):
+                self._waits.passed(kind, now - (instance.deadline - instance.timeout))  # since the first arrival
             if (
                 kind == "barrier" and previous is not None and not instance.after_failure
                 and not name.startswith(RESERVED_PREFIX)
@@ -308,6 +319,8 @@ class Rendezvous:
         self._failures.append((at, failed))
         series = (barrier.kind, barrier.name)
         self._next_floor[series] = max(self._next_floor.get(series, 1), barrier.instance + 1)
+        if self._waits is not None and not barrier.name.startswith(RESERVED_PREFIX):
+            self._waits.decided_failed(barrier.kind)
         instance.verdict = verdict
         instance.missing = None
         instance.values = None

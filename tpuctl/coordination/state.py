@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from tpuctl.coordination.figures import BarrierWaits, HostFigures, host_figures
 from tpuctl.coordination.generations import Generations
 from tpuctl.coordination.kv import KeyValueStore
 from tpuctl.coordination.rendezvous import Rendezvous
@@ -135,7 +136,11 @@ class CoordinationState:
         a registration wait, an error poll), failed themselves, or gone (disconnected)."""
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
-        self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=self.generation)
+        self.barrier_waits = BarrierWaits()
+        """The job's barriers and gathers as they pass or fail, all generations (for metrics)."""
+        self._rendezvous = Rendezvous(
+            self.tasks, self.counters, self._woken, generation=self.generation, waits=self.barrier_waits
+        )
         self._kv = KeyValueStore(self.counters, config.kv_limits)
 
     @property
@@ -481,6 +486,10 @@ class CoordinationState:
 
     # --- status ------------------------------------------------------------------------------------
 
+    def host_figures(self, *, now: float) -> HostFigures:
+        """Hosts by state, their heartbeat ages and the slowest few: O(tasks), for metrics."""
+        return host_figures(self._table.records, now)
+
     def status_fingerprint(self, task_id: int) -> str:
         """The fingerprint of ``task_id``'s registration (what status shows; "" if none)."""
         return self._table.records[task_id].fingerprint if 0 <= task_id < len(self._table) else ""
@@ -635,7 +644,9 @@ class CoordinationState:
 
     def _restart_at(self, generation: int) -> None:
         self.generations.current = generation
-        self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=generation)
+        self._rendezvous = Rendezvous(
+            self.tasks, self.counters, self._woken, generation=generation, waits=self.barrier_waits
+        )
 
     def _start_generation(self, generation: int, now: float) -> None:
         """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""

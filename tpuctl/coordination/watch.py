@@ -25,6 +25,7 @@ MAX_TRANSIT_S = 10.0
 timeout. A pod's burst of stalled reports is read within seconds; a host clock skewed by more than this
 can make a hang be declared that much early, never one whose hosts have not all stalled (each agent judges
 its own job's stall by its own clock)."""
+VERDICT_KINDS = ("hang", "behind", "straggler", "recovered")
 TICK_S = 0.5
 """How often the service asks the watchdog (a hang is declared within this of its timeout)."""
 
@@ -50,6 +51,8 @@ class ClusterWatch:
         self.watchdog = Watchdog(settings, hosts, describe)
         self.reports = 0
         """Pace reports taken, all generations (for tests and the bench: O(1) per host per interval)."""
+        self.verdicts = dict.fromkeys(VERDICT_KINDS, 0)
+        """Verdicts given, by kind, all generations (for metrics)."""
 
     def _current(self, generation: int) -> Watchdog:
         if generation != self.generation:  # a new generation: the job restarts, its steps with it
@@ -72,6 +75,7 @@ class ClusterWatch:
         verdicts = self._current(generation).tick(now)
         hang = None
         for verdict in verdicts:
+            self.verdicts[verdict.kind] = self.verdicts.get(verdict.kind, 0) + 1
             log.log(logging.INFO if verdict.kind == "recovered" else logging.WARNING, "watchdog: %s", verdict.message)
             if verdict.kind == "hang" and self.settings.on_hang != "warn":
                 hang = Hang(verdict.tasks, verdict.message, final=self.settings.on_hang == "fail")

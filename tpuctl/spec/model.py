@@ -22,6 +22,8 @@ A spec, in full::
     auth: {token_file: /etc/tpuctl/token}
     restart: {policy: rejoin, timeout: 10m, max: 3}   # default policy fail: a failed host ends the cluster
     watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py: read and checked; being wired in
+    metrics: {port: 8491}          # spec/metrics.py: /metrics for Prometheus on every host (off by default)
+    log_format: json               # text (the default) or json: the agent log, one JSON object a line
     # or with TLS (client_cert + client_key: mutual TLS):
     # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
@@ -54,6 +56,7 @@ from tpuctl.spec.checker import Problem as Problem
 from tpuctl.spec.checker import host_problem as host_problem
 from tpuctl.spec.checker import node_from as node_from
 from tpuctl.spec.meshes import check_meshes
+from tpuctl.spec.metrics import DEFAULT_LOG_FORMAT, MetricsSpec, check_log_format, check_metrics
 from tpuctl.spec.watchdog import check_watchdog
 from tpuctl.tpu.hardware import find_generation
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
@@ -174,6 +177,9 @@ class ClusterSpec:
     auth: AuthSpec | None = None
     restart: RestartSpec = RestartSpec()
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    metrics: MetricsSpec | None = None
+    """Where each host serves ``/metrics`` (None: nowhere, the default)."""
+    log_format: str = DEFAULT_LOG_FORMAT
     source: str = "<spec>"
 
     @property
@@ -270,7 +276,7 @@ def topology_problem(exc: TopologyError) -> str:
 TOP_KEYS = (
     "cluster", "accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind",
     "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth", "restart",
-    "watchdog",
+    "watchdog", "metrics", "log_format",
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
@@ -573,6 +579,10 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     restart = _restart(ck, keys["restart"]) if "restart" in keys else RestartSpec()
     rejoin = restart.rejoin if restart is not None else None
     watchdog = check_watchdog(ck, keys["watchdog"], rejoin) if "watchdog" in keys else WatchdogSettings()
+    metrics_ok, metrics = check_metrics(ck, keys["metrics"]) if "metrics" in keys else (True, None)
+    log_format = check_log_format(ck, keys["log_format"]) if "log_format" in keys else DEFAULT_LOG_FORMAT
+    if metrics is not None and coordinator is not None and metrics.port == coordinator.port:
+        ck.add(keys["metrics"], "metrics.port", f"{metrics.port} is the coordinator's port too; expected another port")
     if (
         ck.problems
         or cluster is None
@@ -585,6 +595,8 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or output is None
         or restart is None
         or watchdog is None
+        or not metrics_ok
+        or log_format is None
     ):
         return None
     return ClusterSpec(
@@ -599,6 +611,8 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         auth=auth,
         restart=restart,
         watchdog=watchdog,
+        metrics=metrics,
+        log_format=log_format,
         source=source,
     )
 
