@@ -11,7 +11,7 @@ Exit codes (documented in docs/reference/exit-codes.md):
 5  local state: agent already running, not running, or state dir unusable
 6  no TPU found by a real backend (``tensorflow``/``jax``) on this host
 7  bad device mapping file (missing, truncated, wrong schema, inconsistent)
-130 interrupted (Ctrl-C)
+130 interrupted (Ctrl-C); ``tpuctl init`` exits 128 + N for signal N (129 SIGHUP, 143 SIGTERM)
 == ===========================================================================
 
 An error crosses a process boundary as JSON (the agent's control socket, its events to ``init``, the backend
@@ -123,6 +123,16 @@ class MappingError(TpuctlError):
     exit_code = EXIT_MAPPING
 
 
+class InterruptError(TpuctlError):
+    """A signal ended the command: exit 128 + its number (130 for SIGINT, Ctrl-C; 143 SIGTERM; 129 SIGHUP),
+    as a shell reports a process the signal killed. The message starts "interrupted" and is printed
+    without "error:"."""
+
+    def __init__(self, message: str, *, signal_number: int = EXIT_INTERRUPTED - 128, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = 128 + signal_number
+
+
 def error_payload(exc: TpuctlError) -> ErrorPayload:
     """``exc`` as JSON (the agent's control socket, its events to ``init``, the backend probe's answer)."""
     return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
@@ -139,7 +149,7 @@ def error_from_payload(payload: Mapping[str, object]) -> TpuctlError:
     cls = types.get(str(payload.get("type")), TpuctlError)
     hint = payload.get("hint")
     exc = cls(str(payload.get("message", "agent error")), hint=None if hint is None else str(hint))
-    if cls is TpuctlError:
+    if cls is TpuctlError or cls is InterruptError:
         code = payload.get("exit_code", EXIT_INTERNAL)
         exc.exit_code = int(code) if isinstance(code, (int, float, str)) else EXIT_INTERNAL
     return exc

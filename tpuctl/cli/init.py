@@ -41,7 +41,11 @@ def init(
     (naming the hosts still missing); stdout gets a one-line summary. The agent then stays in the
     background (heartbeats, error watch, `tpuctl barrier`) until `tpuctl down`.
 
-    Exit codes: 0 up, 2 bad spec, 3 cluster failure, 4 a host never came (deadline), 5 already up.
+    Interrupted before the cluster formed (Ctrl-C, SIGTERM, SIGHUP), init stops this host's agent and
+    says so; after, the agent stays (`tpuctl down` stops it).
+
+    Exit codes: 0 up, 2 bad spec, 3 cluster failure, 4 a host never came (deadline), 5 already up,
+    128+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
     """
     if config:
         options = build_options(config, task_id, out, state_dir)
