@@ -149,6 +149,57 @@ def test_full_disk_while_writing_the_mapping(make_cluster, tmp_path: Path, reque
                       ("no space left",), request, phase="writing")  # fmt: skip
 
 
+@needs_root
+def test_full_disk_under_the_state_dir(make_cluster, tmp_path: Path, request) -> None:
+    """The victim's state dir is a small tmpfs, filled once it registered (and waits for the others): its
+    description (agent.json), written after the merge, finds no space. The victim names the file and
+    the cause and exits; every peer hears it from the coordinator, naming the victim (once: an agent
+    crash nobody was told of, then "no heartbeat" or the register timeout)."""
+    c = make_cluster("v4-32", **SPEC)
+    victim = Victim(2)
+    outputs = {t: c.mapping(t) for t in range(c.num_hosts)}
+    outputs[victim.task] = tmp_path / "out" / "mapping.json"  # not on the full disk: the state dir is the fault
+    with tmpfs(c.state(victim.task), size="512k") as mnt:
+        os.chmod(mnt, 0o700)
+        procs = {0: c.start_init(0), victim.task: init_with_output(c, victim.task, outputs[victim.task])}
+        c.wait_for_log(victim.task, "registered with", timeout=30)
+        fill(mnt)
+        for t in (1, 3):
+            procs[t] = c.start_init(t)
+        procs = dict(sorted(procs.items()))
+        started = time.monotonic()
+        exits = watch_exits(procs, started, 30 + SLACK_S)
+        hosts = outcomes(procs, exits, victim.task, "init")
+        failed_at = exits[victim.task][1] or 0.0
+        for h in hosts:
+            if h.role == "peer" and h.seconds is not None:
+                h.seconds = max(0.0, h.seconds - failed_at)
+        problems = check(hosts, c, victim, ("no space left",), DEADLINE_S)
+        said = next(h for h in hosts if h.role == "victim").text
+        if "no space left" not in said.lower() or "agent.json" not in said:
+            problems.append(f"the victim did not name the file and the cause: {first_error(said)!r}")
+        if "crashed" in said:
+            problems.append(f"the victim's agent crashed: {first_error(said)!r}")
+        left = loadable_mappings(c, outputs)
+        if left:
+            problems.append(f"tasks {left} kept a mapping that loads as valid")
+        Measurement(
+            test=request.node.nodeid, fault="full disk (state dir on a full tmpfs)", phase="writing agent.json",
+            victim=victim.describe(c), detected_by="the victim's report, every `init`", limit_s=DEADLINE_S,
+            hosts=hosts, problems=problems, notes="detection time from the victim's exit",
+        ).write()  # fmt: skip
+        stop_pids([pid for pid in _agent_pids(c) if c.processes.ours(pid)])
+    assert not problems, "\n".join(problems)
+
+
+def _agent_pids(c: LocalCluster) -> list[int]:
+    pids = []
+    for t in range(c.num_hosts):
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((c.state(t) / "agent.pid").read_text()))
+    return pids
+
+
 CLEARING = "registered (clearing the last mapping)"
 @needs_root
 @pytest.mark.parametrize("victim", [pytest.param(2, id="worker"), pytest.param(0, id="coordinator")])

@@ -143,7 +143,7 @@ class Agent:
     async def run(self) -> int:
         lock = self.options.state.take_lock()
         try:
-            Path(self.options.state.pid_file).write_text(f"{os.getpid()}\n")
+            self.options.state.write_pid(os.getpid())
             return await self._run_locked()
         finally:
             # Only a dead agent leaves its registration behind (for its successor to reclaim).
@@ -159,7 +159,10 @@ class Agent:
         loop.add_signal_handler(INIT_INTERRUPTED, self.init_gone, "its tpuctl init was interrupted")
         alive = asyncio.create_task(self._say_alive(), name="alive")
         try:
-            await self._bring_up()
+            try:
+                await self._bring_up()
+            except OSError as exc:
+                raise self._own_failure(exc) from exc
         except TpuctlError as exc:
             log.error("init failed: %s", exc)
             await self._tell_the_cluster(exc)
@@ -394,8 +397,12 @@ class Agent:
                 return
             await self._leave_generation(end)
             try:
-                await self._form(first=False)
+                try:
+                    await self._form(first=False)
+                except OSError as exc:
+                    raise self._own_failure(exc) from exc
             except TpuctlError as exc:
+                await self._tell_the_cluster(exc)  # this host's own failure (a full state dir): every peer hears it
                 self._fail(exc)
                 return
 
@@ -567,6 +574,15 @@ class Agent:
                 cause = f"the coordinator at {self.spec.coordinator_target} stopped answering: {exc.message}"
                 return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
         return GenerationEnd(generation, False, exc)
+
+    def _own_failure(self, exc: OSError) -> StateError:
+        """An OSError of this host's own files the bring-up met (the state dir's socket, a write the state
+        dir's methods do not name already), as the ``StateError`` every peer is told."""
+        from tpuctl.agent.statedir import write_error
+
+        if exc.filename is None:
+            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"the agent log: {self.options.state.log_file}")
+        return write_error(self.options.state, os.fsdecode(exc.filename), exc)
 
     def _fail(self, exc: TpuctlError) -> None:
         if self.cluster_error is None:
