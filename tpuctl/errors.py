@@ -5,8 +5,8 @@ Exit codes (documented in docs/reference/exit-codes.md):
 == ===========================================================================
 0  success
 1  internal error (a bug in tpuctl: please report it with ``--debug`` output)
-2  bad input: command line, cluster spec, accelerator type, topology
-3  cluster failure: a host failed, was rejected, or the coordinator is unreachable
+2  bad input: command line, cluster spec, accelerator type, topology, a TLS file that cannot work
+3  cluster failure: a host failed, was rejected, or the coordinator is unreachable; a TLS certificate refused
 4  deadline exceeded: registration, barrier or key-value wait timed out
 5  local state: agent already running, not running, or state dir unusable
 6  no TPU found by a real backend (``tensorflow``/``jax``) on this host
@@ -92,6 +92,16 @@ class ClusterError(TpuctlError):
 
 class CoordinatorUnreachable(ClusterError):
     """No coordination service answers at the spec's address."""
+
+
+class TlsRefused(ClusterError):
+    """A TLS handshake with the coordinator failed for a reason waiting cannot heal: its certificate
+    expired, is not valid yet, names another host, or was not signed by this host's CA
+    (``coordinator_certificate``); or the coordinator refused this host's client certificate (mutual TLS)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, coordinator_certificate: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.coordinator_certificate = coordinator_certificate
 
 
 class GenerationOver(ClusterError):

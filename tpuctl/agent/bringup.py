@@ -68,6 +68,7 @@ from tpuctl.errors import (
     GenerationOver,
     InterruptError,
     StateError,
+    TlsRefused,
     TpuctlError,
 )
 from tpuctl.watchdog.judge import Verdict
@@ -89,6 +90,7 @@ INTERRUPTED_REPORT_S = 2.0  # ... when init was interrupted (it waits launch.STO
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # leave the cluster
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
 TELL_UNREGISTERED_S = 0.5  # ... and for hosts not registered yet (one retrying comes back within 0.25 s)
+TELL_TLS_S = 5.0  # ... and when its own certificate was refused: hosts retrying meet it within a second
 FAILED_STOP_GRACE_S = 0.25  # the service's stop grace after a failed init
 TELL_PEERS_POLL_S = 0.05
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
@@ -166,7 +168,7 @@ class Agent:
         except TpuctlError as exc:
             log.error("init failed: %s", exc)
             await self._tell_the_cluster(exc)
-            await self._until_every_host_heard()
+            await self._until_every_host_heard(exc)
             self.reporter.failed(exc)
             await self._tear_down(leaving=False)
             return exc.exit_code
@@ -453,7 +455,18 @@ class Agent:
                 within,
             )
 
-    async def _until_every_host_heard(self) -> None:
+    async def _until_every_host_saw_the_certificate(self) -> None:
+        """Task 0 refused its own service's certificate (expired, another name, ...): every host does. No
+        host can register to be told, but each one that tries meets the same certificate and says why
+        (``Channel.tls_refusal``, within a second): keep serving it for ``TELL_TLS_S``."""
+        limit = min(TELL_TLS_S, self.spec.coordinator.register_timeout)
+        self.reporter.progress(
+            f"task 0: keeping the coordination service up for {limit:g} s, so that the hosts trying to register "
+            "meet its certificate and say why"
+        )
+        await asyncio.sleep(limit)
+
+    async def _until_every_host_heard(self, failure: TpuctlError | None = None) -> None:
         """On task 0, whose init is failing: keep the coordination service up until every host has heard
         the cluster's error (``untold``): a registered one for at most ``TELL_PEERS_S`` (it is between
         two calls, or in one), one not registered yet for ``TELL_UNREGISTERED_S`` (one that is retrying
@@ -461,6 +474,9 @@ class Agent:
         host finds the port closed and can only say "coordinator unreachable", never the cause. Not after
         a signal: the user wants out."""
         if self._server is None or self.stop.is_set():
+            return
+        if isinstance(failure, TlsRefused) and failure.coordinator_certificate:
+            await self._until_every_host_saw_the_certificate()
             return
         state = self._server.service.state
         registered, unregistered = state.untold()
@@ -581,7 +597,7 @@ class Agent:
         from tpuctl.agent.statedir import write_error
 
         if exc.filename is None:
-            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"the agent log: {self.options.state.log_file}")
+            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"its log: {self.options.state.log_file}")
         return write_error(self.options.state, os.fsdecode(exc.filename), exc)
 
     def _fail(self, exc: TpuctlError) -> None:

@@ -236,9 +236,9 @@ class _Wait:
 
     def stopped(self, *, killed: bool = False) -> InterruptError:
         assert self.interrupted is not None
-        how = f"killed this host's agent (pid {self.pid}): it did not stop within {STOP_WAIT_S:g} s" if killed else (
-            f"stopped this host's agent (pid {self.pid})"
-        )
+        how = f"stopped this host's agent (pid {self.pid})"
+        if killed:
+            how = f"killed this host's agent (pid {self.pid}): it did not stop within {STOP_WAIT_S:g} s"
         return InterruptError(
             f"interrupted; {how} before the cluster formed",
             signal_number=self.interrupted,
