@@ -147,3 +147,41 @@ def test_an_interruption_as_the_cluster_forms_leaves_a_whole_state(tmp_path: Pat
         assert not os.path.exists(tmp_path / "host-0" / "agent.pid")
 
     asyncio.run(scenario())
+
+
+def test_an_agent_that_does_not_answer_the_interruption_is_killed(tmp_path: Path, monkeypatch) -> None:
+    """Init waits ``STOP_WAIT_S`` for its agent's answer, then kills it and says so (here: a process that
+    ignores SIGUSR1, as a frozen agent would not answer)."""
+    import subprocess
+    import sys
+    import time
+
+    import tpuctl.agent.launch as launch
+    from tpuctl.agent.options import AgentOptions
+    from tpuctl.errors import InterruptError
+    from tpuctl.spec.yamlfile import load_spec_text
+
+    monkeypatch.setattr(launch, "STOP_WAIT_S", 0.5)
+    deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGUSR1, "
+                             "signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert deaf.stdout is not None and deaf.stdout.readline() == b"\n"  # its handler is set
+        spec = load_spec_text("cluster: w\naccelerator: v4-8\nbackend: sim\nhosts: [127.0.0.1]\n")
+        options = AgentOptions(spec=spec, task=0, state=StateDir(tmp_path), output=tmp_path / "m.json",
+                               address="127.0.0.1")  # fmt: skip
+        wait = launch._Wait(options, deaf.pid)
+        started = time.monotonic()
+        events = iter([{"event": "interrupted", "signal": int(signal.SIGTERM)}])
+        with pytest.raises(InterruptError) as excinfo:
+            launch._relay(options, deaf.pid, events, wait, lambda text: None)
+        assert time.monotonic() - started < 10
+        assert excinfo.value.exit_code == 128 + signal.SIGTERM
+        assert excinfo.value.message == (
+            f"interrupted before the cluster formed; killed this host's agent (pid {deaf.pid}): it did not stop "
+            "within 0.5 s"
+        )
+        assert not os.path.exists(f"/proc/{deaf.pid}")  # killed and reaped
+    finally:
+        if deaf.poll() is None:
+            deaf.kill()
+        deaf.wait()

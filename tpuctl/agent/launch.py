@@ -135,19 +135,14 @@ def _relay(
                 raise wait.formed_first()
             return dict(summary) if isinstance(summary, dict) else {}
         elif event == "failed":
-            _reap(pid, wait.deadline)
             if wait.interrupted is not None:
-                raise wait.stopped()
+                raise _stopped_agent(pid, wait)
+            _reap(pid, wait.deadline)
             error = message.get("error")
             raise error_from_payload(error if isinstance(error, dict) else {})
-    exit_code = _reap(pid, time.monotonic() + 0.1)  # the pipe closed as it exited, or it is silent
     if wait.interrupted is not None:
-        if exit_code is None and _reap(pid, wait.until()) is None:  # it had STOP_WAIT_S: it is stuck
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _reap(pid, time.monotonic() + KILL_WAIT_S)
-            raise wait.stopped(killed=True)
-        raise wait.stopped()
+        raise _stopped_agent(pid, wait)
+    exit_code = _reap(pid, time.monotonic() + 0.1)  # the pipe closed as it exited, or it is silent
     if exit_code is None and wait.until() <= time.monotonic():  # still there, but silent or out of time
         os.kill(pid, signal.SIGTERM)  # it leaves the cluster cleanly (a stopped agent: once continued)
         raise wait.overrun()
@@ -157,6 +152,17 @@ def _relay(
         f"task {options.task}: the tpuctl agent exited (code {exit_code}) before the cluster was up",
         hint=f"its log {options.state.log_file} ends with:\n" + _tail(Path(options.state.log_file)),
     )
+
+
+def _stopped_agent(pid: int, wait: _Wait) -> InterruptError:
+    """Init was interrupted and its agent answered that it leaves (or said nothing): reap it within what is
+    left of ``STOP_WAIT_S``, killing it if it is still there; the error to exit with."""
+    if _reap(pid, max(wait.until(), time.monotonic() + 0.1)) is not None:
+        return wait.stopped()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid, time.monotonic() + KILL_WAIT_S)
+    return wait.stopped(killed=True)
 
 
 class _Interrupts:
@@ -236,11 +242,14 @@ class _Wait:
 
     def stopped(self, *, killed: bool = False) -> InterruptError:
         assert self.interrupted is not None
-        how = f"stopped this host's agent (pid {self.pid})"
+        said = f"interrupted; stopped this host's agent (pid {self.pid}) before the cluster formed"
         if killed:
-            how = f"killed this host's agent (pid {self.pid}): it did not stop within {STOP_WAIT_S:g} s"
+            said = (
+                f"interrupted before the cluster formed; killed this host's agent (pid {self.pid}): it did not "
+                f"stop within {STOP_WAIT_S:g} s"
+            )
         return InterruptError(
-            f"interrupted; {how} before the cluster formed",
+            said,
             signal_number=self.interrupted,
             hint=f"its log: {self.options.state.log_file}" if killed else None,
         )

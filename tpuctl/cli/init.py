@@ -47,8 +47,8 @@ def init(
 
     Exit codes: 0 up, 2 bad spec or TLS file (not PEM, encrypted, not its certificate's key), 3 cluster
     failure (also a TLS certificate refused for good: expired, not yet valid, another name or CA),
-    4 a host never came (deadline), 5 already up, 128+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM,
-    129 SIGHUP).
+    4 a host never came (deadline), 5 already up or the state dir cannot be written (a full disk: every
+    host is told), 128+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
     """
     if config:
         options = build_options(config, task_id, out, state_dir)
