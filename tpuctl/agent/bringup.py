@@ -597,7 +597,7 @@ class Agent:
         from tpuctl.agent.statedir import write_error
 
         if exc.filename is None:
-            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"its log: {self.options.state.log_file}")
+            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"see {self.options.state.log_file}")
         return write_error(self.options.state, os.fsdecode(exc.filename), exc)
 
     def _fail(self, exc: TpuctlError) -> None:
