@@ -5,13 +5,13 @@ Exit codes (documented in docs/reference/exit-codes.md):
 == ===========================================================================
 0  success
 1  internal error (a bug in tpuctl: please report it with ``--debug`` output)
-2  bad input: command line, cluster spec, accelerator type, topology
-3  cluster failure: a host failed, was rejected, or the coordinator is unreachable
+2  bad input: command line, cluster spec, accelerator type, topology, a TLS file that cannot work
+3  cluster failure: a host failed, was rejected, or the coordinator is unreachable; a TLS certificate refused
 4  deadline exceeded: registration, barrier or key-value wait timed out
 5  local state: agent already running, not running, or state dir unusable
 6  no TPU found by a real backend (``tensorflow``/``jax``) on this host
 7  bad device mapping file (missing, truncated, wrong schema, inconsistent)
-130 interrupted (Ctrl-C)
+130 interrupted (Ctrl-C); ``tpuctl init`` exits 128 + N for signal N (129 SIGHUP, 143 SIGTERM)
 == ===========================================================================
 
 An error crosses a process boundary as JSON (the agent's control socket, its events to ``init``, the backend
@@ -94,6 +94,16 @@ class CoordinatorUnreachable(ClusterError):
     """No coordination service answers at the spec's address."""
 
 
+class TlsRefused(ClusterError):
+    """A TLS handshake with the coordinator failed for a reason waiting cannot heal: its certificate
+    expired, is not valid yet, names another host, or was not signed by this host's CA
+    (``coordinator_certificate``); or the coordinator refused this host's client certificate (mutual TLS)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, coordinator_certificate: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.coordinator_certificate = coordinator_certificate
+
+
 class GenerationOver(ClusterError):
     """The call was of a cluster generation that ended (the cluster re-forms, or the coordinator
     restarted): the caller must register into the current one."""
@@ -123,6 +133,16 @@ class MappingError(TpuctlError):
     exit_code = EXIT_MAPPING
 
 
+class InterruptError(TpuctlError):
+    """A signal ended the command: exit 128 + its number (130 for SIGINT, Ctrl-C; 143 SIGTERM; 129 SIGHUP),
+    as a shell reports a process the signal killed. The message starts "interrupted" and is printed
+    without "error:"."""
+
+    def __init__(self, message: str, *, signal_number: int = EXIT_INTERRUPTED - 128, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = 128 + signal_number
+
+
 def error_payload(exc: TpuctlError) -> ErrorPayload:
     """``exc`` as JSON (the agent's control socket, its events to ``init``, the backend probe's answer)."""
     return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
@@ -139,7 +159,7 @@ def error_from_payload(payload: Mapping[str, object]) -> TpuctlError:
     cls = types.get(str(payload.get("type")), TpuctlError)
     hint = payload.get("hint")
     exc = cls(str(payload.get("message", "agent error")), hint=None if hint is None else str(hint))
-    if cls is TpuctlError:
+    if cls is TpuctlError or cls is InterruptError:
         code = payload.get("exit_code", EXIT_INTERNAL)
         exc.exit_code = int(code) if isinstance(code, (int, float, str)) else EXIT_INTERNAL
     return exc

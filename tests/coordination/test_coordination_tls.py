@@ -20,7 +20,7 @@ from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.server import CoordinationServer, start_server
 from tpuctl.coordination.tls import ClientTls, load_client_tls, load_server_tls, read_pem
 from tpuctl.coordination.values import ServiceConfig, TaskState
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, InputError
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, InputError, TlsRefused
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_a_client_trusting_another_ca_is_refused_with_a_tls_hint(pki: Pki) -> No
     async def body() -> None:
         async with tls_server(make_config(2), pki) as server:
             async with CoordinationClient(server.target, tls=client_tls(pki, ca=str(pki.other_ca)), rpc_timeout=5.0) as c:
-                with pytest.raises(CoordinatorUnreachable) as excinfo:
+                with pytest.raises(TlsRefused, match="unable to get local issuer certificate") as excinfo:
                     await c.register("test", 0)
             assert "auth.tls.ca" in (excinfo.value.hint or "")
             assert await registered(server.target, client_tls(pki)) == [TaskState.WAITING] * 2
@@ -150,7 +150,7 @@ def test_unusable_pem_files_are_refused_before_serving(pki: Pki, tmp_path: Path)
         read_pem(tmp_path / "text.pem", "TLS CA (auth.tls.ca)")
     with pytest.raises(InputError, match="does not exist"):
         load_client_tls(str(tmp_path / "missing.pem"))
-    with pytest.raises(InputError, match="is not a regular file"):
+    with pytest.raises(InputError, match="is a folder; expected a PEM file"):
         read_pem(tmp_path, "TLS CA (auth.tls.ca)")
     with pytest.raises(InputError, match="needs both"):
         load_client_tls(str(pki.ca), cert=str(pki.client_cert))

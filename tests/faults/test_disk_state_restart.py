@@ -89,6 +89,30 @@ def loadable_mappings(c: LocalCluster, outputs: dict[int, Path]) -> list[int]:
     return valid
 
 
+def judge_inits(
+    c: LocalCluster, procs: dict[int, Proc], victim: Victim, cause: tuple[str, ...], outputs: dict[int, Path]
+) -> tuple[list[HostOutcome], list[str]]:
+    """Every host's ``init`` after a fault of the victim's own files, from now: what each did (detection
+    times from the victim's own exit) and what the catalogue finds wrong (``check``; the victim must say
+    the cause; no host may keep a mapping that loads as valid)."""
+    procs = dict(sorted(procs.items()))
+    started = time.monotonic()
+    exits = watch_exits(procs, started, 30 + SLACK_S)
+    hosts = outcomes(procs, exits, victim.task, "init")
+    failed_at = exits[victim.task][1] or 0.0
+    for h in hosts:
+        if h.role == "peer" and h.seconds is not None:
+            h.seconds = max(0.0, h.seconds - failed_at)
+    problems = check(hosts, c, victim, cause, DEADLINE_S)
+    victim_said = next(h for h in hosts if h.role == "victim").text.lower()
+    if not any(word in victim_said for word in cause):
+        problems.append(f"the victim did not say the cause {list(cause)}")
+    left = loadable_mappings(c, outputs)
+    if left:
+        problems.append(f"tasks {left} kept a mapping that loads as valid")
+    return hosts, problems
+
+
 def _output_fault(
     c: LocalCluster,
     victim: Victim,
@@ -115,23 +139,8 @@ def _output_fault(
         for t in list(procs):
             c.wait_for_log(t, "registered with", timeout=30)
         procs[victim.task] = init_with_output(c, victim.task, outputs[victim.task])
-    procs = dict(sorted(procs.items()))
     # the fault is there from the start; it strikes when the victim writes its mapping, after the merge
-    started = time.monotonic()
-    exits = watch_exits(procs, started, 30 + SLACK_S)
-    hosts = outcomes(procs, exits, victim.task, "init")
-    # detection time: from the victim's own failure to each peer's exit
-    failed_at = exits[victim.task][1] or 0.0
-    for h in hosts:
-        if h.role == "peer" and h.seconds is not None:
-            h.seconds = max(0.0, h.seconds - failed_at)
-    problems = check(hosts, c, victim, cause, DEADLINE_S)
-    victim_said = next(h for h in hosts if h.role == "victim").text.lower()
-    if not any(word in victim_said for word in cause):
-        problems.append(f"the victim did not say the cause {list(cause)}")
-    left = loadable_mappings(c, outputs)
-    if left:
-        problems.append(f"tasks {left} kept a mapping that loads as valid")
+    hosts, problems = judge_inits(c, procs, victim, cause, outputs)
     Measurement(
         test=request.node.nodeid, fault=fault, phase=phase, victim=victim.describe(c),
         detected_by="the victim's report, every `init`", limit_s=DEADLINE_S, hosts=hosts, problems=problems,
@@ -147,6 +156,44 @@ def test_full_disk_while_writing_the_mapping(make_cluster, tmp_path: Path, reque
         fill(mnt)
         _output_fault(c, Victim(2), mnt / "mapping.json", "full disk (output on a full tmpfs)",
                       ("no space left",), request, phase="writing")  # fmt: skip
+
+
+@needs_root
+def test_full_disk_under_the_state_dir(make_cluster, tmp_path: Path, request) -> None:
+    """The victim's state dir is a small tmpfs, filled once it registered (and waits for the others): its
+    description (agent.json), written after the merge, finds no space. The victim names the file and
+    the cause and exits; every peer hears it from the coordinator, naming the victim (once: an agent
+    crash nobody was told of, then "no heartbeat" or the register timeout)."""
+    c = make_cluster("v4-32", **SPEC)
+    victim = Victim(2)
+    outputs = {t: c.mapping(t) for t in range(c.num_hosts)}
+    outputs[victim.task] = tmp_path / "out" / "mapping.json"  # not on the full disk: the state dir is the fault
+    with tmpfs(c.state(victim.task), size="512k") as mnt:
+        os.chmod(mnt, 0o700)
+        procs = {0: c.start_init(0), victim.task: init_with_output(c, victim.task, outputs[victim.task])}
+        c.wait_for_log(victim.task, "registered with", timeout=30)
+        fill(mnt)
+        for t in (1, 3):
+            procs[t] = c.start_init(t)
+        hosts, problems = judge_inits(c, procs, victim, ("no space left",), outputs)
+        said = next(h for h in hosts if h.role == "victim").text
+        if "agent.json" not in said or "crashed" in said:
+            problems.append(f"the victim did not name the file (or its agent crashed): {first_error(said)!r}")
+        Measurement(
+            test=request.node.nodeid, fault="full disk (state dir on a full tmpfs)", phase="writing agent.json",
+            victim=victim.describe(c), detected_by="the victim's report, every `init`", limit_s=DEADLINE_S,
+            hosts=hosts, problems=problems, notes="detection time from the victim's exit",
+        ).write()  # fmt: skip
+        stop_pids([pid for pid in _agent_pids(c) if c.processes.ours(pid)])
+    assert not problems, "\n".join(problems)
+
+
+def _agent_pids(c: LocalCluster) -> list[int]:
+    pids = []
+    for t in range(c.num_hosts):
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((c.state(t) / "agent.pid").read_text()))
+    return pids
 
 
 CLEARING = "registered (clearing the last mapping)"

@@ -29,6 +29,11 @@ never printed) while the agent runs; a new ``tpuctl init`` on the same state dir
 ("restarted") instead of refusing the new one as "another live process". Task 0's new process starts its
 service above the generation its predecessor reached.
 
+Interrupted: SIGTERM, SIGINT or SIGHUP make the agent leave the cluster. ``tpuctl init`` interrupted while
+it waits (Ctrl-C, a lost ssh session) sends its agent ``INIT_INTERRUPTED`` (SIGUSR1), and an agent whose
+init died finds its pipe broken: before the cluster formed on this host (its final barrier passed) the
+agent leaves, telling the cluster why; after, it stays (the cluster's; ``tpuctl down`` stops it).
+
 Progress and the outcome go to a ``Reporter`` (:mod:`tpuctl.agent.reporter`). The merge of step 5-6
 is :mod:`tpuctl.agent.merge`; the answers of step 8 are :mod:`tpuctl.agent.commands`.
 """
@@ -55,13 +60,15 @@ from tpuctl.agent.merge import commit, local_core_ids, merge, probe_limit, remov
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
-from tpuctl.agent.reporter import InitSummary, Reporter
+from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
     DeadlineError,
     GenerationOver,
+    InterruptError,
     StateError,
+    TlsRefused,
     TpuctlError,
 )
 from tpuctl.watchdog.judge import Verdict
@@ -81,8 +88,11 @@ INIT_DONE_BARRIER = "tpuctl/init/done"
 INIT_SCHEMA = "tpuctl.init/v1"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
+INTERRUPTED_REPORT_S = 2.0  # ... when init was interrupted (it waits launch.STOP_WAIT_S for this agent to go)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # leave the cluster
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
 TELL_UNREGISTERED_S = 0.5  # ... and for hosts not registered yet (one retrying comes back within 0.25 s)
+TELL_TLS_S = 5.0  # ... and when its own certificate was refused: hosts retrying meet it within a second
 FAILED_STOP_GRACE_S = 0.25  # the service's stop grace after a failed init
 TELL_PEERS_POLL_S = 0.05
 STATE_DIR_CHECK_S = 2.0  # how often a running agent checks that its state dir is still there
@@ -120,6 +130,8 @@ class Agent:
         self._control: asyncio.Task[None] | None = None  # serving local commands, from the first mapping on
         self._main_task: asyncio.Task[object] | None = None  # the bring-up, cancelled when init cannot finish
         self._ready = False
+        self.cluster_formed = False  # the first generation's final barrier passed on this host
+        self._interrupted: tuple[str, signal.Signals | None] | None = None  # why the bring-up was stopped
         self._last_generation = 0
         self._previous_credential = b""
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.progress_socket))
@@ -136,7 +148,7 @@ class Agent:
     async def run(self) -> int:
         lock = self.options.state.take_lock()
         try:
-            Path(self.options.state.pid_file).write_text(f"{os.getpid()}\n")
+            self.options.state.write_pid(os.getpid())
             return await self._run_locked()
         finally:
             # Only a dead agent leaves its registration behind (for its successor to reclaim).
@@ -147,20 +159,26 @@ class Agent:
 
     async def _run_locked(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(INIT_INTERRUPTED, self.init_gone, "its tpuctl init was interrupted")
         alive = asyncio.create_task(self._say_alive(), name="alive")
         try:
-            await self._bring_up()
+            try:
+                await self._bring_up()
+            except OSError as exc:
+                raise self._own_failure(exc) from exc
         except TpuctlError as exc:
             log.error("init failed: %s", exc)
             await self._tell_the_cluster(exc)
-            await self._until_every_host_heard()
+            await self._until_every_host_heard(exc)
             self.reporter.failed(exc)
             await self._tear_down(leaving=False)
             return exc.exit_code
         except asyncio.CancelledError:
-            reason = self.cluster_error or StateError(f"task {self.task}: init interrupted by a signal")
+            reason = self.cluster_error or self._interruption()
+            if self.cluster_error is None:  # the peers hear why at once, not as a heartbeat timeout
+                await self._tell_the_cluster(reason, within=INTERRUPTED_REPORT_S)
             await self._until_every_host_heard()
             self.reporter.failed(reason)
             await self._tear_down(leaving=False)
@@ -174,14 +192,48 @@ class Agent:
         return 0
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        """SIGTERM, SIGINT, SIGHUP: leave the cluster. Before the cluster formed the bring-up stops; once it
+        formed on this host (the final barrier passed: ``cluster_formed``) it finishes, reports ready, then leaves,
+        as with ``tpuctl down``: never gone with a committed mapping and no word to ``init``."""
         log.info("received %s: leaving the cluster", sig.name)
-        if not self._ready:
-            for task in self._tasks:
-                task.cancel()
-            if self._main_task is not None:
-                self._main_task.cancel()
+        if not self.cluster_formed and self._interrupted is None:
+            self._interrupted = (sig.name, sig)
+            self._stop_bringing_up()
         self.stop.set()
         self.notify()
+
+    def init_gone(self, why: str) -> None:
+        """The ``tpuctl init`` that started this agent is gone: interrupted (it sends ``INIT_INTERRUPTED``
+        and waits for the outcome), or dead (its pipe broke). Before the cluster formed this agent leaves
+        with it (it would otherwise keep registering, and the cluster would form around it); once the
+        cluster formed on this host (the final barrier passed) it stays, the cluster's: ``tpuctl down``
+        stops it. One event loop decides, so the signal and the final barrier never half-overlap."""
+        if self.stop.is_set() or self._interrupted is not None:
+            return
+        if self.cluster_formed:
+            log.info("%s after the cluster formed: this agent stays (`tpuctl down` stops it)", why)
+            return
+        log.warning("task %d: %s before the cluster formed: leaving", self.task, why)
+        self._interrupted = (why, None)
+        self._stop_bringing_up()
+        self.stop.set()
+        self.notify()
+
+    def _stop_bringing_up(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._main_task is not None:
+            self._main_task.cancel()
+
+    def _interruption(self) -> TpuctlError:
+        """Why the bring-up was cancelled without a cluster error: a signal, or init gone."""
+        why, sig = self._interrupted or ("a signal", None)
+        if sig is not None:
+            why = f"this agent received {why}"
+        return InterruptError(
+            f"task {self.task}: init was interrupted before the cluster formed ({why}); this host's agent left",
+            signal_number=int(sig) if sig is not None else signal.SIGINT,
+        )
 
     async def _bring_up(self) -> None:
         self._main_task = asyncio.current_task()
@@ -319,6 +371,7 @@ class Agent:
             self._tasks.append(self._control)
         self.reporter.phase("the final barrier", spec.barrier_timeout)
         await gen.session.barrier(INIT_DONE_BARRIER, timeout=spec.barrier_timeout)
+        self.cluster_formed = True  # from here on an interrupted init leaves this agent up (``init_gone``)
         # Every host has its mapping: only now does it take the place jobs read it from, so a cluster
         # that never came up leaves no mapping that loads as valid.
         commit(gen.pending, self.options.output)
@@ -373,9 +426,13 @@ class Agent:
                 return
             await self._leave_generation(end)
             try:
-                await self._form(first=False)
+                try:
+                    await self._form(first=False)
+                except OSError as exc:
+                    raise self._own_failure(exc) from exc
             except TpuctlError as exc:
                 if not self.shutdown_all:
+                    await self._tell_the_cluster(exc)  # this host's own failure (a full state dir): every peer hears it
                     self._fail(exc)
                 return
 
@@ -415,7 +472,7 @@ class Agent:
         if self._metrics is not None:
             await self._metrics.close()
 
-    async def _tell_the_cluster(self, exc: TpuctlError) -> None:
+    async def _tell_the_cluster(self, exc: TpuctlError, *, within: float = REPORT_TIMEOUT_S) -> None:
         """Init failed here for a reason of this host's own (the mapping write, the backend, ...): report
         it, so every peer fails at once naming this host and the real cause, not a heartbeat timeout."""
         if self.client is None or self.current is None or self.cluster_error is not None:
@@ -425,10 +482,21 @@ class Agent:
         with contextlib.suppress(TpuctlError, OSError, asyncio.TimeoutError):
             await asyncio.wait_for(
                 self.client.report_error(self.current.membership.task, f"init failed on this host: {exc.message}"),
-                REPORT_TIMEOUT_S,
+                within,
             )
 
-    async def _until_every_host_heard(self) -> None:
+    async def _until_every_host_saw_the_certificate(self) -> None:
+        """Task 0 refused its own service's certificate (expired, another name, ...): every host does. No
+        host can register to be told, but each one that tries meets the same certificate and says why
+        (``Channel.tls_refusal``, within a second): keep serving it for ``TELL_TLS_S``."""
+        limit = min(TELL_TLS_S, self.spec.coordinator.register_timeout)
+        self.reporter.progress(
+            f"task 0: keeping the coordination service up for {limit:g} s, so that the hosts trying to register "
+            "meet its certificate and say why"
+        )
+        await asyncio.sleep(limit)
+
+    async def _until_every_host_heard(self, failure: TpuctlError | None = None) -> None:
         """On task 0, whose init is failing: keep the coordination service up until every host has heard
         the cluster's error (``untold``): a registered one for at most ``TELL_PEERS_S`` (it is between
         two calls, or in one), one not registered yet for ``TELL_UNREGISTERED_S`` (one that is retrying
@@ -436,6 +504,9 @@ class Agent:
         host finds the port closed and can only say "coordinator unreachable", never the cause. Not after
         a signal: the user wants out."""
         if self._server is None or self.stop.is_set():
+            return
+        if isinstance(failure, TlsRefused) and failure.coordinator_certificate:
+            await self._until_every_host_saw_the_certificate()
             return
         state = self._server.service.state
         registered, unregistered = state.untold()
@@ -549,6 +620,15 @@ class Agent:
                 cause = f"the coordinator at {self.spec.coordinator_target} stopped answering: {exc.message}"
                 return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
         return GenerationEnd(generation, False, exc)
+
+    def _own_failure(self, exc: OSError) -> StateError:
+        """An OSError of this host's own files the bring-up met (the state dir's socket, a write the state
+        dir's methods do not name already), as the ``StateError`` every peer is told."""
+        from tpuctl.agent.statedir import write_error
+
+        if exc.filename is None:
+            return StateError(f"task {self.task}: {exc.strerror or exc}", hint=f"see {self.options.state.log_file}")
+        return write_error(self.options.state, os.fsdecode(exc.filename), exc)
 
     def _fail(self, exc: TpuctlError) -> None:
         if self.cluster_error is None:

@@ -63,6 +63,20 @@ def connect(spec: ClusterSpec, token: str | None) -> CoordinationClient:
     )
 
 
+def check_tls(spec: ClusterSpec, task: int) -> None:
+    """Load the spec's TLS files as this host's agent will (task 0: its service's too): ``InputError``
+    naming a file that cannot work (not PEM, encrypted, another certificate's key, ...) before anything
+    starts."""
+    tls = spec.auth.tls if spec.auth is not None else None
+    if tls is None:
+        return
+    client_tls(tls)
+    if task == 0:
+        from tpuctl.coordination.tls import load_server_tls
+
+        load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
+
+
 def client_tls(tls: TlsSpec | None) -> ClientTls | None:
     """The client side of the spec's ``auth.tls`` (None: plaintext)."""
     if tls is None:
@@ -72,4 +86,4 @@ def client_tls(tls: TlsSpec | None) -> ClientTls | None:
     return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
 
 
-__all__ = ["client_tls", "connect", "load_token", "start_service"]
+__all__ = ["check_tls", "client_tls", "connect", "load_token", "start_service"]

@@ -11,11 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
+from collections.abc import Callable
 from typing import IO, TypedDict
 
 from tpuctl.errors import TpuctlError, error_payload
 
 log = logging.getLogger("tpuctl.agent.bringup")
+
+INIT_INTERRUPTED = signal.SIGUSR1
+"""What an interrupted ``tpuctl init`` sends its agent: leave unless the cluster formed (``Agent.init_gone``)."""
 
 
 class TaskAddress(TypedDict):
@@ -64,10 +69,14 @@ class Reporter:
 
 
 class PipeReporter(Reporter):
-    """JSON lines on a pipe to the waiting ``tpuctl init`` process; closed after the outcome."""
+    """JSON lines on a pipe to the waiting ``tpuctl init`` process; closed after the outcome.
 
-    def __init__(self, stream: IO[str]) -> None:
+    ``on_gone`` is called once if the pipe breaks before then: init died without a word (``kill -9``); the
+    agent's ``alive`` events, a few a second, notice it."""
+
+    def __init__(self, stream: IO[str], on_gone: Callable[[], None] | None = None) -> None:
         self._stream: IO[str] | None = stream
+        self.on_gone = on_gone
 
     def _send(self, message: dict[str, object]) -> None:
         if self._stream is None:
@@ -76,7 +85,9 @@ class PipeReporter(Reporter):
             self._stream.write(json.dumps(message) + "\n")
             self._stream.flush()
         except (BrokenPipeError, OSError):
-            self._stream = None  # init went away (Ctrl-C): carry on, the log still has everything
+            self._stream = None  # the log still has everything
+            if self.on_gone is not None:
+                self.on_gone()
 
     def _close(self) -> None:
         if self._stream is not None:

@@ -90,11 +90,29 @@ class StateDir:
 
     def write_registration(self, cluster: str, task: int, generation: int, credential: bytes) -> None:
         """Keep this host's registration (owner-only, atomically): what a new process on this state dir
-        shows the service to replace it, should this agent die."""
+        shows the service to replace it, should this agent die. ``StateError`` naming the file when it
+        cannot be written (a full disk)."""
+        doc = {"cluster": cluster, "task": task, "generation": generation, "credential": credential.hex()}
+        self._write(self.registration_file, json.dumps(doc) + "\n")
+
+    def write_pid(self, pid: int) -> None:
+        """``agent.pid`` (once the agent holds the lock); ``StateError`` naming it when it cannot be written."""
+        self._write(self.pid_file, f"{pid}\n", atomic=False)
+
+    def _write(self, path: str, text: str, *, atomic: bool = True) -> None:
+        """Write one of this state dir's files, owner-only; an OSError (a full disk, a read-only or vanished
+        folder) as ``StateError`` naming the file and the cause."""
         from tpuctl.files import atomic_write
 
-        doc = {"cluster": cluster, "task": task, "generation": generation, "credential": credential.hex()}
-        atomic_write(self.registration_file, json.dumps(doc) + "\n", mode=0o600)
+        try:
+            if atomic:
+                atomic_write(path, text, mode=0o600)
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+        except OSError as exc:
+            raise write_error(self, path, exc) from exc
 
     def read_registration(self, cluster: str, task: int) -> tuple[int, bytes] | None:
         """(generation, credential) a dead agent of this cluster and task left; None if none or not ours."""
@@ -181,7 +199,10 @@ class StateDir:
         from tpuctl.errors import StateError
 
         self.ensure()
-        handle = open(self.lock_file, "a+")  # noqa: SIM115  # held open: the lock lives as long as the agent
+        try:
+            handle = open(self.lock_file, "a+")  # noqa: SIM115  # held open: the lock lives as long as the agent
+        except OSError as exc:
+            raise write_error(self, self.lock_file, exc) from exc
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -237,10 +258,26 @@ class StateDir:
         return AgentInfo.from_json(data, str(self.info_file))
 
     def write_info(self, info: "AgentInfo") -> None:
-        """Write ``agent.json`` atomically (owner-only, like the rest of the state dir)."""
-        from tpuctl.files import atomic_write
+        """Write ``agent.json`` atomically (owner-only, like the rest of the state dir); ``StateError`` naming
+        it when it cannot be written."""
+        self._write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
 
-        atomic_write(self.info_file, json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n", mode=0o600)
+
+def write_error(state: StateDir, path: str, exc: OSError) -> "StateError":
+    """A state dir's file that could not be written (or made: a socket, a lock), as a ``StateError`` naming
+    it and the cause; a full disk says so."""
+    import errno  # here: only a failing write needs it
+
+    from tpuctl.errors import StateError
+
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    reason = exc.strerror or type(exc).__name__
+    folder = os.path.dirname(path) or "."
+    return StateError(
+        f"cannot write {path}: {reason}" + (" (its file system is full)" if full else ""),
+        hint=(f"free space there (`df -h {folder}`), or " if full else "")
+        + f"pass --state-dir DIR (or set {STATE_DIR_ENV}) to a writable folder with room",
+    )
 
 
 def lock_holder(lock_file: str | os.PathLike[str]) -> int | None:

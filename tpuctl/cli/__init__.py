@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 
 
 def report_error(exc: "TpuctlError") -> int:
-    """Print a tpuctl error (and its hint) on stderr; its exit code."""
-    sys.stderr.write(f"tpuctl: error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+    """Print a tpuctl error (and its hint) on stderr; its exit code. An interruption (exit 128 + a signal's
+    number) is not an error: ``tpuctl: interrupted; ...``."""
+    label = "" if exc.exit_code >= 128 else "error: "
+    sys.stderr.write(f"tpuctl: {label}{exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
     return exc.exit_code
 
 

@@ -116,7 +116,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     --log-level LEVEL (or -v, -vv, TPUCTL_LOG_LEVEL) on any command; tpuctl completion bash|zsh|fish.
 
     Exit codes: 0 ok, 1 internal error, 2 bad input, 3 cluster failure, 4 deadline exceeded,
-    5 local state (already/not running), 6 no TPU found, 7 bad mapping file, 130 interrupted.
+    5 local state (already/not running), 6 no TPU found, 7 bad mapping file, 130 interrupted
+    (128+N for signal N).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import click
 
+from tpuctl.agent.coordinator import check_tls
 from tpuctl.agent.launch import launch, refuse_if_running, run_foreground
 from tpuctl.agent.options import build_options, observed
 from tpuctl.agent.reporter import Reporter
@@ -58,7 +59,13 @@ def init(
     (naming the hosts still missing); stdout gets a one-line summary. The agent then stays in the
     background (heartbeats, error watch, `tpuctl barrier`) until `tpuctl down`.
 
-    Exit codes: 0 up, 2 bad spec, 3 cluster failure, 4 a host never came (deadline), 5 already up.
+    Interrupted before the cluster formed (Ctrl-C, SIGTERM, SIGHUP), init stops this host's agent and
+    says so; after, the agent stays (`tpuctl down` stops it).
+
+    Exit codes: 0 up, 2 bad spec or TLS file (not PEM, encrypted, not its certificate's key), 3 cluster
+    failure (also a TLS certificate refused for good: expired, not yet valid, another name or CA),
+    4 a host never came (deadline), 5 already up or the state dir cannot be written (a full disk: every
+    host is told), 128+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
     """
     if config:
         options = build_options(config, task_id, out, state_dir)
@@ -68,6 +75,7 @@ def init(
         options = detected_options(task_id, out, state_dir)
     options = observed(options, metrics, log_format, os.environ)
     refuse_if_running(options.state)
+    check_tls(options.spec, options.task)  # a certificate or key that cannot work: exit 2 before anything starts
     if foreground:
         return run_foreground(options, _StderrReporter(fmt, json_log=options.spec.log_format == "json"))
     summary = launch(options, say)

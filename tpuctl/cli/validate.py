@@ -55,6 +55,38 @@ def validate_document(path: str, check: SpecCheck) -> dict[str, Any]:
     }
 
 
+def with_tls_files(config: str, check: SpecCheck) -> SpecCheck:
+    """``check`` with the problems of the spec's TLS files as this host has them (``tls.file_problems``:
+    unreadable, not PEM, a key readable by others, encrypted, or not its certificate's; a CA that is a
+    folder), each at the line of its key. A file not on this host is not checked."""
+    spec = check.spec
+    tls = spec.auth.tls if spec is not None and spec.auth is not None else None
+    if tls is None or not check.ok:
+        return check
+    from tpuctl.coordination.tls import file_problems
+
+    found = file_problems(tls.cert, tls.key, tls.ca, tls.client_cert, tls.client_key)
+    if not found:
+        return check
+    where = _tls_positions(config)
+    problems = tuple(Problem(*where.get(key, (0, 0)), key, message) for key, message in found)
+    return SpecCheck(check.source, None, problems)
+
+
+def _tls_positions(config: str) -> dict[str, tuple[int, int]]:
+    """Where each ``auth.tls`` value is written in the spec file: dotted key -> (line, column)."""
+    from tpuctl.spec.yamlfile import parse_tree, read_spec_file
+
+    root, _ = parse_tree(read_spec_file(config).decode("utf-8-sig", errors="replace"))
+    found: dict[str, tuple[int, int]] = {}
+    node = root
+    for name in ("auth", "tls"):
+        node = next((v for k, v in node.entries if k.value == name), None) if node is not None else None
+    for key, value in node.entries if node is not None else ():
+        found[f"auth.tls.{key.value}"] = (value.line, value.column)
+    return found
+
+
 @click.command("validate")
 @click.option("--config", "-c", "config", required=True, metavar="FILE", help="The cluster spec (YAML) to check.")
 @format_options("text: ok, or every problem on stderr; json: one document (schema, ok, file, problems, cluster).")
@@ -66,12 +98,16 @@ def validate(ctx: click.Context, config: str, fmt: str) -> None:
     tpuctl validate --config cluster.yaml
     tpuctl validate --config cluster.yaml --json      (or -o json, --format json)
 
+    With auth.tls, the certificate and key files this host has are checked too, as init loads them: PEM
+    that OpenSSL reads, a key owner-only (mode 600), not protected by a passphrase, and its certificate's.
+    Files that are not on this host (task 0's certificate, on a worker) are not checked.
+
     Exit codes: 0 valid, 2 problems found (each on stderr as FILE:LINE:COL: key: problem).
     """
     from tpuctl.spec.yamlfile import check_spec_file
 
     try:
-        check = check_spec_file(config)
+        check = with_tls_files(config, check_spec_file(config))
     except InputError as exc:
         if fmt != "json":
             raise

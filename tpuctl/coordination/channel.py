@@ -10,6 +10,7 @@ and its sessions (``session.py``) share it.
 from __future__ import annotations
 
 import asyncio
+import time
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -18,8 +19,8 @@ import grpc
 from tpuctl.coordination import convert
 from tpuctl.coordination.auth import TOKEN_KEY
 from tpuctl.coordination.calls import finished
-from tpuctl.coordination.tls import ClientTls, channel_credentials
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, TpuctlError
+from tpuctl.coordination.tls import ClientTls, channel_credentials, handshake_refusal
+from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, TlsRefused, TpuctlError
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
 
 _Self = TypeVar("_Self", bound="Channel")
@@ -36,6 +37,9 @@ the spec's default heartbeat interval. A session whose pings vouch for the coord
 ``give_up_after`` sends no heartbeat messages; see ``Session``."""
 MIN_KEEPALIVE_S = 0.2
 """Pings closer than the service's abuse limit (``server.MIN_CLIENT_PING_MS``) would get the connection closed."""
+
+TLS_CHECK_EVERY_S = 1.0
+"""Least time between two plain handshakes asking why a TLS connection failed (``Channel.tls_refusal``)."""
 
 CONNECT_TIMEOUT_MS = 20_000
 """How long one connection attempt may take before the channel gives it up and dials again (gRPC's
@@ -88,6 +92,7 @@ class Channel:
         self.max_wait = max_wait
         self.metadata = ((TOKEN_KEY, token),) if token else None
         self._tls = tls
+        self._next_tls_check = 0.0
         options: tuple[tuple[str, Any], ...] = _CHANNEL_OPTIONS
         if self.keepalive:
             ping_ms = round(self.keepalive * 1000)
@@ -150,6 +155,19 @@ class Channel:
         return convert.error_from_status(
             exc.code(), exc.details() or "", hint, target=self.target, call=call, timeout=timeout
         )
+
+    async def tls_refusal(self, failed: TpuctlError) -> TlsRefused | None:
+        """After a connection attempt failed with ``failed``: why TLS refused it, when waiting cannot heal
+        that (``tls.handshake_refusal``: a plain handshake, in a thread); None otherwise, when the
+        connection was refused (nobody listens yet: the usual wait), or when asked again within
+        ``TLS_CHECK_EVERY_S``."""
+        if self._tls is None or self._tls.files is None or "connection refused" in failed.message.lower():
+            return None
+        now = time.monotonic()
+        if now < self._next_tls_check:
+            return None
+        self._next_tls_check = now + TLS_CHECK_EVERY_S
+        return await asyncio.to_thread(handshake_refusal, self.target, self._tls)
 
     def unconfirmed(self, silent: float, give_up_after: float, exc: TpuctlError) -> CoordinatorUnreachable:
         return CoordinatorUnreachable(

@@ -219,7 +219,10 @@ class CoordinationClient(Channel):
         is not late to start: it died, restarted or was cut off. From the first failure after contact the
         retries go on for ``lost_after`` s at most (the heartbeat timeout: as long as a session rides out
         an unreachable coordinator), so a host whose registration was in flight when the coordinator died
-        fails as its registered peers do, not after the whole register timeout."""
+        fails as its registered peers do, not after the whole register timeout.
+
+        Over TLS, a failed attempt asks why (``Channel.tls_refusal``, a plain handshake at most once a
+        second): a certificate that cannot be accepted, on either side, raises ``TlsRefused`` at once."""
         started = time.monotonic()
         give_up_at = started + connect_timeout
         lost_at: float | None = None
@@ -228,6 +231,10 @@ class CoordinationClient(Channel):
             try:
                 return await attempt()
             except CoordinatorUnreachable as exc:
+                if lost_at is None and not (contact is not None and contact.reached):
+                    refused = await self.tls_refusal(exc)  # a TLS failure waiting cannot heal ends the wait now
+                    if refused is not None:
+                        raise refused from exc
                 now = time.monotonic()
                 if contact is not None and contact.reached and lost_after is not None and lost_at is None:
                     lost_at = now
