@@ -53,6 +53,8 @@ CORE = (
     "tpuctl.coordination.generations",
     "tpuctl.mapping.model",
     "tpuctl.watchdog.*",
+    "tpuctl.goodput.timeline",
+    "tpuctl.goodput.ledger",
     "tpuctl.errors",
     "tpuctl.durations",
     "tpuctl.hosts",
