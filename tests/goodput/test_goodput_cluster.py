@@ -4,6 +4,8 @@ steps and checkpoints (``job_ledger.py``). The harness brings the cluster up, ki
 ``tpuctl run`` and its agent, kill -9) at a time it notes, brings it back with ``tpuctl init`` and
 ``tpuctl run`` again, and notes when the restarted job first stepped. ``tpuctl goodput`` on another host must
 put each of those spans in its buckets within one heartbeat interval, and add up to the wall within 1 %.
+Then task 0's agent is killed and comes back with its state dir: the new coordinator continues the ledger
+from its journal.
 """
 
 from __future__ import annotations
@@ -117,3 +119,13 @@ def test_the_ledger_s_buckets_match_the_harness_s_own_timings(make_cluster, tmp_
     assert c.tpuctl("goodput", "--format", "svg", "--out", str(svg), task=0, timeout=30).code == 0
     root = ET.fromstring(svg.read_bytes())
     assert [g.get("data-generation") for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "generation"] == ["1", "2"]
+    # the coordinator dies and comes back with its state dir: the ledger goes on from its journal
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    c.start_init(0, label="init-0-again")
+    assert c.wait_init("init-0-again", 60).code == 0, c.logs()
+    later = json.loads(c.tpuctl("goodput", "--json", task=3, timeout=30).out)
+    assert [g["generation"] for g in later["generations"]] == [1, 2, 3] and later["since"] == ledger["since"]
+    assert "coordinator stopped" in later["generations"][1]["ended"]
+    assert later["generations"][0]["buckets"] == ledger["generations"][0]["buckets"]
+    assert later["generations"][2]["buckets"]["bring_up"] == 0 and later["generations"][2]["buckets"]["waiting"] > 0
+    assert abs(sum(later["totals"].values()) - later["wall_seconds"]) < 1e-6

@@ -135,6 +135,9 @@ def test_the_journal_stays_bounded_through_days_of_marks_and_a_storm_of_generati
     assert totals(reloaded, at) == totals(t, at)
 
 
+_TASKS = tuple(TaskInfo(task, f"10.0.{task // 256}.{task % 256}") for task in range(10_000))
+
+
 class _Stub:
     """A coordination state at ``generation``, whose generation before ended with 10,000 hosts failed."""
 
@@ -145,10 +148,11 @@ class _Stub:
         self.failed_since = -1.0
         self.failed_seen = {task: -1.0 for task in range(10)}
         self.generations = self
+        self.tasks = _TASKS
 
     def ended(self, generation: int) -> ClusterFailure:
         cause = "no heartbeat: " + "x" * 300
-        failures = tuple(TaskFailure(TaskInfo(task, f"10.0.{task // 256}.{task % 256}"), cause) for task in range(10))
+        failures = tuple(TaskFailure(_TASKS[task], cause) for task in range(10))
         return ClusterFailure(failures, 10_000, generation=generation, rejoin=True)
 
 
@@ -275,7 +279,8 @@ def test_the_service_ledger_follows_the_state_through_a_failure_and_the_hosts_re
     ledger.registered(state, 2, now=13.0, wall=T0 + 13.0)
     ledger.observe(state, state.take_wakeup(), now=13.0, wall=T0 + 13.0)
     form(state, ledger, [*again, back], now=13.5)
-    assert [(r.task, r.at) for r in gen2.returns] == [(2, T0 + 13.0)]
+    assert [(r.task, r.at, r.address) for r in gen2.returns] == [(2, T0 + 13.0, "127.0.0.3")]
+    assert json.loads(ledger.document(T0 + 14.0))["generations"][0]["failures"][0]["address"] == "127.0.0.3"
     assert (gen2.registered, gen2.formed) == (T0 + 13.0, T0 + 13.5)
     summary = ledger.summary(T0 + 14.0)
     assert summary.bucket == "startup" and summary.generation == 2 and summary.wall_seconds == 14.0
@@ -321,3 +326,25 @@ def test_a_deadline_s_lost_steps_told_after_the_generation_ended_count_in_that_g
     assert ledger.timeline.generations[0].lost is not None and ledger.timeline.current.lost is None
     document = json.loads(ledger.document(T0 + 11.0))
     assert document["generations"][0]["buckets"]["lost"] == 3.0  # 30 steps of 0.1 s before the failure
+
+
+def test_progress_figures_cost_the_journal_a_mark_now_and_then_never_a_sync_per_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,000 hosts whose job checkpoints every step: each report carries a new checkpoint and, at the
+    generation's start, an earlier first step; none of it is an event to sync, only a figure for the marks."""
+    synced: list[int] = []
+    monkeypatch.setattr("tpuctl.goodput.journal.os.fsync", synced.append)
+    path = tmp_path / "goodput.jsonl"
+    ledger = ServiceLedger.open("pod", generation=1, started=T0, now=T0, journal_path=path)
+    ledger.timeline.registered(T0 + 1.0)
+    ledger.timeline.formed(T0 + 2.0)
+    before, writes = len(synced), 0
+    for n in range(10_000):  # 100 reports a second for 100 s
+        at = T0 + 3.0 + n / 100
+        size = path.stat().st_size
+        ledger.pace(n, PaceReport(n, 1.0 - n / 20_000, 0.1, 50, False, checkpointed=n), generation=1, wall=at, transit=0.0)
+        writes += path.stat().st_size != size
+    assert len(synced) - before <= 1  # the first step: the one event
+    assert writes <= 100 / MARK_EVERY_S + 2
+    assert ledger.timeline.current.checkpoint == 9_999

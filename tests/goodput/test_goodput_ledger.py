@@ -81,7 +81,7 @@ def test_a_failure_its_detection_the_wait_for_the_host_and_the_restart() -> None
     assert ledger.fraction == pytest.approx(7.0 / 20.0)
     assert ledger.current == "productive"
     doc = ledger.to_json()
-    assert doc["generations"][1]["returns"] == [{"task": 2, "at": T0 + 12.8}]
+    assert doc["generations"][1]["returns"] == [{"task": 2, "address": None, "at": T0 + 12.8}]
     assert doc["generations"][0]["segments"] == [
         [0.0, 2.0, "bring_up"], [2.0, 3.0, "startup"], [3.0, 5.0, "productive"], [5.0, 9.0, "lost"], [9.0, 10.0, "restart"],
     ]  # fmt: skip
@@ -118,6 +118,10 @@ def test_a_declared_hang_is_hung_from_the_last_progress_until_progress_again() -
     ledger = account(t, T0 + 16.0)
     check_exact(ledger)
     assert seconds(ledger) == {"bring_up": 1.0, "startup": 1.0, "productive": 2.0, "hung": 12.0}
+    t.progress(0, 30, T0 + 17.0, step_time=0.1, at=T0 + 17.0)
+    t.hang(T0 + 27.0)  # hung again; the job is restarted from an earlier step: progress again all the same
+    t.progress(0, 5, T0 + 28.0, step_time=0.1, at=T0 + 28.0)
+    assert seconds(account(t, T0 + 29.0))["hung"] == 12.0 + 11.0
 
 
 def test_a_hang_that_restarts_the_generation_is_hung_up_to_the_verdict_and_its_progress_since_the_checkpoint_lost() -> None:

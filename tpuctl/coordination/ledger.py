@@ -135,7 +135,7 @@ class ServiceLedger:
         Its registration may have ended the generation before (a new process with its predecessor's
         credential): that is observed first."""
         self.observe(state, _NOTHING, now=now, wall=wall)
-        self.timeline.returned(task, wall)
+        self.timeline.returned(task, wall, state.tasks[task].address if 0 <= task < len(state.tasks) else "")
         self._flush(wall)
 
     def pace(self, task: int, report: PaceReport, *, generation: int, wall: float, transit: float) -> None:
@@ -194,7 +194,7 @@ class ServiceLedger:
             self.timeline.ended(wall, failed_at=wall, cause="ended", failures=[], total=0)
             return
         marks = [
-            HostMark(f.task.task_id, at(state.failed_seen.get(f.task.task_id)) or wall, clip(f.cause, 240))
+            HostMark(f.task.task_id, at(state.failed_seen.get(f.task.task_id)) or wall, clip(f.cause, 240), f.task.address)
             for f in failure.failures[:MAX_NAMED]
         ]
         self.timeline.ended(

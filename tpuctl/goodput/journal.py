@@ -85,6 +85,8 @@ class Journal:
     def rewrite(self, timeline: Timeline) -> None:
         """Replace the journal with exactly the timeline's lines (atomically); appends go to the new file."""
         self.close()
+        if not self.path.parent.is_dir():  # the state dir was removed: not recreated for a journal
+            raise FileNotFoundError(2, "its folder is gone", str(self.path.parent))
         text = "".join(_line(record) for record in timeline.lines())
         atomic_write(self.path, text, mode=0o600)
         self.size = len(text.encode())

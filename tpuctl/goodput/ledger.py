@@ -182,9 +182,9 @@ class Ledger:
             "final": gen.final,
             "shutdown": gen.shutdown,
             "failed_at": gen.failed_at,
-            "failures": [{"task": f.task, "at": f.at, "cause": f.cause} for f in gen.failures],
+            "failures": [{"task": f.task, "address": f.address or None, "at": f.at, "cause": f.cause} for f in gen.failures],
             "failed_hosts": gen.failed_hosts,
-            "returns": [{"task": r.task, "at": r.at} for r in gen.returns],
+            "returns": [{"task": r.task, "address": r.address or None, "at": r.at} for r in gen.returns],
             "notices": [{"task": n.task, "source": n.source, "deadline": n.deadline or None, "at": n.at} for n in gen.notices],
             "notices_total": gen.notices_total,
             "steps": {

@@ -99,6 +99,7 @@ class HostMark:
     task: int
     at: float
     cause: str = ""
+    address: str = ""
 
 
 @dataclass
@@ -168,9 +169,9 @@ class Generation:
             "lost": None if self.lost is None else [self.lost.task, self.lost.steps, self.lost.at],
             "failed_at": self.failed_at, "end": self.end, "cause": self.cause,
             "final": self.final, "shutdown": self.shutdown,
-            "failures": [[f.task, f.at, f.cause] for f in self.failures],
+            "failures": [[f.task, f.at, f.cause, f.address] for f in self.failures],
             "failed_hosts": self.failed_hosts,
-            "returns": [[r.task, r.at] for r in self.returns],
+            "returns": [[r.task, r.at, r.address] for r in self.returns],
         }  # fmt: skip
 
     @classmethod
@@ -197,9 +198,9 @@ class Generation:
             lost=None if lost is None else StepsLost(_int(lost[0]), _int(lost[1]), _num(lost[2])),
             failed_at=d.opt_number("failed_at"), end=d.opt_number("end"), cause=d.string("cause"),
             final=d.flag("final"), shutdown=d.flag("shutdown"),
-            failures=[HostMark(_int(f[0]), _num(f[1]), _text(f[2])) for f in d.rows("failures", 3)],
+            failures=[HostMark(_int(f[0]), _num(f[1]), _text(f[2]), _text(f[3])) for f in d.rows("failures", 4)],
             failed_hosts=d.integer("failed_hosts"),
-            returns=[HostMark(_int(r[0]), _num(r[1])) for r in d.rows("returns", 2)],
+            returns=[HostMark(_int(r[0]), _num(r[1]), "", _text(r[2])) for r in d.rows("returns", 3)],
         )  # fmt: skip
 
 
@@ -284,13 +285,13 @@ class Timeline:
             gen.formed = max(at, gen.registered)
             self.changed = True
 
-    def returned(self, task: int, at: float) -> None:
+    def returned(self, task: int, at: float, address: str = "") -> None:
         """Host ``task`` registered: if its failure ended the generation before, it is back."""
         if len(self.generations) < 2:
             return
         gen, before = self.current, self.generations[-2]
         if any(f.task == task for f in before.failures) and not any(r.task == task for r in gen.returns):
-            gen.returns.append(HostMark(task, at))
+            gen.returns.append(HostMark(task, at, "", address[:MAX_TEXT]))
             self.changed = True
 
     def ended(
@@ -313,7 +314,7 @@ class Timeline:
         gen.failed_at = None if failed_at is None else min(max(failed_at, gen.start), gen.end)
         gen.cause = cause[:MAX_TEXT]
         gen.final, gen.shutdown = final, shutdown
-        gen.failures = [HostMark(f.task, f.at, f.cause[:MAX_TEXT]) for f in failures[:MAX_NAMED]]
+        gen.failures = [HostMark(f.task, f.at, f.cause[:MAX_TEXT], f.address[:MAX_TEXT]) for f in failures[:MAX_NAMED]]
         gen.failed_hosts = max(total, len(gen.failures))
         self.changed = True
 
@@ -393,18 +394,20 @@ class Timeline:
             pause.end = max(reached, pause.start)  # a job progresses again: a new job, its own steps
             gen.top_step = step
             self.changed = True
-        if gen.first_progress is None or reached < gen.first_progress:
+        if gen.first_progress is None:
             gen.first_progress = reached
-            self.changed = True
+            self.changed = True  # an event: written at once
+        elif reached < gen.first_progress:
+            gen.first_progress = reached  # another host's earlier first step: a figure, written with the marks
         gen.top_step = max(gen.top_step, step)
         gen.last_progress = max(gen.last_progress or reached, reached)
-        if pause is not None and pause.kind == "hung" and step > pause.step:
-            pause.end = max(reached, pause.start)
+        if pause is not None and pause.kind == "hung" and (step > pause.step or reached > pause.noticed):
+            pause.end = max(reached, pause.start)  # a step beyond the hang, or any step after its verdict
             self.changed = True
         if step_time > 0:
             gen.step_time = step_time
         if checkpointed > gen.checkpoint:
-            self._checkpointed(gen, checkpointed)
+            self._checkpointed(gen, checkpointed)  # a figure too: a job may checkpoint every step
         self.progressed = True
 
     def hang(self, at: float) -> None:
@@ -455,7 +458,7 @@ class Timeline:
             behind = max(0, gen.top_step - step) * gen.step_time
             gen.checkpoint_at = max(gen.first_progress, gen.last_progress - behind)
         self.checkpointing = True
-        self.changed = True
+        self.progressed = True
 
     def _pause(self, kind: str, start: float, at: float, step: int) -> None:
         gen = self.current
