@@ -58,6 +58,9 @@ def test_the_journal_reloads_to_the_same_ledger(tmp_path: Path) -> None:
     again = load(path)
     assert totals(again, T0 + 12.0) == totals(ledger.timeline, T0 + 12.0)
     assert again.current.notices == ledger.timeline.current.notices
+    # the service stopped: the ledger ended there, like a shutdown (read later, the cluster is down)
+    assert again.current.end == T0 + 12.0 and again.current.shutdown
+    assert account(again, T0 + 100.0).to_json()["bucket"] is None
     assert [name for name in os.listdir(tmp_path)] == ["goodput.jsonl"]  # no temp file left behind
 
 

@@ -167,7 +167,12 @@ class ServiceLedger:
         self._flush(wall)
 
     def close(self, wall: float) -> None:
-        """The service stops: the timeline as it is now, written and synced."""
+        """The service stops (task 0's agent leaves: ``tpuctl down``, a signal, a failed init): the ledger ends
+        here, like a shutdown (nothing lost), written and synced. A coordinator that dies writes nothing: its
+        successor ends the generation where the journal last saw it."""
+        if self.timeline.current.end is None:
+            cause = "the coordinator stopped (task 0's agent left)"
+            self.timeline.ended(wall, failed_at=None, cause=cause, failures=[], total=0, final=True, shutdown=True)
         self._flush(wall, force=True)
         if self.journal is not None:
             self.journal.close()

@@ -34,7 +34,7 @@ COMPACT_AT = 1 << 20
 """Rewrite the journal as the timeline's own lines once it grows past this many bytes."""
 READ_LIMIT = 8 << 20
 """A journal larger than this is refused (this code compacts long before)."""
-MARK_EVERY_S = 5.0
+MARK_EVERY_S = 2.0
 """Progress figures and ``seen`` are written at most this often (a restarted coordinator's estimate of when
 its predecessor stopped is at most this old)."""
 CUT_SHORT = "the journal's last line was cut short (the coordinator died while writing it): dropped"
