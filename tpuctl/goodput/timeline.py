@@ -336,8 +336,9 @@ class Timeline:
         if gen.bring_up and number > 1:
             span = "generation 1" if number == 2 else f"generations 1 to {number - 1}"
             self.note(
-                f"{span} ran under an earlier coordinator whose journal this one does not have (task 0 came back "
-                "with a new state dir): not counted; the ledger starts at this coordinator's start"
+                f"{span} ran under an earlier coordinator whose timeline this one did not continue (task 0 came "
+                "back with a new state dir, or after its agent had left cleanly: its journal is then "
+                "goodput.previous.jsonl): not counted; the ledger starts at this coordinator's start"
             )
         gen.number, gen.bring_up = number, False
         self.changed = True
