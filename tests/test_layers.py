@@ -54,6 +54,8 @@ CORE = (
     "tpuctl.coordination.figures",
     "tpuctl.mapping.model",
     "tpuctl.watchdog.*",
+    "tpuctl.goodput.timeline",
+    "tpuctl.goodput.ledger",
     "tpuctl.errors",
     "tpuctl.durations",
     "tpuctl.hosts",

@@ -9,8 +9,9 @@ alive. Standard library only; the zombie check reads ``/proc`` where there is on
 from __future__ import annotations
 
 import os
+import time
 
-__all__ = ["pid_alive"]
+__all__ = ["pid_alive", "started_at"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -32,6 +33,20 @@ def pid_alive(pid: int) -> bool:
     if state is None:  # it exited between the two looks, or there is no /proc to ask
         return not os.path.exists("/proc/self/stat")
     return state not in ("Z", "X")
+
+
+def started_at(pid: int) -> float | None:
+    """When process ``pid`` started, in wall seconds since the epoch (to 10 ms: the kernel's clock ticks),
+    or None where ``/proc`` cannot tell. From its age (``/proc/uptime`` less its start in ticks since boot),
+    not the boot time's whole seconds."""
+    try:
+        fields = _read_stat(pid).rsplit(")", 1)[-1].split()
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - max(0.0, age)
 
 
 def _state(pid: int) -> str | None:

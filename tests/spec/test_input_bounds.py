@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+import time  # bounds below are this process's CPU time: other load on the machine does not count
 from pathlib import Path
 
 import pytest
@@ -160,10 +160,10 @@ def test_barrier_timeout_9e9_is_exit_2_as_a_process(tmp_path: Path) -> None:
 
 
 def test_parse_duration_refuses_long_text_before_parsing_it() -> None:
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(InputError, match=r"\(1,000,000 characters\) is not a duration"):
         parse_duration("1h" * 500_000, what="--timeout")
-    assert time.monotonic() - started < 1
+    assert time.process_time() - started < 1
 
 
 # --- names -------------------------------------------------------------------------------------------
@@ -217,10 +217,10 @@ def test_status_with_dev_null_as_state_dir_is_a_state_error_not_internal(capsys:
 
 
 def refused_at_once(path: Path | str) -> str:
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(InputError) as info:
         check_spec_file(path)
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
     assert info.value.exit_code == 2 and str(path) in info.value.message
     return info.value.message
 
@@ -264,10 +264,10 @@ def test_a_spec_of_exactly_the_limit_is_read(tmp_path: Path) -> None:
 
 
 def test_a_long_list_stops_at_the_node_limit_quickly() -> None:
-    started = time.monotonic()
+    started = time.process_time()
     (problem,) = problems("hosts:\n" + "  - h\n" * (MAX_NODES + 10))
     assert problem.endswith(f"YAML error: more than {MAX_NODES:,} values; expected a cluster spec")
-    assert time.monotonic() - started < 30  # the 50 MB list took 221 s and 5.2 GB
+    assert time.process_time() - started < 30  # the 50 MB list took 221 s and 5.2 GB
 
 
 def test_a_billion_laughs_is_one_problem() -> None:
@@ -275,31 +275,31 @@ def test_a_billion_laughs_is_one_problem() -> None:
     for i in range(1, 9):
         name, previous = chr(97 + i), chr(96 + i)
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
-    started = time.monotonic()
+    started = time.process_time()
     (problem,) = problems("\n".join(lines) + "\n")
     assert problem == (
         f"c.yaml:6:4: YAML error: aliases here expand to more than {MAX_NODES:,} values; expected a cluster spec"
     )
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
 
 
 def test_a_chain_of_deep_aliases_is_built_once_without_recursion() -> None:
     lines = ["a0: &a0 " + "[" * 60 + "x" + "]" * 60]  # 2,400 levels once expanded, each anchor built once
     lines += [f"a{i}: &a{i} " + "[" * 60 + f"*a{i - 1}" + "]" * 60 for i in range(1, 40)]
-    started = time.monotonic()
+    started = time.process_time()
     found = problems("\n".join(lines) + "\n")
     assert found and all(p.startswith("c.yaml:") for p in found)
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
 
 
 @pytest.mark.parametrize(
     "value", ["9" * 100_000, "0x" + "f" * 10_000, ":".join(["1"] + ["59"] * 20_000), "1" + "_0" * 50_000, "1.0e+" + "9" * 70]
 )
 def test_huge_numbers_are_refused_before_conversion(value: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()
     (problem,) = problems(BASE + f"coordinator: {{port: {value}}}\n")
     assert problem == f"c.yaml:5:21: a number {len(value):,} characters long; expected at most 64 characters"
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, "{a: " * 10_000, "- " * 10_000 + "x", "a:\n" + "".join(

@@ -249,7 +249,10 @@ class Agent:
             self._metrics = await serve_agent_metrics(self)
         if task == 0:
             first = self._last_generation + 1 if spec.restart.rejoin and self._last_generation else 1
-            self._server = await start_service(spec, token, first_generation=first)
+            self._server = await start_service(
+                spec, token, first_generation=first, journal=Path(self.options.state.goodput_journal),
+                started=self.options.started or None,
+            )  # fmt: skip
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
         self.client = connect(spec, token)
@@ -692,6 +695,11 @@ class Agent:
         """Where this host's latest call to barrier ``name`` stands (the service's answer)."""
         assert self.client is not None and self.current is not None
         return await self.client.rendezvous_progress(self.current.membership.task, name)
+
+    async def goodput(self) -> str:
+        """The coordinator's goodput ledger (a ``tpuctl.goodput/v1`` document)."""
+        assert self.client is not None
+        return await self.client.goodput()
 
     async def coordinator_status(self) -> ClusterStatus:
         """The cluster as the coordinator sees it (every host listed)."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 PROGRESS_EVERY_S = 5.0  # how often a long barrier wait says so
 STATUS_RPC_S = 3.0  # the coordinator's status, for `tpuctl status` (whose own call waits 10 s)
 PROGRESS_RPC_S = 3.0  # where a barrier stands, for its progress line
+GOODPUT_RPC_S = 5.0  # the coordinator's goodput ledger, for `tpuctl goodput` (whose own call waits 10 s)
 DUMP_TIMEOUT_S = 10.0  # how long the hosts have to answer `tpuctl dump` (the service's default too)
 DUMP_MARGIN_S = 5.0  # ... and the report's way back
 
@@ -73,6 +74,8 @@ class ServedAgent(Protocol):
 
     async def dump(self, timeout: float) -> str: ...
 
+    async def goodput(self) -> str: ...
+
 
 class LocalCommands:
     """Dispatches one control request to the agent it serves (whose state dir is ``state_dir``)."""
@@ -101,6 +104,8 @@ class LocalCommands:
             await progress(deadline=timeout + DUMP_MARGIN_S)
             document = json.loads(await agent.dump(timeout))
             return document if isinstance(document, dict) else {}
+        if op == Op.GOODPUT:
+            return await self._goodput()
         if op == Op.INFO:
             return agent.description.to_json()
         if op == Op.ENV:
@@ -180,6 +185,19 @@ class LocalCommands:
         if progress is None or progress.done:
             return text
         return f"waiting at barrier {name!r} #{progress.instance} for {waited:.0f} s: {progress.describe()}"
+
+    async def _goodput(self) -> dict[str, object]:
+        """The coordinator's goodput ledger; it answers whatever the cluster's state, while it runs."""
+        coordinator = self.agent.description.coordinator
+        try:
+            document = json.loads(await asyncio.wait_for(self.agent.goodput(), GOODPUT_RPC_S))
+        except asyncio.TimeoutError:
+            raise CoordinatorUnreachable(
+                f"the coordinator at {coordinator} did not answer within {GOODPUT_RPC_S:g} s",
+                hint="the ledger lives in task 0's coordinator; `tpuctl goodput --state-dir DIR` on task 0's state "
+                "dir reads its journal when no agent runs there",
+            ) from None
+        return document if isinstance(document, dict) else {}
 
     async def _status(self) -> dict[str, object]:
         agent = self.agent

@@ -56,7 +56,10 @@ class Op:
     DUMP = "dump"
     """The black box (args ``timeout``): every host's job stacks, grouped (a ``tpuctl.dump/v1`` document)."""
 
-    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV, DUMP})
+    GOODPUT = "goodput"
+    """The goodput ledger, as the coordinator keeps it (a ``tpuctl.goodput/v1`` document)."""
+
+    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV, DUMP, GOODPUT})
 
 
 DEADLINE_MARGIN_S = 10.0

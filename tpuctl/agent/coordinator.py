@@ -3,6 +3,8 @@ host makes its client of it, both with the spec's token and TLS (``auth``)."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuctl.spec.model import ClusterSpec, TlsSpec
@@ -22,8 +24,18 @@ def load_token(spec: ClusterSpec) -> str | None:
     return read_token(spec.auth.token_file)
 
 
-async def start_service(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> CoordinationServer:
-    """Task 0's coordination service for the spec's cluster, listening at the spec's address."""
+async def start_service(
+    spec: ClusterSpec,
+    token: str | None,
+    *,
+    first_generation: int = 1,
+    journal: Path | None = None,
+    started: float | None = None,
+) -> CoordinationServer:
+    """Task 0's coordination service for the spec's cluster, listening at the spec's address. ``journal``: the
+    goodput ledger's journal (task 0's state dir), continued when the service starts above generation 1;
+    ``started``: when task 0's init started (wall seconds; default: now), the ledger's start."""
+    from tpuctl.coordination.ledger import ServiceLedger
     from tpuctl.coordination.server import start_server
     from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
 
@@ -46,9 +58,15 @@ async def start_service(spec: ClusterSpec, token: str | None, *, first_generatio
         server_tls = load_server_tls(tls.cert, tls.key, client_ca=tls.ca if tls.mutual else None)
     # Task 0's agent is a process of its own that serves and keeps one session: its heap may be frozen
     # for the garbage collector while the cluster stands (``start_server``'s ``freeze_heap``).
+    now = time.time()
+    ledger = ServiceLedger.open(
+        spec.cluster, generation=first_generation, started=now if started is None else started, now=now,
+        journal_path=journal,
+    )  # fmt: skip
     return await start_server(
-        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True
-    )
+        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True,
+        ledger=ledger,
+    )  # fmt: skip
 
 
 def connect(spec: ClusterSpec, token: str | None) -> CoordinationClient:

@@ -3,11 +3,14 @@ them from ``tpuctl init``'s arguments (``tpuctl detect`` builds them from what i
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpuctl.agent.statedir import StateDir, resolve_state_dir
+from tpuctl.processes import started_at
 from tpuctl.spec.model import ClusterSpec
 
 
@@ -22,6 +25,8 @@ class AgentOptions:
     output: Path
     address: str
     config_path: str | None = None
+    started: float = 0.0
+    """When ``tpuctl init`` started (wall seconds; 0.0: unknown): task 0's is the goodput ledger's start."""
 
 
 def build_options(config: str | None, task_id: int | None, output: str | None, state_dir: str | None) -> AgentOptions:
@@ -41,6 +46,7 @@ def build_options(config: str | None, task_id: int | None, output: str | None, s
         output=Path(output or spec.output).absolute(),
         address=spec.hosts[task],
         config_path=str(Path(config).absolute()) if config else None,
+        started=started_at(os.getpid()) or time.time(),
     )
 
 

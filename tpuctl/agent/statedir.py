@@ -17,6 +17,8 @@ Files::
     progress.sock  unix socket the job reports its steps on (``tpuctl.job.progress``; the watchdog)
     registration.json  the live registration's credential and generation (0600, never printed); removed
                  when the agent exits, so only a dead agent leaves it, for its successor to reclaim the task
+    goodput.jsonl  task 0 only: the goodput ledger's journal (the cluster's timeline; ``tpuctl goodput``),
+                 kept after the agent exits and reloaded by a coordinator that restarts the cluster above it
 
 Imports only the standard library, and not pathlib (about 7 ms with what it brings: ``re``,
 ``urllib.parse``, ``ipaddress``): it is on the path of ``tpuctl barrier``, so a state dir's paths are
@@ -75,6 +77,7 @@ class StateDir:
     output_file = _File("agent.out")
     registration_file = _File("registration.json")
     progress_socket = _File("progress.sock")  # tpuctl.job.steps.SOCKET_NAME: the job side finds it by name
+    goodput_journal = _File("goodput.jsonl")  # tpuctl.goodput.journal.JOURNAL_NAME: task 0's timeline
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path: str = os.fspath(path)

@@ -229,6 +229,8 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
         lines.append(
             f"             ... and {len(health.problems) - MAX_LISTED_BARRIER_TASKS:,} more (--format json lists all)"
         )
+    if type(result.get("goodput")) is dict:
+        lines.append(goodput_line(result["goodput"]))
     lines.append("")
     rows = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT")]
     for task in result.get("tasks", []):
@@ -275,6 +277,23 @@ def _rendezvous_lines(result: "dict[str, Any]") -> "list[str]":
             f"({barrier.get('arrived', 0):,} arrived)"
         )
     return ["", *lines] if lines else []
+
+
+BUCKET_LABELS = {
+    "bring_up": "bring-up", "waiting": "waiting for hosts", "startup": "start-up and compilation",
+    "productive": "productive", "hung": "hung", "restart": "detection and restart", "lost": "lost work",
+}  # fmt: skip
+"""The goodput ledger's bucket names (``tpuctl.goodput.ledger.LABELS``, not imported on this path; a test
+checks they agree)."""
+
+
+def goodput_line(goodput: "dict[str, Any]") -> str:
+    """Status's one line of the goodput ledger: ``goodput      62.3 % of 25 min (now: productive, generation 2)``."""
+    wall = goodput.get("wall_seconds") or 0
+    span = f"{wall:.0f} s" if wall < 90 else f"{wall / 60:.0f} min" if wall < 5400 else f"{wall // 3600:.0f} h {wall % 3600 // 60:.0f} min"
+    bucket = goodput.get("bucket")
+    now = f"now: {BUCKET_LABELS.get(bucket, bucket)}" if bucket else "the cluster is down"
+    return f"goodput      {100 * (goodput.get('fraction') or 0):.1f} % of {span} ({now}, generation {goodput.get('generation')})"
 
 
 def _watchdog_lines(watchdog: "Any") -> "list[str]":

@@ -502,6 +502,12 @@ class CoordinationClient(Channel):
         response = await self._call(self.stub.GetStatus, pb.GetStatusRequest(), "GetStatus", self.rpc_timeout)
         return convert.cluster_status(response)
 
+    async def goodput(self) -> str:
+        """The goodput ledger as the coordinator keeps it: a JSON document (schema ``tpuctl.goodput/v1``),
+        bounded at any cluster size. Needs no registration."""
+        response = await self._call(self.stub.GetGoodput, pb.GetGoodputRequest(), "GetGoodput", self.rpc_timeout)
+        return str(response.document)
+
     # --- plumbing ------------------------------------------------------------------------------------
 
     async def _waiting_call(

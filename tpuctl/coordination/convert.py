@@ -41,6 +41,7 @@ from tpuctl.errors import (
     InputError,
     TpuctlError,
 )
+from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.watchdog.judge import SlowHost, Verdict, WatchdogView
@@ -349,6 +350,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         ended=tuple(response.ended),
         watchdog=watchdog(response.watchdog) if response.HasField("watchdog") else None,
         failed_barriers=_failed_barriers(response),
+        goodput=goodput(response.goodput) if response.HasField("goodput") else None,
     )
 
 
@@ -563,3 +565,22 @@ def watchdog(message: pb.WatchdogStatus) -> WatchdogView:
         tuple(SlowHost(int(h.task_id), int(h.step), float(h.step_age_seconds)) for h in message.slowest[:8]),
         tuple(verdict(v) for v in message.verdicts[:8]),
     )  # fmt: skip
+
+
+def goodput_pb(summary: GoodputSummary) -> pb.GoodputSummary:
+    return pb.GoodputSummary(
+        fraction=summary.fraction, bucket=summary.bucket, wall_seconds=summary.wall_seconds,
+        productive_seconds=summary.productive_seconds, generation=summary.generation,
+    )  # fmt: skip
+
+
+def goodput(message: pb.GoodputSummary) -> GoodputSummary:
+    def seconds(value: float) -> float:
+        return float(value) if math.isfinite(value) and value >= 0 else 0.0
+
+    fraction = seconds(message.fraction)
+    return GoodputSummary(
+        min(fraction, 1.0), clip(message.bucket, 32), seconds(message.wall_seconds),
+        seconds(message.productive_seconds), int(message.generation),
+    )  # fmt: skip
+

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from tpuctl.coordination.auth import TokenCheck
+from tpuctl.coordination.ledger import ServiceLedger
 from tpuctl.coordination.service import CHECK_INTERVAL_S, CoordinationServicer
 from tpuctl.coordination.state import CoordinationState
 from tpuctl.coordination.tls import ServerTls, server_credentials
@@ -119,6 +120,7 @@ async def start_server(
     check_interval: float | None = None,
     tls: ServerTls | None = None,
     freeze_heap: bool = False,
+    ledger: ServiceLedger | None = None,
 ) -> CoordinationServer:
     """Serve ``config``'s cluster on ``host:port`` (port 0: any free port).
 
@@ -134,13 +136,17 @@ async def start_server(
 
     ``freeze_heap``: freeze the process's heap for Python's garbage collector once every host has
     registered, until the generation ends (``heap.Heap``); for a process that serves and little else.
+
+    ``ledger``: the goodput ledger (task 0's agent opens it with its journal); default: in memory, from now.
     """
     limit_malloc_arenas()
     incarnation = service_incarnation or secrets.randbits(64) or 1
     state = CoordinationState(config, service_incarnation=incarnation)
     if check_interval is None:
         check_interval = min(CHECK_INTERVAL_S, config.heartbeat_timeout / 4)
-    service = CoordinationServicer(state, clock=clock, check_interval=check_interval, freeze_heap=freeze_heap)
+    service = CoordinationServicer(
+        state, clock=clock, check_interval=check_interval, freeze_heap=freeze_heap, ledger=ledger
+    )
     interceptors = [TokenCheck(config.token)] if config.token else []
     server = grpc.aio.server(options=_SERVER_OPTIONS + keepalive_options(config), interceptors=interceptors)
     handlers = method_handlers(service)

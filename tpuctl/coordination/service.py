@@ -33,6 +33,7 @@ from tpuctl.coordination import convert, wire
 from tpuctl.coordination.dumps import BlackBox, report_document
 from tpuctl.coordination.fanout import Fanned, FanOuts, SessionStream
 from tpuctl.coordination.heap import Heap
+from tpuctl.coordination.ledger import ServiceLedger
 from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.parking import Parking
 from tpuctl.coordination.shared import SharedAnswers, poll_seconds
@@ -121,7 +122,9 @@ class CoordinationServicer:
         clock: Callable[[], float],
         check_interval: float,
         freeze_heap: bool = False,
+        ledger: ServiceLedger | None = None,
     ) -> None:
+        """``ledger``: the goodput ledger (task 0's, with its journal); default: one in memory, from now."""
         self._state = state
         self.heap = Heap(freeze_heap)
         self._clock = clock
@@ -139,6 +142,10 @@ class CoordinationServicer:
         self._session_ids = itertools.count(1)
         self.black_box = BlackBox(len(state.tasks), lambda t: str(state.tasks[t]), self._streams.push_verdict)
         """Dump orders to every host and their digests (``tpuctl dump``, and a declared hang)."""
+        self.ledger = ledger or ServiceLedger.open(
+            state.config.cluster, generation=state.generation, started=time.time(), now=time.time()
+        )
+        """The goodput ledger: the cluster's timeline (``record`` takes the preemption events)."""
 
     @property
     def state(self) -> CoordinationState:
@@ -155,6 +162,7 @@ class CoordinationServicer:
         their sessions' own outboxes, which the streams' handlers flush during the server's grace; the
         writers' writes in progress get as long to finish."""
         self.heap.stop()
+        self.ledger.close(time.time())
         await self._fan_outs.stop()
         for task in (self._watchdog, self._watching):
             if task is not None:
@@ -188,6 +196,7 @@ class CoordinationServicer:
         credential = secrets.token_bytes(CREDENTIAL_BYTES)
         registration = convert.registration(request, peer=peer, credential=credential)
         membership = self._state.register(registration, now=self._clock())
+        self.ledger.registered(self._state, membership.task.task_id, now=self._clock(), wall=time.time())
         if self._state.registration_complete and self._state.failure is None:
             self.heap.formed(self._state.generation)
         log.info(
@@ -292,9 +301,12 @@ class CoordinationServicer:
                 elif request.HasField("pace"):  # no answer: O(1), a few per host per report interval
                     report = convert.pace(request.pace)
                     if report is not None and session.vouched is not None:
-                        self.watch.report(
-                            caller.task_id, report, generation=state.generation, now=clock(), wall=time.time()
-                        )
+                        wall = time.time()
+                        self.watch.report(caller.task_id, report, generation=state.generation, now=clock(), wall=wall)
+                        self.ledger.pace(
+                            caller.task_id, report, generation=state.generation, wall=wall,
+                            transit=self.watch.transit(report, wall),
+                        )  # fmt: skip
                 else:
                     state.heartbeat(caller, now=clock(), service_incarnation=request.service_incarnation)
                     if session.vouched is None:  # the stream proved whose it is: it keeps the task alive now
@@ -420,7 +432,15 @@ class CoordinationServicer:
         view = self.watch.view(now, self._state.generation)
         if view is not None:
             response.watchdog.CopyFrom(convert.watchdog_pb(view))
+        response.goodput.CopyFrom(convert.goodput_pb(self.ledger.summary(time.time())))
         return response
+
+    @_refusals_as_status
+    async def GetGoodput(self, request: pb.GetGoodputRequest, context: Any) -> Answer:
+        """The goodput ledger's document: bounded (``KEEP_GENERATIONS`` in detail), O(1) in the cluster's size."""
+        failure = self._state.failure
+        self.counters.built += 1
+        return pb.GetGoodputResponse(document=self.ledger.document(time.time(), None if failure is None else str(failure)))
 
     @_refusals_as_status
     async def Disconnect(self, request: pb.DisconnectRequest, context: Any) -> Answer:
@@ -445,6 +465,7 @@ class CoordinationServicer:
         wakeup = self._state.take_wakeup()
         if not wakeup.everyone and not wakeup.keys:
             return
+        self.ledger.observe(self._state, wakeup, now=self._clock(), wall=time.time())
         self._parking.wake(wakeup)
         self._streams.woken(wakeup)
         self.heap.check(self._state)  # a generation that ended: its sessions' leftovers may be garbage now
@@ -479,12 +500,14 @@ class CoordinationServicer:
         while True:
             await asyncio.sleep(WATCH_TICK_S)
             now = self._clock()
+            self.ledger.tick(time.time())
             for last, lag in state.take_last_arrivals():
                 self.watch.barrier_passed(last, lag, generation=state.generation, now=now)
             if state.failure is not None:
                 continue
             verdicts, hang = self.watch.tick(now, state.generation)
             for verdict in verdicts:
+                self.ledger.verdict(verdict.kind, time.time())
                 self._streams.push_verdict(pb.HeartbeatResponse(watchdog=convert.verdict_pb(verdict)).SerializeToString())
                 if verdict.kind == "hang":
                     self._on_hang(verdict.message)

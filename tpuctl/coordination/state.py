@@ -136,6 +136,11 @@ class CoordinationState:
         a registration wait, an error poll), failed themselves, or gone (disconnected)."""
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
+        self.failed_since: float | None = None
+        """When the first of the hosts whose failures ended the latest generation (or the cluster) was last
+        known alive (``now``'s clock; None: the end was no host's failure); ``failed_seen``: the same for
+        each of the first ``SAMPLE`` of them, by task id. For the goodput ledger; O(failures) once per end."""
+        self.failed_seen: dict[int, float] = {}
         self.barrier_waits = BarrierWaits()
         """The job's barriers and gathers as they pass or fail, all generations (for metrics)."""
         self._rendezvous = Rendezvous(
@@ -611,8 +616,10 @@ class CoordinationState:
         """Mark tasks failed; the first batch ends the generation (a restart) or the cluster (final).
         Returns the new failures."""
         failures = []
+        seen = []
         for task, cause in failed:
             cause += elsewhere(task)
+            seen.append((task.info.task_id, self._table.last_seen(task, now)))
             task.state = TaskState.FAILED
             task.cause = cause
             self._told.add(task.info.task_id)
@@ -628,6 +635,8 @@ class CoordinationState:
                     self._missing_again(self._table.records[lost.task.task_id])
                 return tuple(failures)
             end = self.generations.end(failures, shutdown=shutdown, final=final)
+            self.failed_since = None if shutdown else min(t for _, t in seen)
+            self.failed_seen = dict(seen[:SAMPLE])
             if end.rejoin:
                 self._start_generation(self.generation + 1, now)
             else:
@@ -697,6 +706,7 @@ class CoordinationState:
             earlier=self.generations.earlier(),
         )  # fmt: skip
         self._restart_deadline = None
+        self.failed_since, self.failed_seen = None, {}
         self._wake_everyone = True
         self._woken.add(ERRORS)
         if refuse:

@@ -209,6 +209,14 @@ class TaskTable:
             return 0.0
         return now - task.last_heartbeat - (self.stalled - task.stalled_at_heartbeat)
 
+    def last_seen(self, task: TaskRecord, now: float) -> float:
+        """When ``task`` was last known alive: ``now`` while a session vouches for it, else when its last
+        session ended (a killed process's connection closes at once; a frozen or cut-off one's when its
+        pings went unanswered), else its last heartbeat."""
+        if task.sessions:
+            return now
+        return task.session_ended_at if task.session_ended_at is not None else task.last_heartbeat
+
     def silence_cause(self, task: TaskRecord, now: float) -> str:
         """Why ``task`` is declared failed for its silence: how long, and how its session ended."""
         silence = now - task.last_heartbeat

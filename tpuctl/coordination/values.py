@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuctl.errors import InputError
+from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count, shown
 from tpuctl.watchdog.judge import WatchdogView
 from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""
@@ -466,6 +467,8 @@ class ClusterStatus:
     failed_barriers: tuple[FailedBarrier, ...] = ()
     """The generation's most recent failed barrier and gather instances, oldest first (at most
     ``RECENT_FAILURES_KEPT``, each naming a sample of the missing hosts)."""
+    goodput: GoodputSummary | None = None
+    """The goodput ledger's one line (the fraction, the current bucket)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -506,6 +509,7 @@ class ClusterStatus:
             ],
             "failed_barriers": [f.as_dict() for f in self.failed_barriers],
             "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
+            "goodput": None if self.goodput is None else self.goodput.to_dict(),
         }
 
 

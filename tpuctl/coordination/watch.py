@@ -64,9 +64,13 @@ class ClusterWatch:
         """``wall``: this service's wall clock, against the report's ``sent_at`` for its time on the way
         (at most ``MAX_TRANSIT_S``: a skewed clock cannot move a host's step by more)."""
         self.reports += 1
+        self._current(generation).report(task, report, now, self.transit(report, wall))
+
+    def transit(self, report: PaceReport, wall: float) -> float:
+        """How long ``report`` was on its way by the two wall clocks (0.0 unknown), at most ``MAX_TRANSIT_S``
+        and half the hang timeout."""
         cap = min(MAX_TRANSIT_S, self.settings.hang_timeout / 2)
-        transit = min(cap, max(0.0, wall - report.sent_at)) if report.sent_at else 0.0
-        self._current(generation).report(task, report, now, transit)
+        return min(cap, max(0.0, wall - report.sent_at)) if report.sent_at else 0.0
 
     def barrier_passed(self, last_task: int, lag: float, *, generation: int, now: float) -> None:
         self._current(generation).barrier_passed(last_task, lag, now)

@@ -1570,6 +1570,7 @@ class GetStatusResponse(_message.Message):
     ENDED_FIELD_NUMBER: _builtins.int
     WATCHDOG_FIELD_NUMBER: _builtins.int
     FAILED_BARRIERS_FIELD_NUMBER: _builtins.int
+    GOODPUT_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -1594,6 +1595,10 @@ class GetStatusResponse(_message.Message):
     def failed_barriers(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedBarrier]:
         """The generation's most recently failed barrier and gather instances, oldest first (at most 16)."""
 
+    @_builtins.property
+    def goodput(self) -> Global___GoodputSummary:
+        """The goodput ledger in one line: the goodput fraction and the bucket the cluster is in now."""
+
     def __init__(
         self,
         *,
@@ -1608,21 +1613,101 @@ class GetStatusResponse(_message.Message):
         ended: _abc.Iterable[_builtins.str] | None = ...,
         watchdog: Global___WatchdogStatus | None = ...,
         failed_barriers: _abc.Iterable[Global___FailedBarrier] | None = ...,
+        goodput: Global___GoodputSummary | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "failure", b"failure", "watchdog", b"watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_watchdog", b"_watchdog", "failure", b"failure", "goodput", b"goodput", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "goodput", b"goodput", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015
+    _WhichOneofReturnType__goodput: _TypeAlias = _typing.Literal["goodput"]  # noqa: Y015
+    _WhichOneofArgType__goodput: _TypeAlias = _typing.Literal["_goodput", b"_goodput"]  # noqa: Y015
     _WhichOneofReturnType__watchdog: _TypeAlias = _typing.Literal["watchdog"]  # noqa: Y015
     _WhichOneofArgType__watchdog: _TypeAlias = _typing.Literal["_watchdog", b"_watchdog"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__failure) -> _WhichOneofReturnType__failure | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__goodput) -> _WhichOneofReturnType__goodput | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__watchdog) -> _WhichOneofReturnType__watchdog | None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
+
+@_typing.final
+class GoodputSummary(_message.Message):
+    """The goodput ledger's one line (`tpuctl.goodput.ledger.GoodputSummary`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FRACTION_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    WALL_SECONDS_FIELD_NUMBER: _builtins.int
+    PRODUCTIVE_SECONDS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    fraction: _builtins.float
+    """Productive seconds / wall seconds since task 0's init (0 to 1)."""
+    bucket: _builtins.str
+    """The bucket the cluster is in now: "bring_up", "waiting", "startup", "productive", "hung", "restart"
+    or "lost" ("" when the cluster is down: failed for good or shut down).
+    """
+    wall_seconds: _builtins.float
+    productive_seconds: _builtins.float
+    generation: _builtins.int
+    def __init__(
+        self,
+        *,
+        fraction: _builtins.float = ...,
+        bucket: _builtins.str = ...,
+        wall_seconds: _builtins.float = ...,
+        productive_seconds: _builtins.float = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "fraction", b"fraction", "generation", b"generation", "productive_seconds", b"productive_seconds", "wall_seconds", b"wall_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GoodputSummary: _TypeAlias = GoodputSummary  # noqa: Y015
+
+@_typing.final
+class GetGoodputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGoodputRequest: _TypeAlias = GetGoodputRequest  # noqa: Y015
+
+@_typing.final
+class GetGoodputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    document: _builtins.str
+    """The ledger as a JSON document (schema tpuctl.goodput/v1, docs/reference/json.md): at most 32
+    generations in detail (the earlier ones summed), each naming at most 10 hosts: at most a few hundred
+    kB at any cluster size.
+    """
+    def __init__(
+        self,
+        *,
+        document: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetGoodputResponse: _TypeAlias = GetGoodputResponse  # noqa: Y015
 
 @_typing.final
 class DisconnectRequest(_message.Message):

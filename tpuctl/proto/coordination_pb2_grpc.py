@@ -99,6 +99,11 @@ class CoordinationServiceStub:
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.GetGoodput = channel.unary_unary(
+                '/tpuctl.v1.CoordinationService/GetGoodput',
+                request_serializer=tpuctl_dot_proto_dot_coordination__pb2.GetGoodputRequest.SerializeToString,
+                response_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GetGoodputResponse.FromString,
+                _registered_method=True)
         self.Disconnect = channel.unary_unary(
                 '/tpuctl.v1.CoordinationService/Disconnect',
                 request_serializer=tpuctl_dot_proto_dot_coordination__pb2.DisconnectRequest.SerializeToString,
@@ -203,6 +208,14 @@ class CoordinationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGoodput(self, request, context):
+        """The goodput ledger (`tpuctl goodput`): where the cluster's wall time went, per generation and in
+        total. Bounded whatever the cluster's size and age. Needs no registration.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Disconnect(self, request, context):
         """Leave gracefully: the task becomes DISCONNECTED, which is not a cluster error.
         """
@@ -277,6 +290,11 @@ def add_CoordinationServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GetStatusRequest.FromString,
                     response_serializer=tpuctl_dot_proto_dot_coordination__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'GetGoodput': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGoodput,
+                    request_deserializer=tpuctl_dot_proto_dot_coordination__pb2.GetGoodputRequest.FromString,
+                    response_serializer=tpuctl_dot_proto_dot_coordination__pb2.GetGoodputResponse.SerializeToString,
             ),
             'Disconnect': grpc.unary_unary_rpc_method_handler(
                     servicer.Disconnect,
@@ -635,6 +653,33 @@ class CoordinationService:
             '/tpuctl.v1.CoordinationService/GetStatus',
             tpuctl_dot_proto_dot_coordination__pb2.GetStatusRequest.SerializeToString,
             tpuctl_dot_proto_dot_coordination__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGoodput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tpuctl.v1.CoordinationService/GetGoodput',
+            tpuctl_dot_proto_dot_coordination__pb2.GetGoodputRequest.SerializeToString,
+            tpuctl_dot_proto_dot_coordination__pb2.GetGoodputResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -115,6 +115,10 @@ class CoordinationServiceStub:
     """Non-blocking: every entry whose key starts with the prefix, sorted by key."""
     GetStatus: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.GetStatusRequest, _coordination_pb2.GetStatusResponse]
     """Every task's state as the service sees it. Needs no registration."""
+    GetGoodput: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.GetGoodputRequest, _coordination_pb2.GetGoodputResponse]
+    """The goodput ledger (`tpuctl goodput`): where the cluster's wall time went, per generation and in
+    total. Bounded whatever the cluster's size and age. Needs no registration.
+    """
     Disconnect: _grpc.UnaryUnaryMultiCallable[_coordination_pb2.DisconnectRequest, _coordination_pb2.DisconnectResponse]
     """Leave gracefully: the task becomes DISCONNECTED, which is not a cluster error."""
 
@@ -152,6 +156,10 @@ class CoordinationServiceAsyncStub(CoordinationServiceStub):
     """Non-blocking: every entry whose key starts with the prefix, sorted by key."""
     GetStatus: _aio.UnaryUnaryMultiCallable[_coordination_pb2.GetStatusRequest, _coordination_pb2.GetStatusResponse]  # type: ignore[assignment]
     """Every task's state as the service sees it. Needs no registration."""
+    GetGoodput: _aio.UnaryUnaryMultiCallable[_coordination_pb2.GetGoodputRequest, _coordination_pb2.GetGoodputResponse]  # type: ignore[assignment]
+    """The goodput ledger (`tpuctl goodput`): where the cluster's wall time went, per generation and in
+    total. Bounded whatever the cluster's size and age. Needs no registration.
+    """
     Disconnect: _aio.UnaryUnaryMultiCallable[_coordination_pb2.DisconnectRequest, _coordination_pb2.DisconnectResponse]  # type: ignore[assignment]
     """Leave gracefully: the task becomes DISCONNECTED, which is not a cluster error."""
 
@@ -264,6 +272,16 @@ class CoordinationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordination_pb2.GetStatusResponse, _abc.Awaitable[_coordination_pb2.GetStatusResponse]]:
         """Every task's state as the service sees it. Needs no registration."""
+
+    @_abc_1.abstractmethod
+    def GetGoodput(
+        self,
+        request: _coordination_pb2.GetGoodputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordination_pb2.GetGoodputResponse, _abc.Awaitable[_coordination_pb2.GetGoodputResponse]]:
+        """The goodput ledger (`tpuctl goodput`): where the cluster's wall time went, per generation and in
+        total. Bounded whatever the cluster's size and age. Needs no registration.
+        """
 
     @_abc_1.abstractmethod
     def Disconnect(
