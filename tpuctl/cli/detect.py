@@ -106,6 +106,8 @@ def detect(fmt: str, task_id: int | None) -> int:
       2. the GCE metadata server of a Cloud TPU VM (agent-worker-number, worker-network-endpoints,
          accelerator-type, tpu-env), unless TPU_SKIP_MDS_QUERY is set; a variable in the environment
          wins over the metadata value. GCE_METADATA_HOST=HOST:PORT (or GCE_METADATA_IP) names the server.
+    Several TPU processes per machine (TPU_PROCESS_BOUNDS, TPU_CHIPS_PER_PROCESS_BOUNDS): a task per process;
+    the json document gives tasks, chips_per_task, tasks_per_machine, and this task's chips.
     \b
       tpuctl detect                 # on a TPU VM or in a GKE pod: what init would use, and why
       tpuctl detect -o json | jq .sources

@@ -13,7 +13,9 @@ server), every value's origin kept for ``tpuctl detect``:
    server is not asked (a GKE pod);
 2. otherwise, unless ``TPU_SKIP_MDS_QUERY`` is set, the metadata server: ``agent-worker-number`` (its
    presence means a Cloud TPU VM), ``worker-network-endpoints``, ``accelerator-type`` and the ``tpu-env``
-   lines (``TOPOLOGY``, ``CHIPS_PER_HOST_BOUNDS``, ``MEGASCALE_*``). A variable set in the environment wins
+   lines (``TOPOLOGY``, ``CHIPS_PER_HOST_BOUNDS``, ``HOST_BOUNDS``, ``TPU_PROCESS_BOUNDS``,
+   ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``MEGASCALE_*``). Process bounds that split machines make each TPU
+   process a task (:mod:`tpuctl.spec.processes`). A variable set in the environment wins
    over the metadata value of the same meaning (JAX reads ``MEGASCALE_*`` the same way).
 
 Task id, first answer wins:
