@@ -34,7 +34,7 @@ check-protos: install
 	$(PY) tools/protos.py check
 
 ## The torch extra (torch 2.9.0 + torch_xla 2.9.0, pinned together) into the same .venv, with a stamp of its own:
-## about 3 GB to download and 4 minutes once; the torch_xla and torch.distributed tests need it (`make test`).
+## 3.9 GB to download and 4 minutes once; the torch_xla and torch.distributed tests need it (`make test`).
 $(TORCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[torch]'
 	touch $(TORCH_STAMP)
