@@ -101,7 +101,7 @@ print("NEW=" + ",".join(new))
 
 AGENT_INFO = {
     "schema_version": 1, "cluster": "c", "task": 0, "num_tasks": 1, "coordinator": "127.0.0.1:1",
-    "mapping": "/nonexistent/mapping.json", "job_ports": {"dtensor": [2], "jax": 3}, "barrier_timeout": 30.0,
+    "mapping": "/nonexistent/mapping.json", "job_ports": {"dtensor": [2], "jax": 3, "torch": 4}, "barrier_timeout": 30.0,
 }  # fmt: skip
 ANSWERS = {
     "status": {"cluster": "c", "task": 0, "coordinator": "127.0.0.1:1", "heartbeat_timeout": 30.0,

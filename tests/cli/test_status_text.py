@@ -105,7 +105,7 @@ def test_cells_are_cut_with_an_ellipsis() -> None:
 
 
 INFO = AgentInfo(cluster="pod", task=0, num_tasks=3, coordinator="10.0.0.1:8476", mapping="/m.json",
-                 job_ports=JobPorts(dtensor=(9100, 9100, 9100), jax=9101), address="10.0.0.1",
+                 job_ports=JobPorts(dtensor=(9100, 9100, 9100), jax=9101, torch=9102), address="10.0.0.1",
                  hosts=("10.0.0.1", "10.0.0.2", "10.0.0.3"), pid=77)  # fmt: skip
 HISTORY = (
     {"generation": 1, "formed": 100.0, "ended": 160.5, "cause": "task 2 (10.0.0.3) failed: no heartbeat for 5.2 s"},

@@ -224,7 +224,7 @@ def test_the_running_agents_backend_decides_the_device_checks(
     hosts = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
     info = AgentInfo(
         cluster="doc-test", task=1, num_tasks=4, coordinator="127.0.0.2:1", mapping="/nonexistent/mapping.json",
-        job_ports=JobPorts(dtensor=(2, 3, 4, 5), jax=6), pid=os.getpid(), hosts=hosts, config=str(spec),
+        job_ports=JobPorts(dtensor=(2, 3, 4, 5), jax=6, torch=7), pid=os.getpid(), hosts=hosts, config=str(spec),
         backend="sim" if recorded == "backend" else "",
     )  # fmt: skip
     StateDir(answering_agent).write_info(info)

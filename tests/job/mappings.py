@@ -41,6 +41,7 @@ def agent_info(
     *,
     dtensor: list[int] | None = None,
     jax: int = 9002,
+    torch: int = 9003,
     coordinator_port: int = 8490,  # tpuctl's default coordinator port
     path: str = "/run/tpuctl/mapping.json",
 ) -> dict[str, Any]:
@@ -55,6 +56,6 @@ def agent_info(
         "num_tasks": len(hosts),
         "coordinator": f"[{first}]:{coordinator_port}" if ":" in first else f"{first}:{coordinator_port}",
         "mapping": path,
-        "job_ports": {"dtensor": dtensor or [9100 + t for t in range(len(hosts))], "jax": jax},
+        "job_ports": {"dtensor": dtensor or [9100 + t for t in range(len(hosts))], "jax": jax, "torch": torch},
         "pid": 4242,
     }

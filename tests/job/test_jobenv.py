@@ -50,6 +50,7 @@ def test_every_variable_for_task_2_of_a_v4_32() -> None:
         "JAX_COORDINATOR_ADDRESS": "10.0.0.1:9002",
         "JAX_NUM_PROCESSES": "4",
         "JAX_PROCESS_ID": "2",
+        "TPU_SKIP_MDS_QUERY": "true",
         "TPU_WORKER_ID": "2",
         "TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4",
         "TPU_ACCELERATOR_TYPE": "v4-32",
@@ -57,8 +58,25 @@ def test_every_variable_for_task_2_of_a_v4_32() -> None:
         "TPU_HOST_BOUNDS": "1,1,4",
         "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
         "TPU_TOPOLOGY_WRAP": "false,false,false",
+        "PJRT_DEVICE": "TPU",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "9003",
+        "WORLD_SIZE": "4",
+        "RANK": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
     }
-    assert env.unset == ("TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT")  # one task per machine: never inherited
+    # one task per machine: the process variables are never inherited (torch_xla's xmp.spawn fills them itself)
+    assert env.unset == (
+        "TPU_PROCESS_BOUNDS",
+        "TPU_CHIPS_PER_PROCESS_BOUNDS",
+        "TPU_VISIBLE_CHIPS",
+        "CLOUD_TPU_TASK_ID",
+        "TPU_PROCESS_ADDRESSES",
+        "TPU_PROCESS_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_USE_AGENT_STORE",
+    )
     # deterministic, including the order
     again = job_environment(agent_info(V4_32, 2), V4_32, state_dir="/run/tpuctl")
     assert list(again.set.items()) == list(env.set.items())
@@ -80,7 +98,8 @@ def test_one_host_runs_dtensor_in_local_mode() -> None:
     one = sim_mapping(["10.1.1.1"], accelerator="v4-8")
     env = job_environment(agent_info(one, 0, dtensor=[9100], jax=9200), one)
     assert "DTENSOR_JOBS" not in env.set
-    assert env.unset == ("DTENSOR_JOBS", "TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT")
+    assert env.unset[:2] == ("DTENSOR_JOBS", "TPU_PROCESS_BOUNDS")
+    assert (env.set["MASTER_ADDR"], env.set["WORLD_SIZE"], env.set["RANK"]) == ("10.1.1.1", "1", "0")
     assert (env.set["DTENSOR_CLIENT_ID"], env.set["DTENSOR_NUM_CLIENTS"], env.set["DTENSOR_JOB_NAME"]) == (
         "0",
         "1",
@@ -125,6 +144,8 @@ def test_ports_that_collide_on_one_machine_are_refused() -> None:
         job_environment(agent_info(sim, 0, dtensor=[9100, 9101], jax=9100), sim)
     with pytest.raises(StateError, match=r"the tpuctl coordinator and the DTensor server of task 1 both use port"):
         job_environment(agent_info(sim, 0, dtensor=[9100, 9101], coordinator_port=9101), sim)
+    with pytest.raises(StateError, match=r"the torch.distributed store and the JAX coordinator both use port 9002"):
+        job_environment(agent_info(sim, 0, dtensor=[9100, 9101], torch=9002), sim)
     # separate machines may use the same port number
     real = sim_mapping(["10.0.0.1", "10.0.0.2"], accelerator="v4-16")
     assert job_environment(agent_info(real, 0, dtensor=[9100, 9100], jax=9101), real).set["DTENSOR_JOBS"] == (
@@ -139,6 +160,10 @@ def test_an_agent_without_job_ports_or_of_another_cluster_is_refused() -> None:
     with pytest.raises(StateError, match="no usable job ports") as caught:
         job_environment(info, V4_32)
     assert "tpuctl init" in str(caught.value.hint)
+    older = agent_info(V4_32, 0)
+    del older["job_ports"]["torch"]  # an agent of a tpuctl without torch.distributed's port
+    with pytest.raises(StateError, match="no usable job ports"):
+        job_environment(older, V4_32)
     with pytest.raises(StateError, match="no usable job ports"):
         job_environment(agent_info(V4_32, 0, dtensor=[9100, 9101]), V4_32)  # 2 ports for 4 tasks
     other = {**agent_info(V4_32, 0), "cluster": "pod-b"}
@@ -227,3 +252,60 @@ def test_sh_quote_is_shlex_quote() -> None:
     for _ in range(5000):
         value = "".join(rng.choice(alphabet) for _ in range(rng.randrange(7)))
         assert sh_quote(value) == shlex.quote(value), value
+
+
+# --- several TPU processes per machine, and PyTorch ----------------------------------------------------------
+
+LWS = sim_mapping(
+    ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"], accelerator="tpu7x-16", chips_per_process_bounds=(1, 2, 1)
+)  # the recorded tpu7x-16 LeaderWorkerSet pod: two 1x2x1 processes on each 2x2x1 machine
+
+
+def test_each_process_of_a_machine_gets_its_bounds_and_chips() -> None:
+    rows = []
+    for task in range(4):
+        env = job_environment(agent_info(LWS, task), LWS)
+        got = env.set
+        rows.append(
+            (got["CLOUD_TPU_TASK_ID"], got["TPU_VISIBLE_CHIPS"], got["TPU_PROCESS_PORT"], got["LOCAL_RANK"], got["RANK"])
+        )
+        assert (got["TPU_PROCESS_BOUNDS"], got["TPU_CHIPS_PER_PROCESS_BOUNDS"]) == ("2,1,2", "1,2,1")
+        assert (got["TPU_HOST_BOUNDS"], got["TPU_CHIPS_PER_HOST_BOUNDS"]) == ("1,1,2", "2,2,1")
+        assert got["TPU_PROCESS_ADDRESSES"] == "10.0.0.1:8476,10.0.0.1:8477,10.0.0.2:8476,10.0.0.2:8477"
+        assert (got["LOCAL_WORLD_SIZE"], got["WORLD_SIZE"], got["TPU_WORKER_ID"]) == ("2", "4", str(task))
+        assert not {"TPU_PROCESS_BOUNDS", "TPU_VISIBLE_CHIPS", "CLOUD_TPU_TASK_ID"} & set(env.unset)
+    assert rows == [
+        ("0", "0,2", "8476", "0", "0"),
+        ("1", "1,3", "8477", "1", "1"),
+        ("2", "0,2", "8476", "0", "2"),
+        ("3", "1,3", "8477", "1", "3"),
+    ]
+
+
+def test_the_model_not_the_names_says_which_tasks_share_a_machine() -> None:
+    """A simulated cluster may give every process its own loopback address: the bounds still pair them."""
+    sim = sim_mapping(["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"], accelerator="tpu7x-16",
+                      chips_per_process_bounds=(1, 2, 1))  # fmt: skip
+    got = job_environment(agent_info(sim, 1), sim).set
+    assert (got["LOCAL_RANK"], got["LOCAL_WORLD_SIZE"], got["TPU_PROCESS_PORT"], got["TPU_VISIBLE_CHIPS"]) == (
+        "1",
+        "2",
+        "8477",
+        "1,3",
+    )
+
+
+def test_stale_torchrun_and_process_variables_never_reach_the_job() -> None:
+    stale = {
+        "TORCHELASTIC_RUN_ID": "old",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+        "TPU_VISIBLE_CHIPS": "0",
+        "CLOUD_TPU_TASK_ID": "7",
+        "MASTER_PORT": "29500",
+        "PJRT_DEVICE": "CPU",
+    }
+    applied = job_environment(agent_info(V4_32, 1), V4_32).apply(stale)
+    assert not {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TPU_PROCESS_BOUNDS"} & set(applied)
+    assert not {"TPU_VISIBLE_CHIPS", "CLOUD_TPU_TASK_ID"} & set(applied)
+    assert (applied["MASTER_PORT"], applied["PJRT_DEVICE"], applied["RANK"]) == ("9003", "TPU", "1")

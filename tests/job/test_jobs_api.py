@@ -22,6 +22,7 @@ from tpuctl.job.api import (
     jax_device_order,
     jax_distributed_args,
     load_mapping,
+    torch_distributed_args,
 )
 from tpuctl.mapping.file import write_mapping
 from tpuctl.mesh.strings import default_job_name
@@ -124,6 +125,18 @@ def test_jax_distributed_args() -> None:
         jax_distributed_args({**env, "JAX_PROCESS_ID": "x"})
     with pytest.raises(StateError, match=r"JAX_PROCESS_ID=4 is not in 0..3"):
         jax_distributed_args({**env, "JAX_PROCESS_ID": "4"})
+
+
+def test_torch_distributed_args() -> None:
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "9003", "WORLD_SIZE": "4", "RANK": "3"}
+    assert torch_distributed_args("gloo", env) == {"backend": "gloo", "init_method": "env://", "world_size": 4, "rank": 3}
+    assert torch_distributed_args("xla", env) == {"backend": "xla", "init_method": "xla://"}
+    with pytest.raises(StateError, match="MASTER_PORT, RANK not set: this is not a job tpuctl started"):
+        torch_distributed_args("gloo", {"MASTER_ADDR": "h", "WORLD_SIZE": "2"})
+    with pytest.raises(StateError, match="not integers"):
+        torch_distributed_args("gloo", {**env, "RANK": "x"})
+    with pytest.raises(StateError, match=r"RANK=4 is not in 0..3"):
+        torch_distributed_args("gloo", {**env, "RANK": "4"})
 
 
 def tpu_devices(mapping: Any) -> list[SimpleNamespace]:

@@ -8,7 +8,7 @@ from tpuctl.agent.protocol import AgentInfo, ErrorReport, JobPorts
 from tpuctl.job.rootcause import ClusterDown, headline, root_cause_table
 
 INFO = AgentInfo(cluster="pod", task=0, num_tasks=3, coordinator="10.0.0.1:8476", mapping="/run/tpuctl/mapping.json",
-                 job_ports=JobPorts(dtensor=(9100, 9100, 9100), jax=9101), address="10.0.0.1",
+                 job_ports=JobPorts(dtensor=(9100, 9100, 9100), jax=9101, torch=9102), address="10.0.0.1",
                  hosts=("10.0.0.1", "10.0.0.2", "10.0.0.3"), pid=77)
 
 

@@ -70,12 +70,22 @@ SLICES: list[dict[str, Any]] = [
     {"accelerator": "v6e-64"},
     {"accelerator": "v5p-128"},
     {"accelerator": "v5litepod-16", "num_slices": 2},
+    # several TPU processes per machine: the machine block is written beside the task's
+    {"accelerator": "tpu7x-16", "chips_per_process_bounds": (1, 2, 1)},
+    {"accelerator": "v4-32", "chips_per_process_bounds": (1, 1, 1), "num_slices": 2},
 ]
-SLICE_IDS = ["-".join(str(v) for v in kw.values()) for kw in SLICES]
+SLICE_IDS = ["-".join(str(v).replace(", ", "x") for v in kw.values()) for kw in SLICES]
 
 
 def test_golden_v4_8() -> None:
     assert to_json(sim_mapping(accelerator="v4-8")) == GOLDEN_V4_8
+
+
+def test_a_machine_of_several_tasks_is_written_beside_the_task_block() -> None:
+    data = json.loads(to_json(sim_mapping(accelerator="tpu7x-16", chips_per_process_bounds=(1, 2, 1))))
+    assert data["slice"]["chips_per_host_bounds"] == [1, 2, 1]
+    assert data["slice"]["chips_per_machine_bounds"] == [2, 2, 1]
+    assert "chips_per_machine_bounds" not in json.loads(to_json(sim_mapping()))["slice"]  # older readers' file
 
 
 def test_json_is_proto3_json_of_the_schema() -> None:

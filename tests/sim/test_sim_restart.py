@@ -65,7 +65,7 @@ def test_the_running_spec_is_the_one_the_agents_were_started_with(tmp_path: Path
     assert running_spec(root, 1) == root / "cluster.yaml"  # sim up ACCELERATOR's generated spec
     own = tmp_path / "own.yaml"  # sim up -c own.yaml writes no cluster.yaml: the agents know their spec
     info = AgentInfo(
-        cluster="c", task=0, num_tasks=2, coordinator="127.0.0.2:8490", mapping="m.json", job_ports=JobPorts((1, 2), 3),
+        cluster="c", task=0, num_tasks=2, coordinator="127.0.0.2:8490", mapping="m.json", job_ports=JobPorts((1, 2), 3, 4),
         config=str(own),
     )  # fmt: skip
     StateDir(root / "host-0").write_info(info)

@@ -102,7 +102,20 @@ MULTI = [
     case("v5litepod-32", num_slices=4, chips_per_host=8),
 ]
 
-MATRIX = SINGLE + MULTI
+# Several TPU processes per machine: libtpu numbers the processes of a process block (its chips_per_host_bounds
+# is the process's block) as tpuctl numbers tasks; the recorded tpu7x-16 LeaderWorkerSet split first.
+PROCESSES = [
+    case("tpu7x-16", chips_per_process_bounds=(1, 2, 1)),
+    case("tpu7x-16", chips_per_process_bounds=(1, 1, 1)),
+    case("tpu7x-128", chips_per_process_bounds=(1, 2, 1)),
+    case("v4-16", chips_per_process_bounds=(1, 1, 1)),
+    case("v4-32", chips_per_process_bounds=(2, 1, 1), megacore=False),
+    case("v5litepod-4", chips_per_process_bounds=(1, 1, 1)),
+    case("v6e-8", chips_per_process_bounds=(2, 2, 1)),
+    case("tpu7x-16", chips_per_process_bounds=(1, 2, 1), num_slices=2),
+]
+
+MATRIX = SINGLE + MULTI + PROCESSES
 
 
 @pytest.mark.parametrize("kwargs", MATRIX)

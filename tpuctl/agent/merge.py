@@ -42,10 +42,11 @@ class _Record(TypedDict):
 
 
 class InitRecord(_Record, total=False):
-    """One host's part of the init gather (``created`` and ``jax_port``: task 0's only)."""
+    """One host's part of the init gather (``created``, ``jax_port`` and ``torch_port``: task 0's only)."""
 
     created: float
     jax_port: int
+    torch_port: int
 
 
 async def merge(
@@ -63,16 +64,18 @@ async def merge(
     from tpuctl.mesh.build import build_declared_meshes
     from tpuctl.tpu.topology import build_topologies, merge_core_ids
 
-    # Ports for the jobs' own runtimes (DTensor's gRPC server on every host, JAX's coordinator on
-    # task 0). Each is held open until every host has published, so hosts sharing a machine
-    # (a simulated cluster) cannot pick the same one.
+    # Ports for the jobs' own runtimes (DTensor's gRPC server on every host; JAX's coordinator and
+    # torch.distributed's store on task 0). Each is held open until every host has published, so hosts
+    # sharing a machine (a simulated cluster) cannot pick the same one.
     held = [hold_port(spec.coordinator.job_ports)]
     if task == 0:
+        held.append(hold_port(spec.coordinator.job_ports))
         held.append(hold_port(spec.coordinator.job_ports))
     mine: InitRecord = {"cores": list(core_ids), "dtensor_port": held[0].getsockname()[1]}
     if task == 0:  # the mapping's creation time and JAX's port come from task 0, so every host agrees
         mine["created"] = time.time()
         mine["jax_port"] = held[1].getsockname()[1]
+        mine["torch_port"] = held[2].getsockname()[1]
     try:
         values = await session.gather(  # on the session's stream
             INIT_GATHER,
@@ -85,7 +88,11 @@ async def merge(
         for sock in held:
             sock.close()
     published = [parse_record(raw, t) for t, raw in enumerate(values)]
-    ports = JobPorts(dtensor=tuple(int(p["dtensor_port"]) for p in published), jax=int(published[0]["jax_port"]))
+    ports = JobPorts(
+        dtensor=tuple(int(p["dtensor_port"]) for p in published),
+        jax=int(published[0]["jax_port"]),
+        torch=int(published[0]["torch_port"]),
+    )
     merged = merge_core_ids({t: p["cores"] for t, p in enumerate(published)}, spec.slice)
     meshes = build_declared_meshes(spec.meshes, spec.slice, merged_devices(spec.slice, merged))
     mapping = build_mapping(
@@ -176,10 +183,13 @@ def parse_record(raw: bytes, task: int) -> InitRecord:
     try:
         value = json.loads(raw)
         common = isinstance(value, dict) and isinstance(value.get("cores"), list) and isinstance(value.get("dtensor_port"), int)
-        if common and (task != 0 or (isinstance(value.get("created"), float) and isinstance(value.get("jax_port"), int))):
+        first = common and isinstance(value.get("created"), float)
+        first = first and all(isinstance(value.get(k), int) for k in ("jax_port", "torch_port"))
+        if common and (task != 0 or first):
             record: InitRecord = {"cores": value["cores"], "dtensor_port": value["dtensor_port"]}
-            if isinstance(value.get("created"), float) and isinstance(value.get("jax_port"), int):
+            if first:
                 record["created"], record["jax_port"] = value["created"], value["jax_port"]
+                record["torch_port"] = value["torch_port"]
             return record
     except ValueError:
         pass
@@ -204,5 +214,5 @@ def hold_port(port_range: tuple[int, int] | None) -> socket.socket:
     first, last = port_range or (0, 0)
     raise StateError(
         f"no free port in coordinator.job_ports {first}-{last} on this host for the job's runtime",
-        hint="widen coordinator.job_ports (each host needs one port, task 0 two), or free some of them",
+        hint="widen coordinator.job_ports (each host needs one port, task 0 three), or free some of them",
     )

@@ -75,6 +75,8 @@ class JobPorts(Record):
     """DTensor's gRPC server port of every task, in task order."""
     jax: int
     """JAX's coordinator port (on task 0's host)."""
+    torch: int
+    """torch.distributed's store port (``MASTER_PORT``, on task 0's host)."""
 
 
 class AgentInfo(Record):
@@ -127,7 +129,11 @@ class AgentInfo(Record):
             "service_incarnation": self.service_incarnation,
             "barrier_timeout": self.barrier_timeout,
             "heartbeat_timeout": self.heartbeat_timeout,
-            "job_ports": {"dtensor": list(self.job_ports.dtensor), "jax": self.job_ports.jax},
+            "job_ports": {
+                "dtensor": list(self.job_ports.dtensor),
+                "jax": self.job_ports.jax,
+                "torch": self.job_ports.torch,
+            },
             "started": self.started,
             "generation": self.generation,
             "restart": {"policy": self.restart_policy, "timeout": self.restart_timeout, "max": self.max_restarts},
@@ -182,21 +188,27 @@ def _restart(restart: object, source: str) -> tuple[str, float, int]:
     return policy, float(timeout), 3 if most is None else most
 
 
+def _is_port(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
 def _job_ports(ports: object, num_tasks: int, source: str) -> JobPorts:
     dtensor = ports.get("dtensor") if isinstance(ports, dict) else None
     jax = ports.get("jax") if isinstance(ports, dict) else None
+    torch = ports.get("torch") if isinstance(ports, dict) else None
     if (
         not isinstance(dtensor, list)
         or len(dtensor) != num_tasks
-        or not all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in dtensor)
+        or not all(_is_port(p) for p in dtensor)
         or not isinstance(jax, int)
-        or isinstance(jax, bool)
-        or not 0 < jax < 65536
+        or not _is_port(jax)
+        or not isinstance(torch, int)
+        or not _is_port(torch)
     ):
         raise ProtocolError(
             f"{source} has no usable job ports for {num_tasks} tasks (job_ports: {_short(ports)})", hint=_RESTART_HINT
         )
-    return JobPorts(dtensor=tuple(dtensor), jax=jax)
+    return JobPorts(dtensor=tuple(dtensor), jax=jax, torch=torch)
 
 
 def _short(value: object, limit: int = 200) -> str:

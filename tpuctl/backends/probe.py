@@ -4,7 +4,7 @@ The agent lives as long as the cluster; if it imported jax or tensorflow and tou
 it would hold the chips and the job could not open them. So ``tpuctl init`` runs the backend here,
 in a child that prints one JSON line and exits, releasing the TPU.
 
-    python -m tpuctl.backends.probe BACKEND TASK GENERATION TOPOLOGY CHIPS_PER_HOST NUM_SLICES MEGACORE KIND
+    python -m tpuctl.backends.probe BACKEND TASK GENERATION TOPOLOGY TASK_BLOCK MACHINE_BLOCK NUM_SLICES MEGACORE KIND
     -> {"core_ids": [...]}   or   {"error": {"type": "NoTpuError", "message": ..., "hint": ..., "exit_code": 6}}
 """
 
@@ -15,9 +15,18 @@ import json
 import sys
 
 from tpuctl.errors import TpuctlError, error_payload
-from tpuctl.tpu.slice import TpuSlice, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, resolve_slice, with_blocks
 
 PROBE_TIMEOUT_S = 300.0  # TPU runtime initialisation can take minutes on a large host
+
+
+def _block(block: tuple[int, int, int]) -> str:
+    return ",".join(str(d) for d in block)
+
+
+def _parse_block(text: str) -> tuple[int, int, int]:
+    x, y, z = (int(d) for d in text.split(","))
+    return (x, y, z)
 
 
 def probe_args(backend: str, task: int, tpu: TpuSlice) -> list[str]:
@@ -26,7 +35,8 @@ def probe_args(backend: str, task: int, tpu: TpuSlice) -> list[str]:
         str(task),
         tpu.generation.name,
         tpu.topology_str,
-        str(tpu.chips_per_host),
+        _block(tpu.chips_per_host_bounds),
+        _block(tpu.machine_block),
         str(tpu.num_slices),
         "1" if tpu.megacore else "0",
         tpu.device_kind,
@@ -64,16 +74,18 @@ async def probe_core_ids(backend: str, task: int, tpu: TpuSlice, *, timeout: flo
 def main(argv: list[str]) -> int:
     from tpuctl.backends.registry import get_backend
 
-    backend, task, generation, topology, chips_per_host, num_slices, megacore, kind = argv
+    backend, task, generation, topology, task_block, machine_block, num_slices, megacore, kind = argv
     try:
+        block, machine = _parse_block(task_block), _parse_block(machine_block)
         tpu = resolve_slice(
             generation=generation,
             topology=topology,
-            chips_per_host=int(chips_per_host),
+            chips_per_host=machine[0] * machine[1] * machine[2] if block == machine else None,
             num_slices=int(num_slices),
             megacore=megacore == "1",
             device_kind=kind,
         )
+        tpu = with_blocks(tpu, block, machine)
         ids = get_backend(backend, tpu).local_core_ids(int(task))
     except TpuctlError as exc:
         print(json.dumps({"error": error_payload(exc)}), flush=True)

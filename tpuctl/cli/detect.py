@@ -51,8 +51,12 @@ def _task(found: Detection, task_id: int | None) -> tuple[TaskIdentity | None, s
 
 def document(found: Detection, task: TaskIdentity | None, task_problem: str | None) -> dict[str, Any]:
     """The ``--format json`` document: schema, platform, sources [{key, value, source}], task (this host's
-    id, an integer as in every document), task_reason, task_problem, notes."""
+    id, an integer as in every document), task_reason, task_problem, notes; the tasks' layout (tasks,
+    chips_per_task, tasks_per_machine, machines) and this task's chips (task_chips: [x, y, z] each;
+    visible_chips: their numbers on its machine, as TPU_VISIBLE_CHIPS spells them)."""
     spec = found.spec
+    tpu = spec.slice
+    mine = tpu.devices_of_task(task.task_id) if task is not None else ()
     return {
         "schema": SCHEMA,
         "platform": found.platform,
@@ -65,12 +69,23 @@ def document(found: Detection, task: TaskIdentity | None, task_problem: str | No
         "task_reason": None if task is None else task.reason,
         "task_problem": task_problem,
         "notes": list(found.notes),
+        "tasks": tpu.num_hosts,
+        "chips_per_task": tpu.chips_per_host,
+        "tasks_per_machine": tpu.tasks_per_machine,
+        "machines": tpu.num_machines,
+        "task_chips": [list(c) for c in dict.fromkeys(d.coords for d in mine)] if task is not None else None,
+        "visible_chips": list(tpu.visible_chips(task.task_id)) if task is not None else None,
     }
 
 
 def _text(found: Detection, task: TaskIdentity | None, task_problem: str | None) -> str:
     rows = [(s.key, s.value or "-", s.origin) for s in found.sources]
     rows.append(("task", str(task.task_id) if task else "?", task.reason if task else (task_problem or "")))
+    tpu = found.spec.slice
+    if task is not None and tpu.tasks_per_machine > 1:
+        chips = ",".join(map(str, tpu.visible_chips(task.task_id)))
+        where = f"on machine {tpu.machine_of(task.task_id)} ({tpu.chips_per_host} of its chips)"
+        rows.append(("task_chips", chips, where))
     width_key = max(len(r[0]) for r in rows)
     width_value = min(40, max(len(r[1]) for r in rows))
     lines = [f"detected: {found.platform}", f"spec: {found.spec.describe()}", ""]
@@ -92,6 +107,8 @@ def detect(fmt: str, task_id: int | None) -> int:
       2. the GCE metadata server of a Cloud TPU VM (agent-worker-number, worker-network-endpoints,
          accelerator-type, tpu-env), unless TPU_SKIP_MDS_QUERY is set; a variable in the environment
          wins over the metadata value. GCE_METADATA_HOST=HOST:PORT (or GCE_METADATA_IP) names the server.
+    Several TPU processes per machine (TPU_PROCESS_BOUNDS, TPU_CHIPS_PER_PROCESS_BOUNDS): a task per process;
+    the json document gives tasks, chips_per_task, tasks_per_machine, and this task's chips.
     \b
       tpuctl detect                 # on a TPU VM or in a GKE pod: what init would use, and why
       tpuctl detect -o json | jq .sources

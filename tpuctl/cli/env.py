@@ -17,11 +17,12 @@ from tpuctl.cli.output import format_options
 )
 @state_dir_option
 def env(fmt: str, state_dir: str | None) -> int:
-    """Print the environment a job on this host needs: DTensor, JAX, Cloud TPU and tpuctl variables.
+    """Print the environment a job on this host needs: DTensor, JAX, PyTorch/XLA, Cloud TPU and tpuctl variables.
 
     \b
       eval "$(tpuctl env)"                  # bash/zsh/sh; values are shell-quoted
       tpuctl env -o json | jq -r .set.JAX_COORDINATOR_ADDRESS
+    Variables it does not set are removed (unset lines), so stale ones never reach the job.
     `tpuctl run -- CMD` starts CMD with this environment and also watches the cluster.
     Exit codes: 0 ok, 3 the cluster is in error, 5 no agent runs for this state dir, 7 bad mapping file.
     """

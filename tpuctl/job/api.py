@@ -1,4 +1,4 @@
-"""The job side: load the device mapping ``tpuctl init`` wrote and hand it to TensorFlow DTensor or JAX.
+"""The job side: load the device mapping ``tpuctl init`` wrote and hand it to TensorFlow DTensor, JAX or PyTorch.
 
 A job started by ``tpuctl run`` (or after ``eval "$(tpuctl env)"``) finds everything in its environment::
 
@@ -14,6 +14,10 @@ A job started by ``tpuctl run`` (or after ``eval "$(tpuctl env)"``) finds everyt
     dtensor.initialize_accelerator_system("TPU")
     mesh = mapping.dtensor_mesh("dp_mp")                 # TPU mesh; host=True: its 1:1 CPU host mesh
     topology = mapping.tf_topology()                     # tf.tpu.experimental.Topology
+
+    # PyTorch / PyTorch/XLA (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK come from tpuctl)
+    torch.distributed.init_process_group(**tpuctl.job.api.torch_distributed_args("gloo"))   # env://
+    torch.distributed.init_process_group(**tpuctl.job.api.torch_distributed_args("xla"))    # xla://
 
 This module imports neither grpc nor click, and tensorflow / jax / numpy only inside the helpers that
 need them; loading the mapping costs protobuf and the mapping checks, nothing more.
@@ -292,6 +296,33 @@ def jax_distributed_args(environ: Mapping[str, str] | None = None) -> dict[str, 
     }
 
 
+# --- PyTorch ---------------------------------------------------------------------------------------
+
+TORCH_ENVS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
+
+
+def torch_distributed_args(backend: str = "gloo", environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``torch.distributed.init_process_group(**torch_distributed_args(backend))`` from tpuctl's environment.
+
+    ``xla`` (torch_xla's backend): ``init_method="xla://"``, torch_xla's rendezvous, which reads ``MASTER_ADDR``
+    and ``MASTER_PORT`` and takes the world from its runtime. Any other backend (``gloo``, ``nccl``):
+    ``init_method="env://"`` with ``world_size`` and ``rank``, checked here. StateError when the variables are
+    missing or not numbers: the job was not started by tpuctl."""
+    env = _environ(environ)
+    missing = [n for n in TORCH_ENVS if not env.get(n, "").strip()]
+    if missing:
+        raise StateError(f"{', '.join(missing)} not set: this is not a job tpuctl started", hint=_RUN_HINT)
+    if backend == "xla":
+        return {"backend": "xla", "init_method": "xla://"}
+    try:
+        world_size, rank, port = int(env["WORLD_SIZE"]), int(env["RANK"]), int(env["MASTER_PORT"])
+    except ValueError as exc:
+        raise StateError(f"WORLD_SIZE / RANK / MASTER_PORT are not integers: {exc}", hint=_RUN_HINT) from None
+    if not 0 <= rank < world_size or not 0 < port < 65536:
+        raise StateError(f"RANK={rank} is not in 0..{world_size - 1}, or MASTER_PORT={port} is no port", hint=_RUN_HINT)
+    return {"backend": backend, "init_method": "env://", "world_size": world_size, "rank": rank}
+
+
 def _device_list(mapping: DeviceMapping, mesh: MappedMesh, devices: Sequence[Any]) -> list[Any]:
     """``devices`` (``jax.devices()``) in ``mesh`` order.
 
@@ -370,4 +401,5 @@ __all__ = [
     "jax_mesh",
     "load_mapping",
     "tf_topology",
+    "torch_distributed_args",
 ]

@@ -24,15 +24,27 @@ JAX (``jax.distributed.initialize``)
   ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (n and this task; JAX does not read these two, pass
   :func:`tpuctl.job.api.jax_distributed_args` to ``initialize``).
 Cloud TPU (as the GKE TPU device plugin and webhook set them)
-  ``TPU_WORKER_ID`` (host index within its slice), ``TPU_WORKER_HOSTNAMES`` (that slice's hosts),
-  ``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``, ``TPU_HOST_BOUNDS``, ``TPU_CHIPS_PER_HOST_BOUNDS``,
-  ``TPU_TOPOLOGY_WRAP``; with several slices also ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` and
-  ``MEGASCALE_COORDINATOR_ADDRESS`` (task 0's host).
-  ``TPU_PROCESS_ADDRESSES`` / ``TPU_PROCESS_PORT``, always set or removed, never inherited (a stale list
-  breaks libtpu: "Expected 4 worker addresses, got 1", transformers#28204): removed when every task has a
-  machine of its own (libtpu then uses ``TPU_WORKER_HOSTNAMES``); when a machine runs several tasks (7x,
-  LeaderWorkerSet with several TPU containers), set as LeaderWorkerSet and torch_xla do: the k-th task on
-  a machine gets port 8476 + k, ``TPU_PROCESS_ADDRESSES`` lists the slice's tasks as ``host:port``.
+  ``TPU_SKIP_MDS_QUERY=true`` (libtpu, torch_xla and JAX read these variables, not the metadata server),
+  ``TPU_WORKER_ID`` (task index within its slice), ``TPU_WORKER_HOSTNAMES`` (that slice's tasks' hosts),
+  ``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``, ``TPU_HOST_BOUNDS`` and ``TPU_CHIPS_PER_HOST_BOUNDS`` (the
+  machines), ``TPU_TOPOLOGY_WRAP``; with several slices also ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID``
+  and ``MEGASCALE_COORDINATOR_ADDRESS`` (task 0's host).
+  The process variables, always set or removed, never inherited (a stale list breaks libtpu: "Expected 4
+  worker addresses, got 1", transformers#28204). When every task has a machine of its own they are removed:
+  libtpu then uses the host variables, and torch_xla's ``xmp.spawn`` / torchrun start-up
+  (``configure_topology``, which only fills unset variables) computes its own per-chip processes. When a
+  machine runs several tasks (7x, LeaderWorkerSet with several TPU containers) they are set as LeaderWorkerSet
+  and torch_xla set them: ``TPU_PROCESS_BOUNDS`` and ``TPU_CHIPS_PER_PROCESS_BOUNDS`` (the tasks' grid and
+  block), ``TPU_VISIBLE_CHIPS`` (the task's chips on its machine, x fastest), ``CLOUD_TPU_TASK_ID`` (the task
+  within its slice, which libtpu and torch_xla read before ``TPU_WORKER_ID``), ``TPU_PROCESS_PORT`` (8476 + k
+  for the k-th task on a machine) and ``TPU_PROCESS_ADDRESSES`` (the slice's tasks as ``host:port``). A spec
+  whose hosts repeat without process bounds gets the last three only.
+PyTorch / PyTorch/XLA (``torch.distributed``'s ``env://``, torch_xla's ``xla://``, torchrun's names)
+  ``PJRT_DEVICE=TPU``; ``MASTER_ADDR`` (task 0's host) and ``MASTER_PORT`` (a port the agent reserved on it:
+  the store's); ``WORLD_SIZE`` (tasks) and ``RANK`` (this task); ``LOCAL_WORLD_SIZE`` and ``LOCAL_RANK`` (the
+  tasks on this task's machine, and its position among them). ``TORCHELASTIC_RUN_ID`` and
+  ``TORCHELASTIC_USE_AGENT_STORE`` are removed: inherited, they make torch_xla's ``xla://`` take the job for a
+  torchrun worker (a one-chip start-up, or a store that never answers).
 
 The job ports come from the agent (``AgentInfo.job_ports``, in ``agent.json``): it reserves them before the mapping
 is written, holding every one open at once, so they differ from each other and from tpuctl's own
@@ -69,6 +81,11 @@ ENV_SCHEMA = "tpuctl.env/v1"  # `tpuctl env --format json`
 
 TPU_PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
 TPU_PROCESS_PORT_ENV = "TPU_PROCESS_PORT"
+TPU_TASK_ENV = "CLOUD_TPU_TASK_ID"
+# Set only when a machine runs several tasks and the slice model knows how its chips split.
+PROCESS_SPLIT_ENVS = ("TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_VISIBLE_CHIPS")
+# Inherited from an outer torchrun, these make torch_xla's xla:// handler take the job for a torchrun worker.
+TORCHRUN_ONLY_ENVS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 TPU_PROCESS_BASE_PORT = 8476  # LeaderWorkerSet's TpuProcessDefaultPort, torch_xla's base_port: +k per process
 
 DTENSOR_MULTI_CLIENT_JOB = "worker"
@@ -171,6 +188,20 @@ def port_collisions(bindings: Sequence[tuple[str, str, int]]) -> list[str]:
     return problems
 
 
+def local_ranks(hosts: Sequence[str]) -> list[tuple[int, int]]:
+    """Each task's (rank among the tasks on its machine, how many tasks that machine runs), machines told
+    apart by name as :func:`tpu_process_ports` does."""
+    from tpuctl.hosts import normalize_host
+
+    keys = [normalize_host(h) for h in hosts]
+    counts: dict[str, int] = {}
+    ranks = []
+    for key in keys:
+        ranks.append(counts.get(key, 0))
+        counts[key] = counts.get(key, 0) + 1
+    return [(rank, counts[key]) for rank, key in zip(ranks, keys, strict=True)]
+
+
 def tpu_process_ports(hosts: Sequence[str]) -> list[int] | None:
     """Each task's TPU process port (8476 + its rank among the tasks on its machine), or None when every task
     has a machine of its own. Machines are told apart by name (case, trailing dot and IPv6 spelling ignored)."""
@@ -217,10 +248,17 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
             f"the agent runs cluster {info.cluster!r} with {info.num_tasks} hosts ({sample(info.hosts)})",
             hint="the mapping file was overwritten by another init; " + _RESTART_HINT,
         )
-    dtensor_ports, jax_port = list(info.job_ports.dtensor), info.job_ports.jax
+    dtensor_ports, jax_port, torch_port = list(info.job_ports.dtensor), info.job_ports.jax, info.job_ports.torch
     bindings = [(f"the DTensor server of task {t}", hosts[t], dtensor_ports[t]) for t in range(num_tasks)]
     bindings.append(("the JAX coordinator", hosts[0], jax_port))
-    process_ports = tpu_process_ports(hosts)
+    bindings.append(("the torch.distributed store", hosts[0], torch_port))
+    split = tpu.tasks_per_machine > 1  # the slice model knows how each machine's chips split among its tasks
+    if split:
+        process_ports: list[int] | None = [TPU_PROCESS_BASE_PORT + tpu.rank_on_machine(t) for t in range(num_tasks)]
+        ranks = [(tpu.rank_on_machine(task), tpu.tasks_per_machine)]
+    else:
+        process_ports = tpu_process_ports(hosts)
+        ranks = local_ranks(hosts)[task : task + 1]
     if process_ports is not None:  # on loopback (a simulated cluster) no TPU runtime binds them
         bindings += [
             (f"the TPU process of task {t}", hosts[t], process_ports[t])
@@ -257,23 +295,40 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
 
     per_slice = tpu.hosts_per_slice
     slice_index = mapping.tasks[task].slice
+    env["TPU_SKIP_MDS_QUERY"] = "true"
     env["TPU_WORKER_ID"] = str(task - slice_index * per_slice)
     env["TPU_WORKER_HOSTNAMES"] = ",".join(hosts[slice_index * per_slice : (slice_index + 1) * per_slice])
     env["TPU_ACCELERATOR_TYPE"] = tpu.accelerator_type
     env["TPU_TOPOLOGY"] = tpu.topology_str
-    env["TPU_HOST_BOUNDS"] = _triple(tpu.host_bounds)
-    env["TPU_CHIPS_PER_HOST_BOUNDS"] = _triple(tpu.chips_per_host_bounds)
+    env["TPU_HOST_BOUNDS"] = _triple(tpu.machine_bounds)
+    env["TPU_CHIPS_PER_HOST_BOUNDS"] = _triple(tpu.machine_block)
     env["TPU_TOPOLOGY_WRAP"] = ",".join("true" if w else "false" for w in tpu.wraparound)
+    if split:
+        env["TPU_PROCESS_BOUNDS"] = _triple(tpu.host_bounds)
+        env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = _triple(tpu.chips_per_host_bounds)
+        env["TPU_VISIBLE_CHIPS"] = ",".join(str(c) for c in tpu.visible_chips(task))
+    else:
+        unset += PROCESS_SPLIT_ENVS
     if process_ports is None:
-        unset += [TPU_PROCESS_ADDRESSES_ENV, TPU_PROCESS_PORT_ENV]
+        unset += [TPU_TASK_ENV, TPU_PROCESS_ADDRESSES_ENV, TPU_PROCESS_PORT_ENV]
     else:
         in_slice = range(slice_index * per_slice, (slice_index + 1) * per_slice)
+        env[TPU_TASK_ENV] = env["TPU_WORKER_ID"]
         env[TPU_PROCESS_ADDRESSES_ENV] = ",".join(host_port(hosts[t], process_ports[t]) for t in in_slice)
         env[TPU_PROCESS_PORT_ENV] = str(process_ports[task])
     if tpu.num_slices > 1:
         env["MEGASCALE_NUM_SLICES"] = str(tpu.num_slices)
         env["MEGASCALE_SLICE_ID"] = str(slice_index)
         env["MEGASCALE_COORDINATOR_ADDRESS"] = hosts[0]
+
+    env["PJRT_DEVICE"] = "TPU"
+    env["MASTER_ADDR"] = hosts[0]
+    env["MASTER_PORT"] = str(torch_port)
+    env["WORLD_SIZE"] = str(num_tasks)
+    env["RANK"] = str(task)
+    env["LOCAL_WORLD_SIZE"] = str(ranks[0][1])
+    env["LOCAL_RANK"] = str(ranks[0][0])
+    unset += TORCHRUN_ONLY_ENVS
     return JobEnv(env, tuple(unset))
 
 
@@ -288,6 +343,7 @@ __all__ = [
     "dtensor_job_name",
     "host_port",
     "job_environment",
+    "local_ranks",
     "port_collisions",
     "tpu_process_ports",
 ]

@@ -91,6 +91,8 @@ def to_json(mapping: DeviceMapping) -> str:
     """The file's text: proto3 JSON, fields in declaration order, deterministic for equal mappings."""
     msg = to_proto(mapping)
     obj = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
+    if not obj["slice"]["chips_per_machine_bounds"]:  # one task per machine: the file an older tpuctl reads too
+        del obj["slice"]["chips_per_machine_bounds"]
     return _render(_in_field_order(msg.DESCRIPTOR, obj), "") + "\n"
 
 

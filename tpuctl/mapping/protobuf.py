@@ -17,7 +17,7 @@ from tpuctl.mesh.model import AxisQuality, MeshAxis
 from tpuctl.mesh.strings import default_job_name, dtensor_host_mesh_string, dtensor_mesh_string
 from tpuctl.proto import mapping_pb2
 from tpuctl.tpu.hardware import Triple, find_generation
-from tpuctl.tpu.slice import TpuSlice, format_dims, resolve_slice
+from tpuctl.tpu.slice import TpuSlice, format_dims, resolve_slice, with_blocks
 from tpuctl.tpu.topology import (
     MESH_RANK,
     DTensorTopology,
@@ -58,6 +58,7 @@ def to_proto(mapping: DeviceMapping) -> mapping_pb2.DeviceMapping:
             device_kind=tpu.device_kind,
             megacore=tpu.megacore,
             wraparound=tpu.wraparound,
+            chips_per_machine_bounds=tpu.chips_per_machine_bounds or (),
         )
     )
     for task in mapping.tasks:
@@ -128,8 +129,11 @@ def _slice_from_proto(shape: mapping_pb2.DeviceMapping.SliceShape) -> TpuSlice:
         raise MappingError(f"slice.generation {shape.generation!r} is not a TPU generation tpuctl knows")
     dims = _triple(shape.topology, "slice.topology")
     block = _triple(shape.chips_per_host_bounds, "slice.chips_per_host_bounds")
+    machine = None
+    if shape.chips_per_machine_bounds:
+        machine = _triple(shape.chips_per_machine_bounds, "slice.chips_per_machine_bounds")
     options: dict[str, Any] = {
-        "chips_per_host": block[0] * block[1] * block[2],
+        "chips_per_host": block[0] * block[1] * block[2] if machine is None else None,
         "num_slices": shape.num_slices,
         "megacore": shape.megacore,
         "device_kind": shape.device_kind or None,
@@ -140,6 +144,8 @@ def _slice_from_proto(shape: mapping_pb2.DeviceMapping.SliceShape) -> TpuSlice:
         tpu = resolve_slice(accelerator=shape.accelerator_type, **options)
         if tpu.generation is not gen or tpu.topology != dims:
             tpu = resolve_slice(generation=gen.name, topology=format_dims(dims), **options)
+        if machine is not None:  # several tasks per machine: the blocks as written, checked against each other
+            tpu = with_blocks(tpu, block, machine)
     except TpuctlError as exc:
         raise MappingError(f"slice: {exc.message}") from exc
     found = (tpu.generation.name, tpu.topology, tpu.chips_per_host_bounds, tpu.accelerator_type, tpu.wraparound)

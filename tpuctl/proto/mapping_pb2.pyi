@@ -55,6 +55,7 @@ class DeviceMapping(_message.Message):
         DEVICE_KIND_FIELD_NUMBER: _builtins.int
         MEGACORE_FIELD_NUMBER: _builtins.int
         WRAPAROUND_FIELD_NUMBER: _builtins.int
+        CHIPS_PER_MACHINE_BOUNDS_FIELD_NUMBER: _builtins.int
         accelerator_type: _builtins.str
         """One slice's Cloud TPU type, e.g. "v4-32"."""
         generation: _builtins.str
@@ -76,6 +77,12 @@ class DeviceMapping(_message.Message):
         def wraparound(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bool]:
             """Whether x, y, z close into rings through wraparound links."""
 
+        @_builtins.property
+        def chips_per_machine_bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """Chips per machine along x, y, z when a machine runs several tasks (TPU processes: then
+            chips_per_host_bounds is one task's block); empty when every task has a machine of its own.
+            """
+
         def __init__(
             self,
             *,
@@ -87,10 +94,11 @@ class DeviceMapping(_message.Message):
             device_kind: _builtins.str = ...,
             megacore: _builtins.bool = ...,
             wraparound: _abc.Iterable[_builtins.bool] | None = ...,
+            chips_per_machine_bounds: _abc.Iterable[_builtins.int] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "chips_per_host_bounds", b"chips_per_host_bounds", "device_kind", b"device_kind", "generation", b"generation", "megacore", b"megacore", "num_slices", b"num_slices", "topology", b"topology", "wraparound", b"wraparound"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "chips_per_host_bounds", b"chips_per_host_bounds", "chips_per_machine_bounds", b"chips_per_machine_bounds", "device_kind", b"device_kind", "generation", b"generation", "megacore", b"megacore", "num_slices", b"num_slices", "topology", b"topology", "wraparound", b"wraparound"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

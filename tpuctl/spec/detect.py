@@ -13,7 +13,9 @@ server), every value's origin kept for ``tpuctl detect``:
    server is not asked (a GKE pod);
 2. otherwise, unless ``TPU_SKIP_MDS_QUERY`` is set, the metadata server: ``agent-worker-number`` (its
    presence means a Cloud TPU VM), ``worker-network-endpoints``, ``accelerator-type`` and the ``tpu-env``
-   lines (``TOPOLOGY``, ``CHIPS_PER_HOST_BOUNDS``, ``MEGASCALE_*``). A variable set in the environment wins
+   lines (``TOPOLOGY``, ``CHIPS_PER_HOST_BOUNDS``, ``HOST_BOUNDS``, ``TPU_PROCESS_BOUNDS``,
+   ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``MEGASCALE_*``). Process bounds that split machines make each TPU
+   process a task (:mod:`tpuctl.spec.processes`). A variable set in the environment wins
    over the metadata value of the same meaning (JAX reads ``MEGASCALE_*`` the same way).
 
 Task id, first answer wins:
@@ -23,8 +25,12 @@ Task id, first answer wins:
 3. this host's names and addresses (``hostenv.local_names()``) against ``hosts``: exactly one match wins;
    several (e.g. 127.0.0.2..5 all on one machine) is an error asking for ``--task-id``, unless the
    worker id below names one of them (several TPU processes on one machine);
-4. ``TPU_WORKER_ID`` (or the metadata's ``agent-worker-number``) + ``MEGASCALE_SLICE_ID`` * hosts per slice;
+4. ``CLOUD_TPU_TASK_ID`` (libtpu's and torch_xla's process index), else ``TPU_WORKER_ID`` (or the metadata's
+   ``agent-worker-number``), + ``MEGASCALE_SLICE_ID`` * hosts per slice;
 5. a spec with a single host: task 0.
+
+``TPU_VISIBLE_CHIPS``, when set, must be the found task's chips on its machine
+(:mod:`tpuctl.spec.processes`; several TPU processes per machine split it by ``TPU_PROCESS_BOUNDS``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from tpuctl.spec.model import (
     repeated_hosts,
     topology_problem,
 )
+from tpuctl.spec.processes import PROCESS_ENVS, parse_visible_chips, split_processes, visible_chips_problem
 from tpuctl.tpu.slice import TpuSlice, parse_accelerator_type, resolve_slice
 
 TASK_ID_ENV = "TPUCTL_TASK_ID"
@@ -62,6 +69,7 @@ TOKEN_FILE_ENV = "TPUCTL_TOKEN_FILE"
 PORT_ENV = "TPUCTL_COORDINATOR_PORT"
 SKIP_METADATA_ENV = "TPU_SKIP_MDS_QUERY"
 PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
+TASK_INDEX_ENV = "CLOUD_TPU_TASK_ID"  # libtpu's and torch_xla's process index within the slice
 WORKER_HOSTNAMES_ENV = "TPU_WORKER_HOSTNAMES"
 HOST_LIST_ENVS = (HOSTS_ENV, PROCESS_ADDRESSES_ENV, WORKER_HOSTNAMES_ENV)
 DEFAULT_BACKEND: Backend = "jax"
@@ -77,6 +85,9 @@ METADATA_KEYS: dict[str, tuple[str, ...]] = {
     "TPU_ACCELERATOR_TYPE": ("accelerator-type", "tpu-env ACCELERATOR_TYPE"),
     "TPU_TOPOLOGY": ("tpu-env TOPOLOGY",),
     "TPU_CHIPS_PER_HOST_BOUNDS": ("tpu-env CHIPS_PER_HOST_BOUNDS",),
+    "TPU_HOST_BOUNDS": ("tpu-env HOST_BOUNDS",),
+    "TPU_PROCESS_BOUNDS": ("tpu-env TPU_PROCESS_BOUNDS",),
+    "TPU_CHIPS_PER_PROCESS_BOUNDS": ("tpu-env TPU_CHIPS_PER_PROCESS_BOUNDS",),
     "MEGASCALE_NUM_SLICES": ("tpu-env MEGASCALE_NUM_SLICES",),
     "MEGASCALE_SLICE_ID": ("tpu-env MEGASCALE_SLICE_ID",),
     "MEGASCALE_COORDINATOR_ADDRESS": ("tpu-env MEGASCALE_COORDINATOR_ADDRESS",),
@@ -171,10 +182,26 @@ def matching_tasks(hosts: tuple[str, ...], local_names: Set[str]) -> list[int]:
 def identify(
     spec: ClusterSpec, *, task_id: int | None, environ: Mapping[str, str], local_names: Set[str]
 ) -> TaskIdentity:
-    """This host's task id with the reason; InputError when it is ambiguous, unknown or out of range.
+    """This host's task id with the reason; InputError when it is ambiguous, unknown or out of range, or
+    when ``TPU_VISIBLE_CHIPS`` names other chips than the task's.
 
     ``environ`` may be :class:`Values` (what detection found, metadata included) or a plain mapping.
     """
+    found = _identify(spec, task_id=task_id, environ=environ, local_names=local_names)
+    if found.task_id < spec.slice.num_hosts:
+        problem = visible_chips_problem(environ, spec.slice, found.task_id, lambda name: _label(environ, name))
+        if problem is not None:
+            raise InputError(
+                f"{problem} ({found.reason})",
+                hint="set TPU_VISIBLE_CHIPS to this process's chips, or unset it; the task id comes from "
+                "--task-id, TPUCTL_TASK_ID, CLOUD_TPU_TASK_ID or TPU_WORKER_ID",
+            )
+    return found
+
+
+def _identify(
+    spec: ClusterSpec, *, task_id: int | None, environ: Mapping[str, str], local_names: Set[str]
+) -> TaskIdentity:
     count = len(spec.hosts)
     last = count - 1
     if task_id is not None:
@@ -221,7 +248,8 @@ def resolve_task_id(
 def _task_from_tpu_env(tpu: TpuSlice, environ: Mapping[str, str]) -> TaskIdentity | None:
     """``TPU_WORKER_ID`` (within a slice) + ``MEGASCALE_SLICE_ID`` * hosts per slice, checked against the spec."""
     per_slice = tpu.hosts_per_slice
-    worker = _env_int(environ, "TPU_WORKER_ID", 0, per_slice - 1, f"a worker index of {tpu.accelerator_type}")
+    worker_env = TASK_INDEX_ENV if _env(environ, TASK_INDEX_ENV) else "TPU_WORKER_ID"  # torch_xla's order
+    worker = _env_int(environ, worker_env, 0, per_slice - 1, f"a worker index of {tpu.accelerator_type}")
     if worker is None:
         return None
     num_slices = _env_int(environ, "MEGASCALE_NUM_SLICES", 1, 1 << 20, "a slice count")
@@ -231,7 +259,7 @@ def _task_from_tpu_env(tpu: TpuSlice, environ: Mapping[str, str]) -> TaskIdentit
             hint="set num_slices in the spec to match, or check this host belongs to this cluster",
         )
     slice_id = _env_int(environ, "MEGASCALE_SLICE_ID", 0, tpu.num_slices - 1, "a slice index")
-    worker_label = _label(environ, "TPU_WORKER_ID")
+    worker_label = _label(environ, worker_env)
     if slice_id is None and tpu.num_slices > 1:
         raise InputError(
             f"{worker_label}={worker} counts hosts within one slice, but MEGASCALE_SLICE_ID is not set "
@@ -461,6 +489,8 @@ def _per_task_chips(values: Mapping[str, str], found: _HostList | None) -> tuple
     accelerator = _env(values, "TPU_ACCELERATOR_TYPE")
     if found is None or found.per_machine < 2 or accelerator is None or found.name == HOSTS_ENV:
         return None
+    if any(_env(values, name) for name in (*PROCESS_ENVS, "TPU_CHIPS_PER_HOST_BOUNDS")):
+        return None  # the bounds say how machines split
     try:
         _, dims = parse_accelerator_type(accelerator)
     except TopologyError:
@@ -578,7 +608,13 @@ def _spec(values: Values) -> tuple[ClusterSpec, tuple[Source, ...]]:
     problems: list[str] = []
     host_problems: list[str] = []
     host_list = _host_entries(values, host_problems)
-    tpu, chips_origin = _slice_from_env(values, problems, _per_task_chips(values, host_list))
+    per_task = _per_task_chips(values, host_list)
+    tpu, chips_origin = _slice_from_env(values, problems, per_task)
+    if tpu is not None:  # tasks are TPU processes: split machines as the process bounds (or the host list) say
+        per_machine = host_list.per_machine if host_list else 1
+        tpu = split_processes(values, tpu, per_machine, per_task is not None, values.label, problems)
+    if tpu is not None:
+        parse_visible_chips(values, tpu, values.label, problems)
     problems += host_problems  # reported in this order: the slice, then the hosts
     hosts: tuple[str, ...] = host_list.hosts if host_list else ()
     hosts_origin = host_list.origin if host_list else ""
@@ -640,11 +676,8 @@ def _spec(values: Values) -> tuple[ClusterSpec, tuple[Source, ...]]:
         Source("cluster", cluster, given(CLUSTER_ENV, f"{default} (tpu-<accelerator type>)")),
         Source("accelerator", tpu.accelerator_type, values.source("TPU_ACCELERATOR_TYPE")),
         Source("topology", tpu.topology_str, given("TPU_TOPOLOGY", "derived from the accelerator type")),
-        Source(
-            "chips_per_host",
-            str(tpu.chips_per_host),
-            values.source("TPU_CHIPS_PER_HOST_BOUNDS") if chips_origin == "TPU_CHIPS_PER_HOST_BOUNDS" else chips_origin,
-        ),
+        Source("chips_per_host", str(tpu.chips_per_host), _chips_origin(values, tpu, chips_origin)),
+        *_machine_sources(values, tpu, chips_origin),
         Source("num_slices", str(tpu.num_slices), given("MEGASCALE_NUM_SLICES", f"{default} (1)")),
         Source("backend", backend, given(BACKEND_ENV, f"{default} ({DEFAULT_BACKEND})")),
         Source("hosts", ",".join(hosts), hosts_origin),
@@ -658,6 +691,29 @@ def _spec(values: Values) -> tuple[ClusterSpec, tuple[Source, ...]]:
         Source("auth.token_file", token_file or "", given(TOKEN_FILE_ENV, "unset (no token)")),
     )
     return spec, sources
+
+
+def _chips_origin(values: Values, tpu: TpuSlice, chips_origin: str) -> str:
+    """Where a task's chips came from: the process bounds, the host bounds, the host list or the type."""
+    if tpu.tasks_per_machine > 1 and _env(values, "TPU_CHIPS_PER_PROCESS_BOUNDS"):
+        return values.source("TPU_CHIPS_PER_PROCESS_BOUNDS")
+    if tpu.tasks_per_machine > 1 and _env(values, "TPU_PROCESS_BOUNDS"):
+        return values.source("TPU_PROCESS_BOUNDS") + " (the chip grid over it)"
+    return values.source(chips_origin) if chips_origin == "TPU_CHIPS_PER_HOST_BOUNDS" else chips_origin
+
+
+def _machine_sources(values: Values, tpu: TpuSlice, chips_origin: str) -> tuple[Source, ...]:
+    """``processes_per_machine`` when several tasks share a machine (nothing otherwise)."""
+    if tpu.tasks_per_machine == 1:
+        return ()
+    block = ",".join(map(str, tpu.machine_block))
+    if _env(values, "TPU_CHIPS_PER_HOST_BOUNDS"):
+        origin = f"{values.source('TPU_CHIPS_PER_HOST_BOUNDS')} ({block}) over {_chips_origin(values, tpu, chips_origin)}"
+    elif any(_env(values, name) for name in PROCESS_ENVS):
+        origin = f"{tpu.generation.name}'s {block} machines over {_chips_origin(values, tpu, chips_origin)}"
+    else:
+        origin = f"consecutive entries of one machine in the host list: {block} chips"
+    return (Source("processes_per_machine", str(tpu.tasks_per_machine), origin),)
 
 
 def spec_from_tpu_env(environ: Mapping[str, str]) -> ClusterSpec:

@@ -261,8 +261,12 @@ def host_count_problem(count: int, tpu: TpuSlice) -> str | None:
         layout = f"{tpu.num_slices} slices of {tpu.topology_str} chips, {tpu.chips_per_host} chips per host"
         name = f"{tpu.accelerator_type} x {tpu.num_slices}"
     else:
-        layout = f"{tpu.topology_str} chips, {tpu.chips_per_host} chips per host"
+        per = "process" if tpu.tasks_per_machine > 1 else "host"
+        layout = f"{tpu.topology_str} chips, {tpu.chips_per_host} chips per {per}"
         name = tpu.accelerator_type
+    if tpu.tasks_per_machine > 1:
+        processes = f"{tpu.num_hosts} TPU processes, {tpu.tasks_per_machine} on each of {tpu.num_machines} machines"
+        return f"{plural(count, 'entry')}, but {name} has {processes} ({layout}); expected one entry per process"
     hosts = plural(tpu.num_hosts, "host")
     return f"{plural(count, 'entry')}, but {name} has {hosts} ({layout}); expected one host per task"
 

@@ -11,6 +11,15 @@ The numbering reproduces libtpu exactly (checked against ``jax.experimental.topo
   so a host's ids are not contiguous (v5e 4x4: host 0 holds 0, 1, 4, 5);
 * the runtime's device list is task-major, then z, y, x within the host, then core.
 
+A *host* here is a task: one TPU process (libtpu's process, JAX's process index). Usually a machine runs
+one, and its chips are the host block. A machine may run several (7x, a LeaderWorkerSet pod with two TPU
+containers): then ``chips_per_host_bounds`` is one process's block (libtpu's ``TPU_CHIPS_PER_PROCESS_BOUNDS``,
+the tasks tile the slice as ``TPU_PROCESS_BOUNDS``), and ``chips_per_machine_bounds`` the machine's
+(``TPU_CHIPS_PER_HOST_BOUNDS``, machines tile it as ``TPU_HOST_BOUNDS``). libtpu numbers processes x
+fastest over the process grid, as it numbers hosts (``get_topology_desc`` with a process block as its
+``chips_per_host_bounds``: checked in the tests), so a machine's tasks are consecutive only when its block
+spans whole rows of tasks: :func:`machine_problem` refuses any other split.
+
 Example, ``v5litepod-16`` (4x4 chips, four 2x2 hosts)::
 
     y\\x  0  1 | 2  3
@@ -24,7 +33,7 @@ Example, ``v5litepod-16`` (4x4 chips, four 2x2 hosts)::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tpuctl.errors import TopologyError
@@ -82,10 +91,15 @@ class TpuSlice:
     """Two TensorCores shown as one device (v4/v5p default)."""
     device_kind: str = ""
     """``device_kind`` string the devices report; defaults to the generation's TPU-VM naming."""
+    chips_per_machine_bounds: Triple | None = None
+    """Chips of one machine when it runs several tasks (a whole number of task blocks); None: one task per
+    machine. Build it with :func:`with_blocks`, which checks it."""
 
     def __post_init__(self) -> None:
         if not self.device_kind:
             object.__setattr__(self, "device_kind", self.generation.device_kinds[0])
+        if self.chips_per_machine_bounds == self.chips_per_host_bounds:
+            object.__setattr__(self, "chips_per_machine_bounds", None)  # one spelling of "one task per machine"
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -117,6 +131,61 @@ class TpuSlice:
     @property
     def num_hosts(self) -> int:
         return self.hosts_per_slice * self.num_slices
+
+    # --- machines (several tasks per machine) --------------------------------------------------
+
+    @property
+    def machine_block(self) -> Triple:
+        """Chips of one machine (x, y, z): ``TPU_CHIPS_PER_HOST_BOUNDS``."""
+        return self.chips_per_machine_bounds or self.chips_per_host_bounds
+
+    @property
+    def machine_bounds(self) -> Triple:
+        """Machines along x, y, z within one slice: ``TPU_HOST_BOUNDS``."""
+        t, m = self.topology, self.machine_block
+        return (t[0] // m[0], t[1] // m[1], t[2] // m[2])
+
+    @property
+    def tasks_per_machine_bounds(self) -> Triple:
+        """One machine's tasks along x, y, z (1, 1, 1 unless several tasks share a machine)."""
+        m, c = self.machine_block, self.chips_per_host_bounds
+        return (m[0] // c[0], m[1] // c[1], m[2] // c[2])
+
+    @property
+    def tasks_per_machine(self) -> int:
+        x, y, z = self.tasks_per_machine_bounds
+        return x * y * z
+
+    @property
+    def num_machines(self) -> int:
+        x, y, z = self.machine_bounds
+        return x * y * z * self.num_slices
+
+    def _task_grid_position(self, task: int) -> tuple[int, Triple]:
+        """(slice, position of the task in its slice's task grid)."""
+        hx, hy, _ = self.host_bounds
+        slice_index, local = divmod(task, self.hosts_per_slice)
+        return slice_index, (local % hx, local // hx % hy, local // (hx * hy))
+
+    def machine_of(self, task: int) -> int:
+        """The machine (index over all slices, x fastest) that runs ``task``."""
+        slice_index, (px, py, pz) = self._task_grid_position(task)
+        tx, ty, tz = self.tasks_per_machine_bounds
+        mx, my, mz = self.machine_bounds
+        return px // tx + mx * (py // ty + my * (pz // tz)) + slice_index * mx * my * mz
+
+    def rank_on_machine(self, task: int) -> int:
+        """The task's position among its machine's tasks (torchrun's ``LOCAL_RANK``)."""
+        _, (px, py, pz) = self._task_grid_position(task)
+        tx, ty, tz = self.tasks_per_machine_bounds
+        return px % tx + tx * (py % ty + ty * (pz % tz))
+
+    def visible_chips(self, task: int) -> tuple[int, ...]:
+        """The task's chips as its machine numbers them (``TPU_VISIBLE_CHIPS``): x fastest within the machine
+        block, as torch_xla's one-chip-per-process start-up counts them (local rank r is chip r). Ascending."""
+        mx, my, mz = self.machine_block
+        coords = {d.coords for d in self.devices_of_task(task)}
+        return tuple(sorted(x % mx + mx * (y % my + my * (z % mz)) for x, y, z in coords))
 
     @property
     def devices_per_host(self) -> int:
@@ -218,6 +287,8 @@ class TpuSlice:
 
     def describe(self) -> str:
         text = f"{self.accelerator_type} ({self.topology_str}, {self.num_hosts} hosts"
+        if self.tasks_per_machine > 1:
+            text += f" on {self.num_machines} machines"
         if self.num_slices > 1:
             text += f" in {self.num_slices} slices"
         return text + ")"
@@ -451,6 +522,66 @@ def host_block_for(gen: Generation, topology: Triple, chips_per_host: int | None
     return block
 
 
+# --- several tasks per machine ---------------------------------------------------------------------
+
+
+def _dims(block: Triple) -> str:
+    return ",".join(str(d) for d in block)
+
+
+def machine_problem(topology: Triple, task_block: Triple, machine_block: Triple) -> str | None:
+    """Why ``machine_block`` machines running ``task_block`` tasks cannot tile ``topology``, or None.
+
+    The machine block tiles the chip grid, the task block divides the machine block on every axis, and a
+    machine's tasks are consecutive in libtpu's process order (x fastest): a machine more than one task
+    tall along y spans every task along x, one deeper along z spans every task along x and y.
+    """
+    if any(d < 1 for d in task_block + machine_block):
+        return f"blocks {_dims(task_block)} and {_dims(machine_block)} must have every axis at least 1"
+    if any(t % m for t, m in zip(topology, machine_block, strict=True)):
+        return f"{_dims(machine_block)} machines do not tile the {format_dims(topology)} chip grid"
+    if any(m % c for m, c in zip(machine_block, task_block, strict=True)):
+        return f"{_dims(task_block)} processes do not split a {_dims(machine_block)} machine (every axis a multiple)"
+    tx, ty, tz = (m // c for m, c in zip(machine_block, task_block, strict=True))
+    hx, hy, hz = (t // c for t, c in zip(topology, task_block, strict=True))
+    if ((ty > 1 or tz > 1) and tx != hx) or (tz > 1 and ty != hy):
+        return (
+            f"a {_dims(machine_block)} machine of {_dims(task_block)} processes would run processes that are not "
+            f"consecutive in the runtime's order (x fastest over the {hx},{hy},{hz} process grid)"
+        )
+    return None
+
+
+def with_blocks(tpu: TpuSlice, task_block: Triple, machine_block: Triple) -> TpuSlice:
+    """``tpu`` with tasks of ``task_block`` chips on machines of ``machine_block``; TopologyError (naming
+    the blocks) when :func:`machine_problem` finds them wrong."""
+    problem = machine_problem(tpu.topology, task_block, machine_block)
+    if problem is not None:
+        raise TopologyError(problem)
+    return replace(tpu, chips_per_host_bounds=task_block, chips_per_machine_bounds=machine_block)
+
+
+def group_tasks(tpu: TpuSlice, per_machine: int) -> TpuSlice:
+    """``tpu`` (one task per machine) with every ``per_machine`` consecutive tasks on one machine, as a host
+    list naming each machine's processes side by side says; TopologyError when they do not form a box."""
+    if per_machine == 1:
+        return tpu
+    hx, hy, hz = tpu.host_bounds
+    if hx % per_machine == 0:
+        tasks: Triple = (per_machine, 1, 1)
+    elif per_machine % hx == 0 and hy % (per_machine // hx) == 0:
+        tasks = (hx, per_machine // hx, 1)
+    elif per_machine % (hx * hy) == 0 and hz % (per_machine // (hx * hy)) == 0:
+        tasks = (hx, hy, per_machine // (hx * hy))
+    else:
+        raise TopologyError(
+            f"{per_machine} consecutive processes of the {hx},{hy},{hz} process grid do not form a box of chips",
+            hint="give TPU_PROCESS_BOUNDS and TPU_CHIPS_PER_PROCESS_BOUNDS (and TPU_CHIPS_PER_HOST_BOUNDS)",
+        )
+    c = tpu.chips_per_host_bounds
+    return with_blocks(tpu, c, (c[0] * tasks[0], c[1] * tasks[1], c[2] * tasks[2]))
+
+
 def resolve_slice(
     *,
     accelerator: str | None = None,
@@ -460,8 +591,12 @@ def resolve_slice(
     num_slices: int = 1,
     megacore: bool | None = None,
     device_kind: str | None = None,
+    chips_per_process_bounds: Triple | None = None,
 ) -> TpuSlice:
-    """Build a slice from an accelerator type (``v4-32``) or an explicit generation + topology."""
+    """Build a slice from an accelerator type (``v4-32``) or an explicit generation + topology.
+
+    ``chips_per_host`` is a machine's chips; ``chips_per_process_bounds`` splits each machine into tasks of
+    that block (several TPU processes per machine), checked by :func:`machine_problem`."""
     if accelerator and (generation or topology):
         raise TopologyError(
             "give either an accelerator type or a generation and topology, not both",
@@ -504,4 +639,5 @@ def resolve_slice(
         )
     block = host_block_for(gen, dims, chips_per_host)
     mega = gen.megacore if megacore is None else megacore
-    return TpuSlice(gen, dims, block, num_slices, mega, kind)
+    tpu = TpuSlice(gen, dims, block, num_slices, mega, kind)
+    return tpu if chips_per_process_bounds is None else with_blocks(tpu, chips_per_process_bounds, block)
