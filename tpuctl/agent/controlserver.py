@@ -1,7 +1,9 @@
 """The agent's side of the local control channel: an owner-only unix socket, one JSON line each way.
 
 The caller's side and the message format are in :mod:`tpuctl.agent.control`; the operations in
-:mod:`tpuctl.agent.protocol`.
+:mod:`tpuctl.agent.protocol`. A caller that goes away before its answer (Ctrl-C, SIGTERM, its own
+timeout: it closes the connection) cancels its operation, but ``down``, which must not stop halfway: a
+barrier so withdraws its arrival (:mod:`tpuctl.coordination.session`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-from tpuctl.agent.control import MAX_LINE
+from tpuctl.agent.control import MAX_LINE, Op
 from tpuctl.errors import TpuctlError, error_payload
 
 BACKLOG = 1024
@@ -43,8 +46,11 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
             request = json.loads(raw) if raw else {}
             op = str(request.get("op", ""))
             args = request.get("args") or {}
+            handling = asyncio.ensure_future(handler(op, args, progress))
+            if op != Op.DOWN and not await _answered_before_hangup(handling, reader):
+                return  # the caller went away: its operation was cancelled, nobody to answer
             try:
-                result = await handler(op, args, progress)
+                result = await handling
                 await send({"ok": True, "result": result})
             except TpuctlError as exc:
                 await send({"ok": False, "error": error_payload(exc)})
@@ -58,3 +64,30 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
     server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE, backlog=BACKLOG)
     path.chmod(0o600)
     return server
+
+
+async def _answered_before_hangup(handling: asyncio.Future[dict[str, object]], reader: asyncio.StreamReader) -> bool:
+    """Wait for ``handling``; True once it is done, False (it cancelled) when the caller closed the connection
+    first. A caller sends one line and then only reads, so anything more it sends is ignored."""
+    hangup = asyncio.ensure_future(_closed(reader))
+    try:
+        either: set[asyncio.Future[Any]] = {handling, hangup}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        handling.cancel()  # the agent is stopping: the operation with it
+        raise
+    finally:
+        hangup.cancel()
+    if handling.done():
+        return True
+    handling.cancel()
+    with contextlib.suppress(BaseException):
+        await handling
+    return False
+
+
+async def _closed(reader: asyncio.StreamReader) -> None:
+    """Returns when the caller closed its side of the connection (or broke it)."""
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(4096):
+            pass

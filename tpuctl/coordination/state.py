@@ -423,6 +423,13 @@ class CoordinationState:
         assert not isinstance(outcome, int)
         return outcome
 
+    def withdraw(self, caller: TaskRef, barrier: BarrierId, *, now: float) -> int | Gathered | RendezvousProgress:
+        """Take back the caller's arrival at ``barrier`` (it gave up: its timeout, an interrupt, its session
+        ended): the outcome if the instance was decided first (a pass wins; a failure raises), else where
+        it stood, the caller's arrival no longer counted (``Rendezvous.withdraw``)."""
+        self.generations.check_barrier(barrier)
+        return self._rendezvous.withdraw(barrier, caller.task_id, failure=self._failure, now=now)
+
     def rendezvous_progress(
         self, caller: TaskRef, name: str, *, kind: RendezvousKind = "barrier", now: float
     ) -> RendezvousProgress | None:
