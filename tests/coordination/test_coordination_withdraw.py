@@ -92,15 +92,19 @@ def test_a_cancelled_call_is_withdrawn_and_an_empty_instance_is_forgotten() -> N
             client = cluster.clients[0]
             try:
                 waiting = asyncio.create_task(opened[0].barrier("sync", timeout=1.0))
+                beside = asyncio.create_task(opened[0].barrier("other", timeout=30.0))  # a second call, kept
                 await until(lambda: _is(arrived(client, "sync"), (0,)), "host 0 at #1")
+                await until(lambda: _is(arrived(client, "other"), (0,)), "host 0 at other #1")
                 waiting.cancel()
                 await until(lambda: _is(arrived(client, "sync"), None), "host 0's arrival withdrawn")
+                assert await arrived(client, "other") == (0,)
                 others = [asyncio.create_task(s.barrier("sync", timeout=30.0)) for s in opened[1:]]
                 await until(lambda: _is(arrived(client, "sync"), (1, 2)), "hosts 1 and 2 at #1")
                 await asyncio.sleep(1.5)  # past the cancelled call's 1 s: #1 is the new arrivals' own
                 assert not any(t.done() for t in others)
                 assert await opened[0].barrier("sync", timeout=30.0) == 1
                 assert [await t for t in others] == [1, 1]
+                assert await asyncio.gather(beside, *(s.barrier("other", timeout=5.0) for s in opened[1:])) == [1] * 3
                 assert (await client.status()).failed_barriers == ()
             finally:
                 await close(runs)
@@ -114,15 +118,19 @@ def test_a_session_that_ends_withdraws_the_arrivals_it_still_waited_for() -> Non
             opened, runs = await sessions(cluster)
             client = cluster.clients[1]
             try:
-                waiting = asyncio.create_task(opened[0].barrier("sync", timeout=30.0))
-                await until(lambda: _is(arrived(client, "sync"), (0,)), "host 0 at #1")
+                waiting = [asyncio.create_task(opened[0].barrier(name, timeout=30.0)) for name in ("sync", "other")]
+                await until(lambda: _is(arrived(client, "sync"), (0,)), "host 0 at sync #1")
+                await until(lambda: _is(arrived(client, "other"), (0,)), "host 0 at other #1")
                 await close(runs[:1])  # host 0's session ends (its agent stopping, a broken connection)
-                await until(lambda: _is(arrived(client, "sync"), None), "the ended session's arrival withdrawn")
-                with pytest.raises(Exception, match="session"):
-                    await asyncio.wait_for(waiting, 5.0)
+                await until(lambda: _is(open_barriers(client), ()), "the ended session's two arrivals withdrawn")
+                for call in waiting:
+                    with pytest.raises(Exception, match="session"):
+                        await asyncio.wait_for(call, 5.0)
                 again = cluster.clients[0].session(opened[0].membership, interval=0.2)
                 runs[0] = asyncio.create_task(again.run())
-                assert await asyncio.gather(again.barrier("sync", timeout=10.0), opened[1].barrier("sync", timeout=10.0)) == [1, 1]
+                for name in ("sync", "other"):
+                    both = await asyncio.gather(again.barrier(name, timeout=10.0), opened[1].barrier(name, timeout=10.0))
+                    assert both == [1, 1]
             finally:
                 await close(runs)
 

@@ -80,9 +80,10 @@ class StreamAnswers:
         # each when the key is woken and decided; one timer per key for its deadline, not one per host.
         self._barriers: dict[WaitKey, dict[tuple[SessionStream, int], BarrierId]] = {}
         self._barrier_timers: dict[WaitKey, asyncio.TimerHandle] = {}
-        self._arrivals: dict[SessionStream, dict[int, WaitKey]] = {}
-        """Each session's arrivals still waiting (request id: key): how a withdrawal, or the end of the
-        stream, finds its arrival in O(1)."""
+        self._arrivals: dict[SessionStream, tuple[int, WaitKey] | dict[int, WaitKey]] = {}
+        """Each session's arrivals still waiting, (request id, key) or {request id: key} for more than one
+        (rare: a host waits at one barrier at a time): how a withdrawal, or the end of the stream, finds
+        its arrival in O(1), for about 130 bytes per waiting host."""
         self._watchers: set[SessionStream] = set()
         """Session streams watching for the cluster's error (pushed once, then dropped from here)."""
         self._waiting_for_all: set[SessionStream] = set()
@@ -94,9 +95,9 @@ class StreamAnswers:
         self._watchers.discard(session)
         self._drop_wait_for_all(session)
         arrivals = self._arrivals.pop(session, None)
-        if not arrivals or session.task is None:
+        if arrivals is None or session.task is None:
             return
-        for request_id, key in arrivals.items():
+        for request_id, key in [arrivals] if isinstance(arrivals, tuple) else list(arrivals.items()):
             barrier = self._take(session, request_id, key)
             try:
                 found = self._state.withdraw(session.task, barrier, now=self._clock())
@@ -249,8 +250,11 @@ class StreamAnswers:
         waiting[session, request_id] = barrier
         mine = self._arrivals.get(session)
         if mine is None:
-            mine = self._arrivals[session] = {}
-        mine[request_id] = key
+            self._arrivals[session] = (request_id, key)
+        elif isinstance(mine, tuple):
+            self._arrivals[session] = {mine[0]: mine[1], request_id: key}
+        else:
+            mine[request_id] = key
         if key in self._barrier_timers:
             return  # undecided: its timer is set (a decided key has none and is answered below)
         self._answer_barriers([key])
@@ -260,12 +264,9 @@ class StreamAnswers:
         its outcome if its instance was decided first (a pass wins), else ``withdrawn`` (where the instance
         stood). An arrival already answered, or unknown, is left alone: its answer is on the way. O(1)."""
         request_id = request.request_id
-        mine = self._arrivals.get(session)
-        key = None if mine is None else mine.pop(request_id, None)
+        key = self._answered(session, request_id)
         if key is None:
             return
-        if not mine:
-            del self._arrivals[session]
         barrier = self._take(session, request_id, key)
         try:
             found = self._state.withdraw(caller, barrier, now=self._clock())
@@ -281,6 +282,21 @@ class StreamAnswers:
             session.send(Fanned(wire.request_id_prefix(request_id), length_delimited(wire.GATHERED_FIELD, data), gate))
         else:
             session.send(wire.outcome_passed(request_id, found))
+
+    def _answered(self, session: SessionStream, request_id: int) -> WaitKey | None:
+        """Forget ``session``'s arrival ``request_id`` (it is being answered); its key, None if not waiting."""
+        mine = self._arrivals.get(session)
+        if mine is None:
+            return None
+        if isinstance(mine, tuple):
+            if mine[0] != request_id:
+                return None
+            del self._arrivals[session]
+            return mine[1]
+        key = mine.pop(request_id, None)
+        if len(mine) == 1:
+            self._arrivals[session] = next(iter(mine.items()))
+        return key
 
     def _take(self, session: SessionStream, request_id: int, key: WaitKey) -> BarrierId:
         """Remove a waiting arrival from its key (and the key's timer with its last arrival); its barrier."""
@@ -334,11 +350,7 @@ class StreamAnswers:
             self.counters.touched += len(waiting)
             self.counters.woken += len(waiting)
             for session, request_id in waiting:
-                mine = self._arrivals.get(session)
-                if mine is not None:
-                    mine.pop(request_id, None)
-                    if not mine:
-                        del self._arrivals[session]
+                self._answered(session, request_id)
             if gate is None:
                 answers: Answers = deque(
                     (session, wire.request_id_prefix(request_id) + tail) for session, request_id in waiting
