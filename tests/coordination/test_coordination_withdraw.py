@@ -129,8 +129,8 @@ def test_a_session_that_ends_withdraws_the_arrivals_it_still_waited_for() -> Non
                 again = cluster.clients[0].session(opened[0].membership, interval=0.2)
                 runs[0] = asyncio.create_task(again.run())
                 for name in ("sync", "other"):
-                    both = await asyncio.gather(again.barrier(name, timeout=10.0), opened[1].barrier(name, timeout=10.0))
-                    assert both == [1, 1]
+                    both = [again.barrier(name, timeout=10.0), opened[1].barrier(name, timeout=10.0)]
+                    assert await asyncio.gather(*both) == [1, 1]
             finally:
                 await close(runs)
 
@@ -176,7 +176,8 @@ def test_a_withdrawn_gather_value_does_not_reach_the_table() -> None:
             try:
                 host1 = asyncio.create_task(opened[1].gather("ids", b"v1", timeout=30.0))
                 await until(lambda: _is(arrived(client, "ids"), (1,)), "host 1 at gather #1")
-                with pytest.raises(DeadlineError, match=r"^gather 'ids' #1 did not pass within this call's timeout of 0\.5 s"):
+                gave_up = r"^gather 'ids' #1 did not pass within this call's timeout of 0\.5 s"
+                with pytest.raises(DeadlineError, match=gave_up):
                     await opened[0].gather("ids", b"stale", timeout=0.5)
                 host2 = asyncio.create_task(opened[2].gather("ids", b"v2", timeout=30.0))
                 await until(lambda: _is(arrived(client, "ids"), (1, 2)), "host 2 at gather #1")
@@ -198,7 +199,8 @@ def test_a_cancelled_unary_barrier_is_withdrawn() -> None:
             await until(lambda: _is(arrived(c1, "unary"), (0,)), "task 0 at #1")
             waiting.cancel()  # the caller gives up: gRPC cancels the call, the service withdraws
             await until(lambda: _is(arrived(c1, "unary"), None), "task 0's unary arrival withdrawn")
-            assert await asyncio.gather(c0.barrier(m0.task, "unary", timeout=5.0), c1.barrier(m1.task, "unary", timeout=5.0)) == [1, 1]
+            both = [c0.barrier(m0.task, "unary", timeout=5.0), c1.barrier(m1.task, "unary", timeout=5.0)]
+            assert await asyncio.gather(*both) == [1, 1]
 
     run(body())
 

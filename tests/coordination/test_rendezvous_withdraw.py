@@ -184,6 +184,38 @@ def test_a_withdrawal_of_an_ended_generation_is_refused_as_its_outcome_would_be(
     assert refusal(excinfo)[0] is Reason.CLUSTER_FAILED
 
 
+def test_only_the_tasks_own_process_may_withdraw_its_arrival() -> None:
+    state = new_state(2)
+    t0, _ = register(state, range(2))
+    barrier = state.barrier_arrive(t0, "sync", 60.0, now=0.0)
+    for impostor in (TaskRef(0, t0.incarnation, b"\0" * 32), TaskRef(0, 12345, t0.credential)):
+        with pytest.raises(Refused) as excinfo:
+            state.withdraw(impostor, barrier, now=1.0)
+        assert refusal(excinfo)[0] in (Reason.NOT_PERMITTED, Reason.STALE_INCARNATION)
+    progress = state.rendezvous_progress(t0, "sync", now=1.0)
+    assert progress is not None and progress.arrived == 1  # still counted
+
+
+def test_a_host_that_left_after_arriving_fails_the_instance_when_its_arrival_is_withdrawn() -> None:
+    """`tpuctl down` on a host waiting at a barrier: its session ends after it left. The instance cannot
+    pass without it (its arrival is withdrawn), and fails at once as one it had not reached does."""
+    state = new_state(3)
+    t0, t1, _ = register(state, range(3))
+    barrier = state.barrier_arrive(t0, "sync", 60.0, now=0.0)
+    state.barrier_arrive(t1, "sync", 60.0, now=0.5)
+    state.disconnect(t0, now=1.0)
+    assert state.barrier_outcome(barrier, now=1.0) == Pending(60.0)  # it had arrived: not failed by leaving
+    with pytest.raises(Refused) as withdrawing:
+        state.withdraw(t0, barrier, now=1.5)
+    left = "barrier 'sync' #1 cannot pass: task 0 (127.0.0.1) left the cluster: it disconnected (tpuctl down, or its agent stopped)"
+    assert refusal(withdrawing) == (Reason.CLUSTER_FAILED, left)
+    with pytest.raises(Refused) as others:
+        state.barrier_outcome(barrier, now=1.5)
+    assert refusal(others) == (Reason.CLUSTER_FAILED, left)
+    (failed,) = state.status(now=2.0).failed_barriers
+    assert (failed.reason, [t.task_id for t in failed.missing]) == ("host left", [0, 2])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     tasks=st.integers(min_value=2, max_value=4),

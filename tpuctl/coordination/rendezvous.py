@@ -204,13 +204,16 @@ class Rendezvous:
         return Pending(instance.deadline)
 
     def withdraw(
-        self, barrier: BarrierId, task_id: int, *, failure: ClusterFailure | None, now: float
-    ) -> int | Gathered | RendezvousProgress:
+        self, barrier: BarrierId, task_id: int, *, failure: ClusterFailure | None, left: TaskInfo | None = None,
+        now: float,
+    ) -> int | Gathered | RendezvousProgress:  # fmt: skip
         """Take back ``task_id``'s arrival at ``barrier``: its caller gave up. An instance already decided
         keeps its outcome and answers as ``outcome`` does (a pass wins over the withdrawal: the instance
         number or the values; a failure raises); an open one waits for the task again, forgets its
-        gather value, and the task's next call joins it again. Returns where the instance stood then:
-        the hosts arrived (this one included) and a sample of the others still missing. O(sample)."""
+        gather value, and the task's next call joins it again; with ``left`` (the task, which left the
+        cluster since it arrived) it cannot pass and fails as ``task_left`` fails those it had not
+        reached. Returns where the instance stood then: the hosts arrived (this one included) and a
+        sample of the others still missing. O(sample)."""
         instance = self._instances.get(barrier)
         if instance is None or instance.decided or failure is not None:
             decided = self.outcome(barrier, failure=failure, now=now)  # passed, or raises
@@ -242,6 +245,10 @@ class Rendezvous:
                 self._calls[calls] = barrier.instance - 1  # its next call joins this instance again
             else:
                 del self._calls[calls]
+        if left is not None:
+            verdict = self._disconnected_verdict(barrier, [left], 1)
+            self._decide(barrier, instance, verdict, self._missing(instance), reason="host left", at=now)
+            raise verdict.refused()
         if len(missing) == total:  # nobody left in it: as if it had never been opened
             del self._instances[barrier]
             self._open.discard(barrier)
