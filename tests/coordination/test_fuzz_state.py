@@ -7,10 +7,11 @@ gather limit), timeouts (0, negative, NaN, infinite, huge) and clock steps. Two 
 
 * it answers or raises ``Refused``: nothing else (no TypeError, OverflowError, AssertionError ...);
 * a refused call leaves the service as it was: the status document (tasks, failure, open barriers), the
-  key-value store and the cluster's error, compared at the same instant before and after. The one
-  documented exception is a heartbeat that arrives after its own timeout: the service declares its task
-  failed and refuses it (``heartbeat``'s "late by its own account"); that change is checked to be exactly
-  that task failing.
+  key-value store and the cluster's error, compared at the same instant before and after. The
+  documented exceptions: a heartbeat that arrives after its own timeout (the service declares its task
+  failed and refuses it: ``heartbeat``'s "late by its own account"), checked to be exactly that task
+  failing; and a withdrawal by a task that left since it arrived (the instance cannot pass: it fails,
+  ``withdraw``), checked to be exactly that instance ending.
 
 An instance past its deadline is decided lazily (by the next call that looks at it) and ``status`` lists it
 as open with 0 s left until then; the snapshot counts such an instance as decided, as every call does.
@@ -58,6 +59,7 @@ def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
                 "register", "register", "register", "registration_progress", "heartbeat", "heartbeat",
                 "report_error", "disconnect", "poll_error", "barrier_arrive", "barrier_arrive", "barrier_outcome",
                 "gather_arrive", "gather_outcome", "rendezvous_progress", "kv_set", "kv_get", "kv_dir", "expire",
+                "withdraw", "withdraw",
             ]
         )
     )  # fmt: skip
@@ -171,6 +173,10 @@ def call(run: Run, method: str, args: dict[str, Any]) -> object:
             return None
         barrier = known[args["pick"] % len(known)]
         return state.barrier_outcome(barrier, now=now) if kind == "barrier" else state.gather_outcome(barrier, now=now)
+    if method == "withdraw":
+        if not run.barriers:
+            return None
+        return state.withdraw(ref, run.barriers[args["pick"] % len(run.barriers)], now=now)
     if method == "rendezvous_progress":
         kind = "gather" if args["pick"] % 2 else "barrier"
         return state.rendezvous_progress(ref, args["name"], kind=kind, now=now)
@@ -199,6 +205,15 @@ def late_heartbeat(before: dict[str, Any], after: dict[str, Any], method: str, r
     )
 
 
+def left_while_waiting(before: dict[str, Any], after: dict[str, Any], method: str, exc: Refused) -> bool:
+    """The documented change on refusal: a withdrawal by a task that left since it arrived ends its instance."""
+    if method != "withdraw" or exc.reason is not Reason.CLUSTER_FAILED or "left the cluster" not in exc.message:
+        return False
+    gone = [b for b in before["barriers"] if b not in after["barriers"]]
+    rest_unchanged = {**before, "barriers": []} == {**after, "barriers": []}
+    return len(gone) == 1 and rest_unchanged and len(after["barriers"]) == len(before["barriers"]) - 1
+
+
 def drive(sequence: list[tuple[str, dict[str, Any]]], registered: bool = False) -> dict[str, int]:
     """Run ``sequence`` (after every task registered, if ``registered``), checking each call."""
     run = Run()
@@ -225,7 +240,8 @@ def drive(sequence: list[tuple[str, dict[str, Any]]], registered: bool = False) 
             assert len(exc.message) < 4096, (method, exc.message[:200])  # bounded, whatever the input
             after = snapshot(run.state, run.now)
             if after != before:
-                assert late_heartbeat(before, after, method, ref, exc), (method, args, exc.message, before, after)
+                late = late_heartbeat(before, after, method, ref, exc)
+                assert late or left_while_waiting(before, after, method, exc), (method, args, exc.message, before, after)
         else:
             outcomes["answered"] += 1
     return outcomes

@@ -9,6 +9,10 @@ answered with an :class:`~tpuctl.errors.InputError` (exit 2 for the caller) and 
 never a traceback; the handler only ever sees an ``op`` string and an ``args`` dict of valid text. A
 handler failing with anything but a ``TpuctlError`` is a bug: logged with its traceback, and answered
 as an internal error (exit 1), so the caller does not report an agent that "may have exited".
+
+A caller that goes away before its answer (Ctrl-C, SIGTERM, its own timeout: it closes the connection)
+cancels its operation, but ``down``, which must not stop halfway: a barrier so withdraws its arrival
+(:mod:`tpuctl.coordination.session`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-from tpuctl.agent.control import MAX_LINE
+from tpuctl.agent.control import MAX_LINE, Op
 from tpuctl.errors import InputError, TpuctlError, error_payload
 
 BACKLOG = 1024
@@ -105,8 +110,11 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
                 log.warning("control socket: %s; answered with an error", exc.message)
                 await send({"ok": False, "error": error_payload(exc)})
                 return
+            handling = asyncio.ensure_future(handler(op, args, progress))
+            if op != Op.DOWN and not await _answered_before_hangup(handling, reader):
+                return  # the caller went away: its operation was cancelled, nobody to answer
             try:
-                result = await handler(op, args, progress)
+                result = await handling
                 await send({"ok": True, "result": result})
             except TpuctlError as exc:
                 await send({"ok": False, "error": error_payload(exc)})
@@ -129,3 +137,30 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
     server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE, backlog=BACKLOG)
     path.chmod(0o600)
     return server
+
+
+async def _answered_before_hangup(handling: asyncio.Future[dict[str, object]], reader: asyncio.StreamReader) -> bool:
+    """Wait for ``handling``; True once it is done, False (it cancelled) when the caller closed the connection
+    first. A caller sends one line and then only reads, so anything more it sends is ignored."""
+    hangup = asyncio.ensure_future(_closed(reader))
+    try:
+        either: set[asyncio.Future[Any]] = {handling, hangup}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        handling.cancel()  # the agent is stopping: the operation with it
+        raise
+    finally:
+        hangup.cancel()
+    if handling.done():
+        return True
+    handling.cancel()
+    with contextlib.suppress(BaseException):
+        await handling
+    return False
+
+
+async def _closed(reader: asyncio.StreamReader) -> None:
+    """Returns when the caller closed its side of the connection (or broke it)."""
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(4096):
+            pass

@@ -32,7 +32,12 @@ def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) 
       until tpuctl barrier --timeout 60s sync; do [ $? -eq 4 ] || exit 1; done
     `tpuctl status` lists open rounds and the last 16 that failed, with who was missing.
 
+    A call that gives up (its --timeout ran out in a round another host opened with a
+    longer one; Ctrl-C; SIGTERM) withdraws its arrival: the round waits for this host
+    again and its next call joins it. A round that passed first stays passed.
+
     Exit codes: 0 passed, 2 bad name or timeout, 3 a host failed or left (or the coordinator is
-    unreachable), 4 timed out, 5 no agent runs for this state dir.
+    unreachable), 4 timed out (the round, or this call's --timeout), 5 no agent runs for this
+    state dir.
     """
     return run_barrier(name, timeout, quiet, state_dir)

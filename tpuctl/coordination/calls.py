@@ -21,6 +21,12 @@ counts as unreachable or frozen. After a short cut TCP retransmits with backoff 
 a heartbeat sent as a 2 s cut begins is answered about 3.4 s later (the sum of those retransmissions);
 confirmations asked at least every third of the timeout leave a host with a 5 s timeout room for that
 (1 s heartbeats, each confirmed: 1 + 3.4 < 5 + 0.5)."""
+WITHDRAW_GRACE_S = 1.0
+"""How long past its own timeout a barrier or gather arrival waits before withdrawing: an instance it opened
+times out in the service at that moment, and that verdict (the same for every host) should reach it first."""
+WITHDRAW_ANSWER_S = 5.0
+"""How long a withdrawn arrival waits for the service's answer (well within the margin a local command
+gives its agent past the barrier's timeout: 10 s, ``tpuctl.agent.control.DEADLINE_MARGIN_S``)."""
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.25)
 """Backoff between retries of an unreachable coordinator (the last repeats)."""
 PROGRESS_POLLS_PER_S = 100.0

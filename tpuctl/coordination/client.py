@@ -429,7 +429,10 @@ class CoordinationClient(Channel):
         ``progress`` is called (or awaited, if a coroutine function) with a ``RendezvousProgress`` (counts,
         the first ten missing hosts, ``.describe()``) about every ``progress_every`` s still waiting. A timeout raises ``DeadlineError``
         naming how many hosts are missing and the first ten; the cluster in error (or a host that left)
-        raises ``ClusterError`` at once; a name over 1,024 characters raises ``InputError``."""
+        raises ``ClusterError`` at once; a name over 1,024 characters raises ``InputError``. A call
+        cancelled while it waits withdraws its arrival (unless its instance was decided first): the
+        instance waits for this task again, and its next call joins it. A session's ``barrier`` withdraws
+        too once its own ``timeout`` ran out, and raises ``DeadlineError`` naming who was still missing."""
         timeout = waiting.get("timeout") or 0.0
         request = pb.BarrierRequest(task=convert.task_ref_pb(task), name=name, timeout_seconds=timeout)
         response = await self._waiting_call(

@@ -17,7 +17,21 @@ count as before. While a host is gone (it left: ``disconnected``) a call that wo
 refused at once, naming it, and is not counted: no instance can pass without it, and once it registers
 again the next round passes.
 
-Cost: O(1) per arrival (the missing set is a linked list, ``taskset.Missing``; the floor is per series, so
+A call that gives up before its instance is decided (its own timeout ran out, it was interrupted, its
+caller or its session went away) withdraws its arrival (``withdraw``): the instance waits for that host
+again, as if the call had never been made, so it cannot pass with a host that is not there; a gather
+forgets the value, and the task's next call joins the same instance again (a retry meets the others
+there). The service is the one place that orders a withdrawal and the arrival that passes the
+instance: whichever comes first wins. A pass wins for good (the withdrawing call is answered that it
+passed, as every host is), a failure too (it hears the failure); only an open instance takes the
+arrival back. An instance left with no arrival is dropped: the next call opens it afresh, with its own
+deadline. The deadline stays the first arrival's otherwise (as TSL's coordination service: a later
+arrival's shorter timeout does not shorten it for everyone): a host that will not wait as long
+withdraws when its own timeout runs out, and the others wait, for it, until theirs. So every host whose
+call counts in an instance hears the same outcome, and a host that withdrew hears that it did.
+
+Cost: O(1) per arrival and per withdrawal (the missing set is a linked list, ``taskset.Missing``; the
+floor is per series, so
 a failure touches no task; an arrival that finds instances past their deadline decides each, once),
 O(hosts) once per instance (creating it, assembling a gather), O(sample) per failure and progress answer.
 Passed instances are dropped once a later instance of the same name passes (every task has read them by
@@ -200,6 +214,57 @@ class Rendezvous:
             raise verdict.refused()
         return Pending(instance.deadline)
 
+    def withdraw(
+        self, barrier: BarrierId, task_id: int, *, failure: ClusterFailure | None, left: TaskInfo | None = None,
+        now: float,
+    ) -> int | Gathered | RendezvousProgress:  # fmt: skip
+        """Take back ``task_id``'s arrival at ``barrier``: its caller gave up. An instance already decided
+        keeps its outcome and answers as ``outcome`` does (a pass wins over the withdrawal: the instance
+        number or the values; a failure raises); an open one waits for the task again, forgets its
+        gather value, and the task's next call joins it again; with ``left`` (the task, which left the
+        cluster since it arrived) it cannot pass and fails as ``task_left`` fails those it had not
+        reached. Returns where the instance stood then: the hosts arrived (this one included) and a
+        sample of the others still missing. O(sample)."""
+        instance = self._instances.get(barrier)
+        if instance is None or instance.decided or failure is not None:
+            decided = self.outcome(barrier, failure=failure, now=now)  # passed, or raises
+            assert not isinstance(decided, Pending)
+            return decided
+        if (verdict := self._time_out_if_late(barrier, instance, now)) is not None:
+            raise verdict.refused()
+        missing = instance.missing
+        assert missing is not None
+        total = len(self._tasks)
+        sample = sorted(missing.first(SAMPLE))
+        self._counters.touched += len(sample) + 1
+        found = RendezvousProgress(
+            barrier.kind,
+            barrier.name,
+            barrier.instance,
+            total - len(missing),
+            total,
+            tuple(self._tasks[i] for i in sample if i != task_id),
+            max(0.0, instance.deadline - now),
+        )
+        if not missing.put_back(task_id):
+            return found  # not counted in it (never arrived): nothing to take back
+        if instance.values is not None:
+            instance.values[task_id] = b""
+        calls = (barrier.kind, barrier.name, task_id)
+        if self._calls.get(calls) == barrier.instance:
+            if barrier.instance > 1:
+                self._calls[calls] = barrier.instance - 1  # its next call joins this instance again
+            else:
+                del self._calls[calls]
+        if left is not None:
+            verdict = self._disconnected_verdict(barrier, [left], 1)
+            self._decide(barrier, instance, verdict, self._missing(instance), reason="host left", at=now)
+            raise verdict.refused()
+        if len(missing) == total:  # nobody left in it: as if it had never been opened
+            del self._instances[barrier]
+            self._open.discard(barrier)
+        return found
+
     def progress(self, kind: RendezvousKind, task_id: int, name: str, *, now: float) -> RendezvousProgress | None:
         """Where the task's latest call to ``name`` stands; None if it never called. O(sample)."""
         check_name(f"{kind} name", name)
@@ -212,7 +277,7 @@ class Rendezvous:
         if instance is None or instance.decided or self._time_out_if_late(barrier, instance, now) is not None:
             return RendezvousProgress(kind, name, number, total, total, (), 0.0, done=True)
         assert instance.missing is not None
-        sample = instance.missing.first(SAMPLE)
+        sample = sorted(instance.missing.first(SAMPLE))  # a host that withdrew comes first: listed in id order
         self._counters.touched += len(sample) + 1
         return RendezvousProgress(
             kind,
@@ -302,7 +367,7 @@ class Rendezvous:
     def _missing(self, instance: _Instance) -> tuple[tuple[TaskInfo, ...], int]:
         """The first ``SAMPLE`` hosts an open instance waits for, and how many it waits for. O(sample)."""
         assert instance.missing is not None
-        sample = tuple(self._tasks[i] for i in instance.missing.first(SAMPLE))
+        sample = tuple(self._tasks[i] for i in sorted(instance.missing.first(SAMPLE)))
         self._counters.touched += len(sample) + 1
         return sample, len(instance.missing)
 

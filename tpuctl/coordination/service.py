@@ -44,12 +44,14 @@ from tpuctl.coordination.values import (
     ERRORS,
     REGISTRATION,
     SAMPLE,
+    BarrierId,
     ClusterFailure,
     Membership,
     Pending,
     Reason,
     Refused,
     TaskFailure,
+    TaskRef,
     WaitKey,
     barrier_key,
     kv_key,
@@ -287,6 +289,9 @@ class CoordinationServicer:
                 elif request.HasField("gather"):
                     self._streams.gather(session, caller, request.gather)
                     self._wake()
+                elif request.HasField("withdraw"):  # its caller gave up: O(1)
+                    self._streams.withdraw(session, caller, request.withdraw)
+                    self._wake()
                 elif request.HasField("wait_for_all"):
                     self._streams.wait_for_all(session, caller, request.wait_for_all)
                     self._wake()
@@ -352,7 +357,7 @@ class CoordinationServicer:
     async def Barrier(self, request: pb.BarrierRequest, context: Any) -> Answer:
         caller = convert.task_ref(request.task)
         barrier = self._state.barrier_arrive(caller, request.name, request.timeout_seconds, now=self._clock())
-        instance = await self._wait(barrier_key(barrier), lambda now: self._state.barrier_outcome(barrier, now=now))
+        instance = await self._outcome(caller, barrier, lambda now: self._state.barrier_outcome(barrier, now=now))
         return wire.barrier_answer(instance)
 
     @_refusals_as_status
@@ -364,7 +369,7 @@ class CoordinationServicer:
         gather = self._state.gather_arrive(
             caller, request.name, request.value, request.timeout_seconds, now=self._clock()
         )
-        gathered = await self._wait(barrier_key(gather), lambda now: self._state.gather_outcome(gather, now=now))
+        gathered = await self._outcome(caller, gather, lambda now: self._state.gather_outcome(gather, now=now))
         data, gate = self._shared.gathered(gather.name, gathered)
         async with gate:
             await context.write(data)
@@ -460,6 +465,17 @@ class CoordinationServicer:
             if not isinstance(outcome, Pending):
                 return outcome
             await self._parking.park(key, outcome.deadline - now)
+
+    async def _outcome(self, caller: TaskRef, barrier: BarrierId, check: Callable[[float], _T | Pending]) -> _T:
+        """A unary arrival's outcome; a call cancelled while it waits (its caller gave up: its deadline, a
+        cancel, a broken connection) withdraws the arrival, unless its instance was decided first."""
+        try:
+            return await self._wait(barrier_key(barrier), check)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Refused):
+                self._state.withdraw(caller, barrier, now=self._clock())
+            self._wake()
+            raise
 
     def _wake(self) -> None:
         wakeup = self._state.take_wakeup()

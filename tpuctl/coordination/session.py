@@ -19,6 +19,8 @@ from tpuctl.coordination.calls import (
     CONFIRM_GRACE_S,
     RETRY_DELAYS_S,
     STATUS_BY_VALUE,
+    WITHDRAW_ANSWER_S,
+    WITHDRAW_GRACE_S,
     Waiting,
     finished,
     progress_interval,
@@ -31,10 +33,12 @@ from tpuctl.coordination.values import (
     Membership,
     RegistrationProgress,
     RendezvousKind,
+    RendezvousProgress,
     keepalive_window,
+    sample_text,
 )
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, DeadlineError, TpuctlError
-from tpuctl.messages import shown
+from tpuctl.messages import count, shown
 from tpuctl.proto import coordination_pb2 as pb
 
 if TYPE_CHECKING:
@@ -60,7 +64,9 @@ class Session:
     barrier outcomes (by request id) and the cluster's error.
 
     While it runs: ``barrier`` and ``gather`` (as ``CoordinationClient.barrier`` and ``gather``; an
-    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice) and ``watch_errors`` (the cluster's
+    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice; one
+    whose own timeout runs out, or that is cancelled, is withdrawn: ``_arrive_or_withdraw``) and
+    ``watch_errors`` (the cluster's
     error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
     with its error."""
 
@@ -101,6 +107,7 @@ class Session:
         self.on_dump: Callable[[pb.DumpOrder], None] | None = None
         """Called with each black-box dump order the service pushes (answered with ``answer_dump``)."""
         self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
+        self._withdrawing: set[asyncio.Task[None]] = set()  # withdrawals of cancelled arrivals, until answered
 
     @property
     def ended(self) -> TpuctlError | None:
@@ -153,12 +160,10 @@ class Session:
         self, kind: RendezvousKind, name: str, arrival: Callable[[int], pb.HeartbeatRequest], waiting: Waiting
     ) -> pb.HeartbeatResponse:
         """A barrier or gather arrival on the stream, with the unary calls' deadline and progress polls."""
-        client = self._client
-        call = f"{kind} {shown(name)}"
-        wait = client.wait_bound(waiting.get("timeout"))
-        response: pb.HeartbeatResponse = await client.with_progress(
-            self._arrive(arrival, call, wait), call, self.membership.task, name, kind, waiting
-        )
+        response: pb.HeartbeatResponse = await self._client.with_progress(
+            self._arrive_or_withdraw(arrival, kind, name, waiting.get("timeout")),
+            f"{kind} {shown(name)}", self.membership.task, name, kind, waiting,
+        )  # fmt: skip
         return response
 
     async def watch_errors(self) -> ClusterFailure:
@@ -211,6 +216,123 @@ class Session:
         if not self._opened.is_set():
             await self._until_open(self._client.rpc_timeout, call)
         return await self._request(build, call, started, started + wait)
+
+    async def _arrive_or_withdraw(
+        self, build: Callable[[int], pb.HeartbeatRequest], kind: RendezvousKind, name: str, timeout: float | None
+    ) -> pb.HeartbeatResponse:
+        """A barrier or gather arrival, answered by request id. It waits for its outcome for its own
+        ``timeout`` (None or 0: the service's default, ``wait_bound``), and ``WITHDRAW_GRACE_S`` more for the
+        service's verdict of an instance that ends then too; then it withdraws the arrival (``_withdraw``).
+        Cancelled while it waits (its caller gave up), it withdraws it too, in the background
+        (``_withdraw_abandoned``): an instance never passes with a host whose call is no longer there."""
+        client = self._client
+        call = f"{kind} {shown(name)}"
+        started = time.monotonic()
+        if self._ended is not None:
+            raise self._ended
+        if not self._opened.is_set():
+            await self._until_open(client.rpc_timeout, call)
+        own = timeout or client.wait_bound(None)
+        request_id = next(self._ids)
+        future: asyncio.Future[pb.HeartbeatResponse] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._calls[request_id] = call
+        stream, handed_off = self._call, False
+        try:
+            reopened = self._reopened
+            write_by = seconds_until(started + own, client.rpc_timeout)
+            if not await self._write(build(request_id), write_by, call, answer_if_ended=True):
+                if self._ended is not None:
+                    raise self._ended
+                if self._reopened != reopened:
+                    raise CoordinatorUnreachable(
+                        f"the session with the coordinator at {client.target} broke while sending {call}",
+                        hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
+                    )
+            left = started + own + WITHDRAW_GRACE_S - time.monotonic()
+            done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
+            if done:
+                return future.result()
+            return await self._withdraw(request_id, future, stream, kind, name, own)
+        except asyncio.CancelledError:
+            if not future.done() and self._call is stream and stream is not None:
+                handed_off = True  # the background withdrawal owns the request id from here
+                withdrawing = self._withdraw_abandoned(request_id, future, stream, call)
+                task = asyncio.get_running_loop().create_task(withdrawing)
+                self._withdrawing.add(task)
+                task.add_done_callback(self._withdrawing.discard)
+            raise
+        finally:
+            if not handed_off:
+                self._forget(request_id, future)
+
+    async def _withdraw(
+        self, request_id: int, future: asyncio.Future[pb.HeartbeatResponse], stream: Any, kind: RendezvousKind,
+        name: str, timeout: float,
+    ) -> pb.HeartbeatResponse:  # fmt: skip
+        """The arrival's own timeout ran out unanswered: withdraw it. The service's one answer to the arrival
+        decides: the outcome if the instance was decided first (a pass wins: returned; a failure: raised),
+        else ``withdrawn``, raised as this call's timeout, naming who was still missing."""
+        call = f"{kind} {shown(name)}"
+        if self._call is stream:  # else the stream it was sent on ended, and the service withdrew it then
+            await self._send_withdraw(request_id, call)
+        done, _ = await asyncio.wait({future}, timeout=WITHDRAW_ANSWER_S)
+        if not done:
+            raise DeadlineError(
+                f"the coordinator at {self._client.target} did not answer {call} within {timeout:.1f} s, this "
+                f"call's timeout, nor the withdrawal of this host's arrival within {WITHDRAW_ANSWER_S:.0f} s more",
+                hint="it may be overloaded, frozen or cut off from this host; the arrival is withdrawn when this "
+                "host's session ends; `tpuctl status` shows what the coordinator sees",
+            )
+        response = future.result()  # raises a failure decided first, or the broken session's error
+        if response.HasField("withdrawn"):
+            found = convert.rendezvous_progress(response.withdrawn, kind=kind, name=name)
+            assert found is not None
+            raise withdrawn_error(found, timeout)
+        return response
+
+    async def _withdraw_abandoned(
+        self, request_id: int, future: asyncio.Future[pb.HeartbeatResponse], stream: Any, call: str
+    ) -> None:
+        """The arrival's caller went away (cancelled): withdraw it, and log what became of it (a pass that
+        reached the service first still stands: the log says so, as nobody is listening any more)."""
+        try:
+            if self._call is stream:
+                await self._send_withdraw(request_id, call)
+            done, _ = await asyncio.wait({future}, timeout=WITHDRAW_ANSWER_S)
+            if not done:
+                log.warning("%s: its caller gave up; the withdrawal of this host's arrival was not answered", call)
+                return
+            try:
+                response = future.result()
+            except TpuctlError as exc:
+                log.info("%s: its caller gave up: %s", call, exc.message)
+                return
+            if response.HasField("withdrawn"):
+                instance = response.withdrawn.instance
+                log.info("%s #%d: its caller gave up; this host's arrival was withdrawn", call, instance)
+            else:
+                instance = response.gathered.instance if response.HasField("gathered") else response.instance
+                log.warning(
+                    "%s #%d passed after its caller gave up (every host was there before the withdrawal reached "
+                    "the coordinator): it counts, and this host's next call to the name joins #%d",
+                    call, instance, instance + 1,
+                )  # fmt: skip
+        finally:
+            self._forget(request_id, future)
+
+    async def _send_withdraw(self, request_id: int, call: str) -> None:
+        """Ask the service to take back the arrival sent with ``request_id``; a stream that ended under the
+        write withdrew it anyway (the service withdraws a closed stream's arrivals)."""
+        request = pb.HeartbeatRequest(withdraw=pb.StreamWithdraw(request_id=request_id))
+        with contextlib.suppress(TpuctlError):
+            await self._write(request, self._client.rpc_timeout, f"the withdrawal of {call}", answer_if_ended=True)
+
+    def _forget(self, request_id: int, future: asyncio.Future[pb.HeartbeatResponse]) -> None:
+        self._pending.pop(request_id, None)
+        self._calls.pop(request_id, None)
+        if future.done() and not future.cancelled():
+            future.exception()  # retrieved: no "never retrieved" warning for an abandoned wait
 
     async def wait_for_all(
         self,
@@ -499,6 +621,19 @@ class Session:
         if not self._failure.done():
             self._failure.set_exception(error)
             self._failure.exception()  # retrieved here: nobody may be watching
+
+
+def withdrawn_error(found: RendezvousProgress, timeout: float) -> DeadlineError:
+    """A call whose own timeout ran out before its instance passed, its arrival withdrawn (exit 4)."""
+    label = f"{found.kind} {shown(found.name)}"
+    return DeadlineError(
+        f"{label} #{found.instance} did not pass within this call's timeout of {timeout:.1f} s: "
+        f"{count(found.arrived)} of {count(found.total)} hosts had arrived, this one included; missing: "
+        f"{sample_text(found.missing, found.missing_count)}; this host's arrival was withdrawn",
+        hint=f"the other hosts wait at #{found.instance} for up to {found.seconds_left:.0f} s more, and this host's "
+        f"next call to {shown(found.name)} joins it again (a retry is safe); the missing hosts' logs say why "
+        "they are late",
+    )
 
 
 def _barrier_arrival(name: str, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:

@@ -440,6 +440,21 @@ class CoordinationState:
         assert not isinstance(outcome, int)
         return outcome
 
+    def withdraw(self, caller: TaskRef, barrier: BarrierId, *, now: float) -> int | Gathered | RendezvousProgress:
+        """Take back the caller's arrival at ``barrier`` (it gave up: its timeout, an interrupt, its session
+        ended): the outcome if the instance was decided first (a pass wins; a failure raises), else where
+        it stood, the caller's arrival no longer counted (``Rendezvous.withdraw``). Only the process that
+        registered the task may; a task that left since (``disconnect``) fails the instance, as one that
+        had not arrived does."""
+        self.generations.check_barrier(barrier)
+        task = self._task(caller.task_id)
+        if task.incarnation != caller.incarnation:
+            raise self._table.stale(task, caller)
+        if not self._table.holds(task, caller):
+            raise self._table.not_permitted(task)
+        left = task.info if task.info.task_id in self._disconnected else None
+        return self._rendezvous.withdraw(barrier, caller.task_id, failure=self._failure, left=left, now=now)
+
     def rendezvous_progress(
         self, caller: TaskRef, name: str, *, kind: RendezvousKind = "barrier", now: float
     ) -> RendezvousProgress | None:

@@ -13,8 +13,10 @@ class Missing:
     """The task ids ``0..n-1`` not seen yet, in id order: O(1) to remove one, O(k) for the first k.
 
     A doubly linked list over ids in two arrays (node ``i + 1`` is id ``i``; nodes 0 and ``n + 1`` are
-    the ends). Ids leave (a registration, a barrier arrival); ``add`` puts one back (a registrant that
-    failed while its generation was still forming), in O(ids after it up to the next missing one).
+    the ends). Ids leave (a registration, a barrier arrival); ``add`` puts one back in its place (a
+    registrant that failed while its generation was still forming), in O(ids after it up to the next
+    missing one); ``put_back`` puts one back first, in O(1) (a barrier arrival withdrawn): from then on
+    the order is the ids put back, latest first, then the rest ascending.
     """
 
     __slots__ = ("_count", "_next", "_present", "_prev")
@@ -60,8 +62,22 @@ class Missing:
         self._count += 1
         return True
 
+    def put_back(self, task_id: int) -> bool:
+        """Put ``task_id`` back first, in O(1) whatever the ids around it; whether it was gone."""
+        if self._present[task_id]:
+            return False
+        node, after = task_id + 1, self._next[0]
+        self._next[0] = node
+        self._prev[node] = 0
+        self._next[node] = after
+        self._prev[after] = node
+        self._present[task_id] = 1
+        self._count += 1
+        return True
+
     def first(self, k: int) -> list[int]:
-        """The ``k`` lowest ids still missing (fewer if fewer are)."""
+        """The first ``k`` ids still missing (fewer if fewer are): the lowest, unless some were put back
+        (``put_back``): those come first."""
         out: list[int] = []
         end = len(self._present) + 1
         node = self._next[0]
@@ -71,7 +87,7 @@ class Missing:
         return out
 
     def __iter__(self) -> Iterator[int]:
-        """Every id still missing, ascending: O(missing)."""
+        """Every id still missing, in ``first``'s order: O(missing)."""
         end = len(self._present) + 1
         node = self._next[0]
         while node != end:

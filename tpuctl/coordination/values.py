@@ -19,7 +19,7 @@ from tpuctl.messages import count, shown
 from tpuctl.watchdog.judge import WatchdogView
 from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 14
+PROTOCOL_VERSION = 15
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""

@@ -411,6 +411,7 @@ class HeartbeatRequest(_message.Message):
     PACE_FIELD_NUMBER: _builtins.int
     STACKS_FIELD_NUMBER: _builtins.int
     DUMP_FIELD_NUMBER: _builtins.int
+    WITHDRAW_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -465,6 +466,15 @@ class HeartbeatRequest(_message.Message):
         `request_id` with `HeartbeatResponse.black_box` once every host answered or the dump's deadline passed.
         """
 
+    @_builtins.property
+    def withdraw(self) -> Global___StreamWithdraw:
+        """On `HeartbeatStream` only: withdraw this stream's barrier or gather arrival sent with
+        `StreamWithdraw.request_id` (its caller gave up: its own timeout ran out, it was interrupted, its
+        local caller went away). Answered on that request id, once: with the instance's outcome if it was
+        decided before the withdrawal came (a pass wins), else `HeartbeatResponse.withdrawn`. An arrival
+        already answered gets no second answer. A stream that ends withdraws its arrivals still waiting.
+        """
+
     def __init__(
         self,
         *,
@@ -479,10 +489,11 @@ class HeartbeatRequest(_message.Message):
         pace: Global___StepReport | None = ...,
         stacks: Global___StackDigest | None = ...,
         dump: Global___StreamDump | None = ...,
+        withdraw: Global___StreamWithdraw | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "withdraw", b"withdraw"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors", "withdraw", b"withdraw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -834,6 +845,28 @@ class StreamWaitForAll(_message.Message):
 Global___StreamWaitForAll: _TypeAlias = StreamWaitForAll  # noqa: Y015
 
 @_typing.final
+class StreamWithdraw(_message.Message):
+    """Withdraw a barrier or gather arrival of the stream (`HeartbeatRequest.withdraw`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """The arrival's request id."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamWithdraw: _TypeAlias = StreamWithdraw  # noqa: Y015
+
+@_typing.final
 class StreamBarrier(_message.Message):
     """A barrier arrival on the session stream: the same as a `BarrierRequest` by the stream's task."""
 
@@ -885,6 +918,7 @@ class HeartbeatResponse(_message.Message):
     WATCHDOG_FIELD_NUMBER: _builtins.int
     DUMP_ORDER_FIELD_NUMBER: _builtins.int
     BLACK_BOX_FIELD_NUMBER: _builtins.int
+    WITHDRAWN_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -921,6 +955,13 @@ class HeartbeatResponse(_message.Message):
     def black_box(self) -> Global___BlackBoxReport:
         """The answer to a `StreamDump` (with its `request_id`)."""
 
+    @_builtins.property
+    def withdrawn(self) -> Global___RendezvousProgressResponse:
+        """The answer to a `StreamWithdraw` (with the arrival's `request_id`) that took the arrival back before
+        its instance was decided: where the instance stood (`arrived` counts this host; `missing` samples
+        the others). The arrival no longer counts; the host's next call to the name joins that instance again.
+        """
+
     def __init__(
         self,
         *,
@@ -937,10 +978,11 @@ class HeartbeatResponse(_message.Message):
         watchdog: Global___WatchdogVerdict | None = ...,
         dump_order: Global___DumpOrder | None = ...,
         black_box: Global___BlackBoxReport | None = ...,
+        withdrawn: Global___RendezvousProgressResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "code", b"code", "details", b"details", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "code", b"code", "details", b"details", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
