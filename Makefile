@@ -46,8 +46,13 @@ $(TORCH_STAMP): $(STAMP) pyproject.toml
 
 install-torch: $(TORCH_STAMP)
 
+## The fuzz tests (CPU-bound, in-process: no loopback address, port or process of their own) run beside the
+## rest, one core each on a 2-core machine; their output follows the rest's, and either failing fails `make test`.
 test: install install-torch bytecode check-protos prometheus
-	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30
+	@rm -f .fuzz.log; $(PY) -m pytest -q -p no:cacheprovider -m fuzz > .fuzz.log 2>&1 & fuzz=$$!; \
+	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz"; rest=$$?; \
+	wait $$fuzz; fuzzed=$$?; echo "--- the fuzz tests (pytest -m fuzz), run beside:"; cat .fuzz.log; \
+	test $$rest -eq 0 && test $$fuzzed -eq 0
 
 ## Only the fast tests (skips multi-process clusters).
 test-fast: install

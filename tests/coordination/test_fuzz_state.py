@@ -257,6 +257,7 @@ def test_refused_calls_leave_the_service_unchanged(sequence: list[tuple[str, dic
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.timeout(900)  # 10,000 examples: minutes on a loaded 2-core machine
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequences, st.booleans())

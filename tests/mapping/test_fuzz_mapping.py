@@ -110,6 +110,7 @@ def test_mutated_mappings_load_or_name_the_file(tmp_path_factory: pytest.TempPat
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @SLOW
 @given(mutated())
 def test_mutated_mappings_5000(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:

@@ -144,6 +144,7 @@ def test_swapped_values_are_problems_with_positions(edit_list: list[Any], style:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.timeout(900)  # 10,000 examples: minutes on a loaded 2-core machine
 @SLOW
 @given(edits, styles)
@@ -178,6 +179,7 @@ def test_yaml_from_tokens_never_escapes(text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.timeout(900)  # 10,000 examples: minutes on a loaded 2-core machine
 @SLOW
 @given(yaml_texts)
@@ -215,6 +217,7 @@ def test_damaged_specs_are_problems_with_positions(data: bytes) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.timeout(900)  # 10,000 examples: minutes on a loaded 2-core machine
 @SLOW
 @given(damaged())
