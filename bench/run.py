@@ -286,11 +286,32 @@ def bench_progress(rounds: int, calls: int) -> float:
             refused[0] += no
             return took
 
+        def drain() -> None:
+            """Wait (5 s at most) until the receiver has read everything both sockets sent: a receiver
+            starved of CPU (a loaded machine) would otherwise fill the kernel's queue, and sends would be
+            refused mid-round. Not timed."""
+            import fcntl
+            import termios
+
+            queued = bytearray(4)
+            socks = [bare, sys.modules["tpuctl.job.steps"]._REPORTER.sock]
+            until = time.monotonic() + 5.0
+            while time.monotonic() < until:
+                pending = 0
+                for sock in socks:
+                    if sock is not None:
+                        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, queued)  # bytes not yet read (SIOCOUTQ)
+                        pending += int.from_bytes(queued, sys.byteorder)
+                if not pending:
+                    return
+                time.sleep(0.001)
+
         sent = 1
         ns_ours: list[float] = []
         ns_theirs: list[float] = []
         for r in range(rounds):
             for side in (ours, theirs) if r % 2 == 0 else (theirs, ours):
+                drain()
                 took = side()
                 (ns_ours if side is ours else ns_theirs).append(took / calls)
                 sent += calls
