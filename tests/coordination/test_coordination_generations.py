@@ -278,3 +278,24 @@ def test_a_released_survivor_that_never_returns_is_named_at_the_restart_timeout(
     failure = state.failure
     assert failure is not None and {f.task.task_id for f in failure.failures} == {2, 3}
     assert "generation 1 ended: 2 tasks failed" in failure.earlier and "while generation 2 formed" in failure.earlier
+
+
+def test_a_host_that_lost_a_frozen_coordinator_and_registers_again_ends_the_formed_generation() -> None:
+    """The coordinator froze (SIGSTOP, a stalled VM) longer than the heartbeat timeout, then resumed: its
+    own clock saw nobody late, but a worker gave its generation up ("the coordinator stopped answering"),
+    stopped its job, removed its mapping and registers again, the same process, naming the generation it
+    left. That is no retry of a registration: the generation ends (naming the host and why) and the next
+    one forms, every host's core-ID merge with it (found by the soak, seed 138: the worker was taken back
+    into generation 1 and waited in a merge the others had finished, until the barrier timeout)."""
+    state, refs = formed()
+    again = rejoin(state, refs[2], 5.0)
+    assert state.generation == 2 and again.generation == 2
+    ended = state.generations.ended(1)
+    assert ended is not None and [f.task.task_id for f in ended.failures] == [2]
+    assert "task 2 (127.0.0.3) failed: left generation 1: it lost the coordinator" in str(ended)
+    for t in (0, 1, 3):
+        assert rejoin(state, refs[t], 5.1).generation == 2
+    assert state.registration_waiting(again, now=5.1) is None  # generation 2 formed: a merge for everyone
+    # A retry of a registration into a generation (the answer lost) stays a retry.
+    assert rejoin(state, refs[1], 5.2) == rejoin(state, refs[1], 5.3)
+    assert state.generation == 2

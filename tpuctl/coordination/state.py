@@ -197,10 +197,11 @@ class CoordinationState:
             # first failure final).
             self._restart_at(registration.generation + 1)
         if task.state is TaskState.CONNECTED:
-            if self._table.same_process(task, registration):
+            same = self._table.same_process(task, registration)
+            if same and not self._left(registration):
                 self._table.heard_from(task, now)  # an RPC retry of our own registration: proof of life too
                 return self._membership(task)
-            if not self._table.proves(task, registration.previous_credential):
+            if not same and not self._table.proves(task, registration.previous_credential):
                 raise Refused(
                     Reason.TASK_TAKEN,
                     f"task {task.info.task_id} is already registered by another live process (registered "
@@ -208,8 +209,13 @@ class CoordinationState:
                     hint=f"is `tpuctl init` already running for task {task.info.task_id} on {task.hostname}? "
                     f"Check this host's task id",
                 )
-            # The host's new process, holding its predecessor's credential: the old registration is dead.
-            cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
+            if same:  # the process gave the generation up: it lost a coordinator that froze or was cut off
+                cause = (
+                    f"left generation {self.generation}: it lost the coordinator (no heartbeat confirmed within "
+                    "the heartbeat timeout) and registered again"
+                )
+            else:  # the host's new process, holding its predecessor's credential: the old registration is dead
+                cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
             self._fail([(task, cause)], now=now)
         if self._failure is not None:
             self._told.add(task.info.task_id)
@@ -618,6 +624,13 @@ class CoordinationState:
         return tuple(failures)
 
     # --- generations -------------------------------------------------------------------------------
+
+    def _left(self, registration: Registration) -> bool:
+        """A live task's own process registers again naming the current, formed generation as the one it
+        was in: it gave that generation up (under rejoin, an agent that lost its coordinator for the
+        heartbeat timeout re-forms), while this service, frozen or cut off meanwhile, saw nobody late. A
+        retry of a registration names the generation before (or none), never the one it joined."""
+        return self.config.restart.rejoin and self._formed and registration.generation == self.generation
 
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
