@@ -569,6 +569,12 @@ class Agent:
             return int(waiting.result())
         if self.cluster_error is not None:
             raise self.cluster_error
+        if gen.ended.cancelled() or self.stop.is_set():  # tear-down cancels the waiters of the generation's end
+            raise StateError(
+                f"the tpuctl agent of task {self.task} is leaving the cluster (`tpuctl down`, or a signal): "
+                f"barrier {name!r} stops waiting on this host",
+                hint="`tpuctl init` starts it again",
+            )
         assert gen.ended.done()
         raise GenerationOver(f"generation {gen.ended.result().generation} is over: {gen.ended.result().error.message}")
 
