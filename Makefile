@@ -8,8 +8,11 @@ DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 SITE_DIR ?= site
+SCHEDULES ?= 500
+SEED ?=
+SOAK_ROOT ?= /tmp/tpuctl-soak-$(shell id -u)
 
-.PHONY: install bytecode test test-fast lint docs docs-serve protos check-protos demo bench bench-scale clean
+.PHONY: install bytecode test test-fast lint docs docs-serve protos check-protos demo bench bench-scale soak clean
 
 install: $(STAMP)
 
@@ -85,6 +88,13 @@ bench: install bytecode
 ## (hang_timeout 10 s; the steady and progress phases last one report interval: 100 s at 10,000 hosts).
 bench-scale: install bytecode
 	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --progress --json /tmp/tpuctl-bench-scale-$(shell id -u).json
+
+## The randomised fault soak (tools/soak; docs/development/reliability.md): SCHEDULES random schedules (500)
+## of kill -9, SIGSTOP/SIGCONT, partitions (network namespaces: root), restarts, barrier timeouts and
+## `tpuctl down` over an 8-host simulated cluster under restart: rejoin, every invariant checked after each.
+## SEED=N starts at schedule N (SEED=N SCHEDULES=1 replays it). Report: $(SOAK_ROOT)/report.txt and .json.
+soak: install bytecode
+	$(PY) -m tools.soak --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED)) --root $(SOAK_ROOT)
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(SITE_DIR) .pytest_cache .mypy_cache .ruff_cache
