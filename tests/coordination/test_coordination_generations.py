@@ -288,6 +288,10 @@ def test_a_host_that_lost_a_frozen_coordinator_and_registers_again_ends_the_form
     one forms, every host's core-ID merge with it (found by the soak, seed 138: the worker was taken back
     into generation 1 and waited in a merge the others had finished, until the barrier timeout)."""
     state, refs = formed()
+    assert rejoin(state, refs[2], 0.5) == refs[2]  # before any barrier of the generation: a retry, as before
+    assert state.generation == 1
+    for ref in refs:  # every host's core-ID merge (a gather) and final barrier: generation 1 is up everywhere
+        state.barrier_arrive(ref, "merged", 10.0, now=1.0)
     again = rejoin(state, refs[2], 5.0)
     assert state.generation == 2 and again.generation == 2
     ended = state.generations.ended(1)

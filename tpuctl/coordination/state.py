@@ -134,6 +134,8 @@ class CoordinationState:
         self._woken: set[WaitKey] = set()
         self._wake_everyone = False
         self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=self.generation)
+        self._took_part: set[int] = set()
+        """Tasks that called a barrier or gather of the current generation (its core-ID merge, at least)."""
         self._kv = KeyValueStore(self.counters, config.kv_limits)
 
     @property
@@ -504,6 +506,7 @@ class CoordinationState:
         self, kind: RendezvousKind, caller: TaskRef, name: str, timeout: float, value: bytes | None, now: float
     ) -> BarrierId:
         self._live(caller)
+        self._took_part.add(caller.task_id)
         return self._rendezvous.arrive(
             kind,
             caller.task_id,
@@ -626,11 +629,17 @@ class CoordinationState:
     # --- generations -------------------------------------------------------------------------------
 
     def _left(self, registration: Registration) -> bool:
-        """A live task's own process registers again naming the current, formed generation as the one it
-        was in: it gave that generation up (under rejoin, an agent that lost its coordinator for the
-        heartbeat timeout re-forms), while this service, frozen or cut off meanwhile, saw nobody late. A
-        retry of a registration names the generation before (or none), never the one it joined."""
-        return self.config.restart.rejoin and self._formed and registration.generation == self.generation
+        """A live task's own process registers again naming the current generation as the one it was in,
+        after it took part in that generation's barriers (its core-ID merge at least): it gave the
+        generation up (under rejoin, an agent that lost its coordinator re-forms), while this service,
+        frozen or cut off meanwhile, saw nobody late; taken back, it would redo a merge the others have
+        finished. Before that it has done nothing the generation must redo: it is a retry (so is one of a
+        registration into the generation, which names the generation before, or none)."""
+        return (
+            self.config.restart.rejoin
+            and registration.generation == self.generation
+            and registration.task_id in self._took_part
+        )
 
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
@@ -639,6 +648,7 @@ class CoordinationState:
     def _restart_at(self, generation: int) -> None:
         self.generations.current = generation
         self._rendezvous = Rendezvous(self.tasks, self.counters, self._woken, generation=generation)
+        self._took_part = set()
 
     def _start_generation(self, generation: int, now: float) -> None:
         """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""
