@@ -600,7 +600,13 @@ class Agent:
         if everyone:
             assert self.client is not None and self.current is not None
             cause = f"the cluster was shut down from task {self.task} (tpuctl down --all)"
-            await self.client.report_error(self.current.membership.task, cause, shutdown=True)
+            try:
+                await self.client.report_error(self.current.membership.task, cause, shutdown=True)
+            except asyncio.CancelledError:
+                # The shutdown reached this agent too before the report's answer did: its tear-down closed
+                # the client under the call. Done, not a failure (a cancelled command is another matter).
+                if not self.stop.is_set():
+                    raise
         self.stop.set()
         self.notify()
 

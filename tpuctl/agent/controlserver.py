@@ -39,21 +39,27 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
             await send({"progress": text} if deadline is None else {"deadline": deadline})
 
         try:
-            raw = await reader.readline()
-            request = json.loads(raw) if raw else {}
-            op = str(request.get("op", ""))
-            args = request.get("args") or {}
             try:
-                result = await handler(op, args, progress)
-                await send({"ok": True, "result": result})
-            except TpuctlError as exc:
-                await send({"ok": False, "error": error_payload(exc)})
-        except (ConnectionError, ValueError):
-            pass  # the caller went away or sent garbage: nothing to answer
-        finally:
+                raw = await reader.readline()
+                request = json.loads(raw) if raw else {}
+                op = str(request.get("op", ""))
+                args = request.get("args") or {}
+                try:
+                    result = await handler(op, args, progress)
+                    await send({"ok": True, "result": result})
+                except TpuctlError as exc:
+                    await send({"ok": False, "error": error_payload(exc)})
+            except (ConnectionError, ValueError):
+                pass  # the caller went away or sent garbage: nothing to answer
+            finally:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+        except asyncio.CancelledError:
+            # The agent is going down and its loop cancels what still runs: this connection ends here (the
+            # caller reads a closed connection). Not re-raised: Python 3.11's stream protocol asks a
+            # cancelled handler task for its exception() and logs the CancelledError as a traceback.
             writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE, backlog=BACKLOG)
     path.chmod(0o600)

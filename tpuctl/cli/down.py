@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 
 import click
 
-from tpuctl.agent.control import Op, call
+from tpuctl.agent.control import Op, ask
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.errors import StateError
@@ -40,13 +41,16 @@ def down(everyone: bool, state_dir: str | None) -> None:
         raise StateError(f"no tpuctl agent is running for state dir {state.path}", hint="nothing to stop")
     answered = True
     try:
-        call(state, Op.DOWN, {"all": everyone}, timeout=STOP_TIMEOUT_S)
+        request = ask(state, Op.DOWN, {"all": everyone}, timeout=STOP_TIMEOUT_S)
     except StateError:
-        # The agent is alive but not answering (still joining: its control socket opens once its mapping is
-        # written; or frozen): SIGTERM stops it, and it leaves as for `tpuctl down`. It tells no other host
-        # to shut down.
+        # The agent is alive but takes no command (still joining: its control socket opens once its mapping
+        # is written; or frozen): SIGTERM stops it, and it leaves as for `tpuctl down`. It tells no other
+        # host to shut down.
         answered = False
         os.kill(pid, signal.SIGTERM)
+    else:
+        with contextlib.suppress(StateError):  # it took the command and went before it answered: it stops
+            request.answer()
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while state.live_pid() is not None:
         if time.monotonic() > deadline:
