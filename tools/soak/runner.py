@@ -402,7 +402,7 @@ class Soak:
                                                     must_pass=step.expect == sched.PASS, what=what)  # fmt: skip
         round_ = [c.barrier(t, CHECK_BARRIER_TIMEOUT_S, sched.BARRIER) for t in range(HOSTS)]
         self._wait(round_, max(x.limit for x in round_) + 1.0)
-        self.violations += inv.barrier_outcomes([(x.task, x.code, x.err()) for x in round_], callers=range(HOSTS),  # type: ignore[arg-type]
+        self.violations += inv.barrier_outcomes([(x.task, x.code, x.err()) for x in round_], callers=range(HOSTS),
                                                 hosts=HOSTS, must_pass=True, what="the check round")  # fmt: skip
         return checks
 
