@@ -75,6 +75,13 @@ def test_heartbeat_retries_are_not_a_verdict_and_a_coordinator_is_named_by_its_a
     assert len(violations) == 1
 
 
+def test_a_coordinator_is_named_only_by_a_verdict_not_by_a_registration_line() -> None:
+    """A freeze of task 0 shorter than the workers' verdict: their next registration mentions its address
+    (INFO), which names no failure (the soak's seed 20076 before this rule)."""
+    registered = LogLine(1, T0 + 5.1, "INFO", f"task 1: registered with {ADDRESSES[0]}:8476 (generation 2)")
+    assert detect([Fault("stop", 0, T0, T0 + 3.2, "maybe")], [registered]) == ([], [])
+
+
 def test_disturbed_hosts_are_not_asked_and_nothing_is_asked_while_task_0_is_disturbed() -> None:
     lines = [line(0, 2.0, failed(3)), line(1, 2.0, failed(3))]
     violations, _ = detect([kill(3)], lines, [Disturbed(2, T0 - 1, T0 + 1)])  # task 2 was frozen meanwhile

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) (.*)$")
 REFORMING = "re-forming as the next generation"
 RETRYING = "(will retry)"  # a heartbeat that failed once: not yet a verdict on anyone
+VERDICT_LEVELS = ("WARNING", "ERROR")  # a host's verdict on the coordinator is logged at these
 FORMED = re.compile(r"task \d+: generation (\d+) formed")
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "internal error", "agent crashed")
 STALE_GRACE_S = 1.5  # the agent removes its mapping right after it logs that it re-forms
@@ -152,6 +153,8 @@ def detection(
                 absorbed.add(line.task)
             if line.at < window[0] or line.task in first or RETRYING in line.text:
                 continue
+            if fault.task == 0 and line.level not in VERDICT_LEVELS:
+                continue  # the coordinator's address is in every registration line: only a verdict names it
             # the host cut off names the coordinator it lost, or itself, failed by the others
             wanted = (*names(0), *names(fault.task)) if line.task == fault.task else names(fault.task)
             if any(name in line.text for name in wanted) or (line.task == fault.task and "coordinator" in line.text):
