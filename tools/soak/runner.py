@@ -42,6 +42,7 @@ CHECK_BARRIER_TIMEOUT_S = 10.0  # healthy hosts pass a round in well under a sec
 FRESH_AFTER_GENERATION = 300  # keeps `tpuctl status`'s history of ended generations short
 INIT_ATTEMPTS = 6  # per host and schedule
 POLL_S = 0.05
+QUIET_S = 1.0  # the mappings stay unchanged this long before the cluster counts as re-formed
 HELD = re.compile(r"retry `tpuctl init` for task (\d+) after ([0-9.]+) s")
 
 
@@ -90,6 +91,7 @@ class Soak:
         self.init_attempts: Counter[int] = Counter()
         self.retry_at: dict[int, float] = {}  # task -> monotonic time to retry a refused init
         self.needs_fresh_start = True
+        self.last_undo = 0.0  # when the latest stop or cut was undone (epoch s)
 
     # --- the cluster -------------------------------------------------------------------------------
 
@@ -240,6 +242,8 @@ class Soak:
             else:
                 self._fault("kill", step.task, now, float("inf"), "fail")
             return True
+        if step.action in (sched.CONT, sched.HEAL):
+            self.last_undo = now
         if step.action == sched.CONT:
             pid = self.frozen.pop(step.task, None)
             if pid is not None:
@@ -338,9 +342,11 @@ class Soak:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
             del self.frozen[task]
+            self.last_undo = time.time()
         for task in list(self.cut):
             self.net.heal(task)
             self.cut.discard(task)
+            self.last_undo = time.time()
         others = [c for c in self.commands.running if c.label.split("-")[0] not in ("init", "start")]
         self._wait(others, max((c.deadline for c in others), default=0) - time.monotonic() + 1.0)
         end = start + SETTLE_S
@@ -358,6 +364,14 @@ class Soak:
         return None
 
     def _settled(self) -> bool:
+        """Every host's agent up with the same mapping, and quiet: no fault undone within the heartbeat
+        timeout + 1 s (a host cut off or frozen for about the timeout may still be declared failed just
+        after it is back) and no mapping changed within ``QUIET_S``."""
+        now = time.time()
+        if now < self.last_undo + HEARTBEAT_TIMEOUT_S + 1.0:
+            return False
+        if any(sample.at > now - QUIET_S for sample in self.samples[-HOSTS * 2:]):
+            return False
         datas = []
         for task in range(HOSTS):
             if self.cluster.agent_pid(task) is None:
