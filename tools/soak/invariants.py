@@ -274,7 +274,7 @@ def same_generation(checks: Sequence[HostCheck]) -> list[Violation]:
     found = []
     for c in checks:
         if c.status_code != 0 or c.status is None:
-            found.append(Violation("reform", f"task {c.task}: tpuctl status exited {c.status_code}: {_first_error(c.status_text)}"))
+            found.append(Violation("reform", f"task {c.task}: tpuctl status exited {c.status_code}: {first_error(c.status_text)}"))
         elif c.status.get("forming") or c.status.get("error"):
             found.append(Violation("reform", f"task {c.task}: tpuctl status says forming={c.status.get('forming')}, error={c.status.get('error')!r}"))
         if c.mapping is None:
@@ -318,7 +318,7 @@ def barrier_outcomes(
         known = next((k for t, e in failed if (k := _barrier_known(e, t))), "")
         found.append(Violation(
             "barrier", f"{what}: failed on {len(failed)} of {len(results)} hosts (exit codes {codes}); task {task}: "
-            f"{_first_error(err)}", known=known,
+            f"{first_error(err)}", known=known,
         ))  # fmt: skip
     passed = [task for task, code, _ in results if code == 0]
     if not full and passed:
@@ -329,7 +329,7 @@ def barrier_outcomes(
         task, err = itself[0]
         found.append(Violation(
             "barrier", f"{what}: tasks {[t for t, _ in itself]} were told they are themselves missing; task {task}: "
-            f"{_first_error(err)}", known="(1)",
+            f"{first_error(err)}", known="(1)",
         ))  # fmt: skip
     return found
 
@@ -342,7 +342,7 @@ def _barrier_known(err: str, task: int) -> str:
     return ""
 
 
-def _first_error(text: str) -> str:
+def first_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         if line.startswith("tpuctl: error") or "error" in line.lower():

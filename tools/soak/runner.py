@@ -112,7 +112,7 @@ class Soak:
                 self.inits.clear()
                 return
             self.say(f"soak: the cluster did not form (attempt {attempt + 1}): " + "; ".join(
-                f"task {c.task}: exit {c.code}: {inv._first_error(c.err())}" for c in started if c.code != 0))  # fmt: skip
+                f"task {c.task}: exit {c.code}: {inv.first_error(c.err())}" for c in started if c.code != 0))  # fmt: skip
             self.commands.stop_all()
             self.cluster.stop_agents()
             self.cluster.wipe()
@@ -121,10 +121,10 @@ class Soak:
     # --- one schedule ------------------------------------------------------------------------------
 
     def run_schedule(self, schedule: sched.Schedule) -> Result:
+        self.commands.folder = self.root / "commands" / f"seed-{schedule.seed}"
         if self.needs_fresh_start:
             self.start_afresh()
         started = time.monotonic()
-        self.commands.folder = self.root / "commands" / f"seed-{schedule.seed}"
         self._reset()
         self._ingest_logs()  # what the logs said before this schedule is not its business
         self.lines.clear()
@@ -215,7 +215,7 @@ class Soak:
     def _init_failed(self, task: int, command: Command) -> None:
         err = command.err()
         held = HELD.search(err)
-        self.notes.append(f"tpuctl init on task {task} exited {command.code}: {inv._first_error(err)}")
+        self.notes.append(f"tpuctl init on task {task} exited {command.code}: {inv.first_error(err)}")
         if self.init_attempts[task] >= INIT_ATTEMPTS:
             return
         wait = min(float(held.group(2)) + 0.2, 10.0) if held else 1.0
@@ -474,7 +474,7 @@ class Soak:
             self.marked.append((where, command.err() + command.out()))
             if command.overran:
                 self.violations.append(inv.Violation(
-                    "deadline", f"{where} still ran at its deadline ({command.limit:g} s): {inv._first_error(command.err())}"))  # fmt: skip
+                    "deadline", f"{where} still ran at its deadline ({command.limit:g} s): {inv.first_error(command.err())}"))  # fmt: skip
 
     def _keep_logs(self, seed: int) -> str:
         """A violating schedule's evidence: its commands' output and every host's agent log."""
