@@ -9,8 +9,11 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH_STAMP := $(VENV)/.installed-torch
 SITE_DIR ?= site
+SCHEDULES ?= 500
+SEED ?=
+SOAK_ROOT ?= /tmp/tpuctl-soak-$(shell id -u)
 
-.PHONY: install install-torch bytecode test test-fast lint docs docs-serve protos check-protos prometheus demo bench bench-scale clean
+.PHONY: install install-torch bytecode test test-fast lint docs docs-serve protos check-protos prometheus demo bench bench-scale soak soak-slice clean
 
 install: $(STAMP)
 
@@ -50,7 +53,7 @@ install-torch: $(TORCH_STAMP)
 ## rest, one core each on a 2-core machine; their output follows the rest's, and either failing fails `make test`.
 test: install install-torch bytecode check-protos prometheus
 	@rm -f .fuzz.log; $(PY) -m pytest -q -p no:cacheprovider -m fuzz > .fuzz.log 2>&1 & fuzz=$$!; \
-	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz"; rest=$$?; \
+	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz and not soak"; rest=$$?; \
 	wait $$fuzz; fuzzed=$$?; echo "--- the fuzz tests (pytest -m fuzz), run beside:"; cat .fuzz.log; \
 	test $$rest -eq 0 && test $$fuzzed -eq 0
 
@@ -107,6 +110,17 @@ bench: install bytecode
 ## (hang_timeout 10 s; the steady and progress phases last one report interval: 100 s at 10,000 hosts).
 bench-scale: install bytecode
 	$(PY) bench/scale.py --sizes 256,1024,2304,4608,10000 --xla-retry-paced 64 --floor --dead-host vanish --progress --json /tmp/tpuctl-bench-scale-$(shell id -u).json
+
+## The randomised fault soak (tools/soak; docs/development/reliability.md): SCHEDULES random schedules (500)
+## of kill -9, SIGSTOP/SIGCONT, partitions (network namespaces: root), restarts, barrier timeouts and
+## `tpuctl down` over an 8-host simulated cluster under restart: rejoin, every invariant checked after each.
+## SEED=N starts at schedule N (SEED=N SCHEDULES=1 replays it). Report: $(SOAK_ROOT)/report.txt and .json.
+## The soak's fixed-seed slice alone (tests/soak/test_slice.py; not yet part of `make test`).
+soak-slice: install bytecode
+	$(PY) -m pytest -q -m soak tests/soak
+
+soak: install bytecode
+	$(PY) -m tools.soak --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED)) --root $(SOAK_ROOT)
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(SITE_DIR) .pytest_cache .mypy_cache .ruff_cache

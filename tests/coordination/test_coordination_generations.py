@@ -304,3 +304,28 @@ def test_a_shutdown_after_a_restart_is_a_shutdown_of_its_generation_and_the_old_
         "generation 1: task 2 (127.0.0.3) failed: reported an error: preempted; generation 1 is over, the cluster "
         "re-forms as generation 2",
     )
+
+
+def test_a_host_that_lost_a_frozen_coordinator_and_registers_again_ends_the_formed_generation() -> None:
+    """The coordinator froze (SIGSTOP, a stalled VM) longer than the heartbeat timeout, then resumed: its
+    own clock saw nobody late, but a worker gave its generation up ("the coordinator stopped answering"),
+    stopped its job, removed its mapping and registers again, the same process, naming the generation it
+    left. That is no retry of a registration: the generation ends (naming the host and why) and the next
+    one forms, every host's core-ID merge with it (found by the soak, seed 138: the worker was taken back
+    into generation 1 and waited in a merge the others had finished, until the barrier timeout)."""
+    state, refs = formed()
+    assert rejoin(state, refs[2], 0.5) == refs[2]  # before any barrier of the generation: a retry, as before
+    assert state.generation == 1
+    for ref in refs:  # every host's core-ID merge (a gather) and final barrier: generation 1 is up everywhere
+        state.barrier_arrive(ref, "merged", 10.0, now=1.0)
+    again = rejoin(state, refs[2], 5.0)
+    assert state.generation == 2 and again.generation == 2
+    ended = state.generations.ended(1)
+    assert ended is not None and [f.task.task_id for f in ended.failures] == [2]
+    assert "task 2 (127.0.0.3) failed: left generation 1: it lost the coordinator" in str(ended)
+    for t in (0, 1, 3):
+        assert rejoin(state, refs[t], 5.1).generation == 2
+    assert state.registration_waiting(again, now=5.1) is None  # generation 2 formed: a merge for everyone
+    # A retry of a registration into a generation (the answer lost) stays a retry.
+    assert rejoin(state, refs[1], 5.2) == rejoin(state, refs[1], 5.3)
+    assert state.generation == 2

@@ -682,6 +682,12 @@ class Agent:
             return int(waiting.result())
         if self.cluster_error is not None:
             raise self.cluster_error
+        if gen.ended.cancelled() or self.stop.is_set():  # tear-down cancels the waiters of the generation's end
+            raise StateError(
+                f"the tpuctl agent of task {self.task} is leaving the cluster (`tpuctl down`, or a signal): "
+                f"barrier {name!r} stops waiting on this host",
+                hint="`tpuctl init` starts it again",
+            )
         assert gen.ended.done()
         raise GenerationOver(f"generation {gen.ended.result().generation} is over: {gen.ended.result().error.message}")
 
@@ -712,7 +718,13 @@ class Agent:
         if everyone:
             assert self.client is not None and self.current is not None
             cause = "tpuctl down --all"  # the service's words: "task 1 (10.0.0.3) shut the cluster down: tpuctl down --all"
-            await self.client.report_error(self.current.membership.task, cause, shutdown=True)
+            try:
+                await self.client.report_error(self.current.membership.task, cause, shutdown=True)
+            except asyncio.CancelledError:
+                # The shutdown reached this agent too before the report's answer did: its tear-down closed
+                # the client under the call. Done, not a failure (a cancelled command is another matter).
+                if not self.stop.is_set():
+                    raise
         self.stop.set()
         self.notify()
 

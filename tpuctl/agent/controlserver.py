@@ -97,42 +97,48 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
 
         try:
             try:
-                raw = await reader.readline()
-            except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
-                raw = None
-            if raw == b"":
-                return  # connected and left without a word
-            try:
-                if raw is None:
-                    raise InputError(f"malformed control request: longer than {MAX_LINE:,} bytes", hint=_HINT)
-                op, args = parse_request(raw)
-            except InputError as exc:
-                log.warning("control socket: %s; answered with an error", exc.message)
-                await send({"ok": False, "error": error_payload(exc)})
-                return
-            handling = asyncio.ensure_future(handler(op, args, progress))
-            if op != Op.DOWN and not await _answered_before_hangup(handling, reader):
-                return  # the caller went away: its operation was cancelled, nobody to answer
-            try:
-                result = await handling
-                await send({"ok": True, "result": result})
-            except TpuctlError as exc:
-                await send({"ok": False, "error": error_payload(exc)})
+                try:
+                    raw = await reader.readline()
+                except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
+                    raw = None
+                if raw == b"":
+                    return  # connected and left without a word
+                try:
+                    if raw is None:
+                        raise InputError(f"malformed control request: longer than {MAX_LINE:,} bytes", hint=_HINT)
+                    op, args = parse_request(raw)
+                except InputError as exc:
+                    log.warning("control socket: %s; answered with an error", exc.message)
+                    await send({"ok": False, "error": error_payload(exc)})
+                    return
+                handling = asyncio.ensure_future(handler(op, args, progress))
+                if op != Op.DOWN and not await _answered_before_hangup(handling, reader):
+                    return  # the caller went away: its operation was cancelled, nobody to answer
+                try:
+                    result = await handling
+                    await send({"ok": True, "result": result})
+                except TpuctlError as exc:
+                    await send({"ok": False, "error": error_payload(exc)})
+                except ConnectionError:
+                    raise
+                except Exception as exc:  # a bug: its traceback belongs in the log, and the caller is told
+                    log.exception("control socket: %r failed", op)
+                    bug = TpuctlError(
+                        f"the tpuctl agent failed answering {op!r}: {type(exc).__name__}: {exc}",
+                        hint="this is a bug in tpuctl: its traceback is in the agent's log; please report it",
+                    )
+                    await send({"ok": False, "error": error_payload(bug)})
             except ConnectionError:
-                raise
-            except Exception as exc:  # a bug: its traceback belongs in the log, and the caller is told
-                log.exception("control socket: %r failed", op)
-                bug = TpuctlError(
-                    f"the tpuctl agent failed answering {op!r}: {type(exc).__name__}: {exc}",
-                    hint="this is a bug in tpuctl: its traceback is in the agent's log; please report it",
-                )
-                await send({"ok": False, "error": error_payload(bug)})
-        except ConnectionError:
-            pass  # the caller went away: nothing to answer
-        finally:
+                pass  # the caller went away: nothing to answer
+            finally:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+        except asyncio.CancelledError:
+            # The agent is going down and its loop cancels what still runs: this connection ends here (the
+            # caller reads a closed connection). Not re-raised: Python 3.11's stream protocol asks a
+            # cancelled handler task for its exception() and logs the CancelledError as a traceback.
             writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE, backlog=BACKLOG)
     path.chmod(0o600)

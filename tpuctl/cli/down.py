@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 
 import click
 
-from tpuctl.agent.control import Op, call
+from tpuctl.agent.control import Op, ask
 from tpuctl.agent.statedir import resolve_state_dir
 from tpuctl.cli.common import say, state_dir_option
 from tpuctl.errors import StateError
@@ -31,17 +32,25 @@ def down(everyone: bool, state_dir: str | None) -> None:
     Without --all the other hosts see this one leave: their `tpuctl status` exits 3 and their
     barriers fail, naming it.
 
-    Exit codes: 0 stopped, 5 no agent runs for this state dir (or it did not stop in time).
+    Exit codes: 0 stopped, 5 no agent runs for this state dir (or it did not stop in time, or
+    with --all it could not take the command: it stopped alone, the cluster was not shut down).
     """
     state = resolve_state_dir(state_dir)
     pid = state.live_pid()
     if pid is None:
         raise StateError(f"no tpuctl agent is running for state dir {state.path}", hint="nothing to stop")
+    answered = True
     try:
-        call(state, Op.DOWN, {"all": everyone}, timeout=STOP_TIMEOUT_S)
+        request = ask(state, Op.DOWN, {"all": everyone}, timeout=STOP_TIMEOUT_S)
     except StateError:
-        # The agent is alive but not answering: fall back to SIGTERM, which it handles the same way.
+        # The agent is alive but takes no command (still joining: its control socket opens once its mapping
+        # is written; or frozen): SIGTERM stops it, and it leaves as for `tpuctl down`. It tells no other
+        # host to shut down.
+        answered = False
         os.kill(pid, signal.SIGTERM)
+    else:
+        with contextlib.suppress(StateError):  # it took the command and went before it answered: it stops
+            request.answer()
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while state.live_pid() is not None:
         if time.monotonic() > deadline:
@@ -50,4 +59,12 @@ def down(everyone: bool, state_dir: str | None) -> None:
                 hint=f"see {state.log_file}; `kill {pid}` ends it",
             )
         time.sleep(0.05)
+    if everyone and not answered:
+        raise StateError(
+            f"the tpuctl agent (pid {pid}) did not take the command (it is still joining the cluster, or not "
+            "answering), so it was stopped with SIGTERM, alone: the cluster was not shut down, and the other "
+            "hosts' agents still run",
+            hint="run `tpuctl down --all` on a host whose agent is up (`tpuctl status` answers there), "
+            "or `tpuctl down` on every host",
+        )
     say(f"tpuctl agent (pid {pid}) stopped" + (" and the cluster shut down" if everyone else ""))

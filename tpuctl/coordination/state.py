@@ -146,6 +146,8 @@ class CoordinationState:
         self._rendezvous = Rendezvous(
             self.tasks, self.counters, self._woken, generation=self.generation, waits=self.barrier_waits
         )
+        self._took_part: set[int] = set()
+        """Tasks that called a barrier or gather of the current generation (its core-ID merge, at least)."""
         self._kv = KeyValueStore(self.counters, config.kv_limits)
 
     @property
@@ -209,10 +211,11 @@ class CoordinationState:
             # first failure final).
             self._restart_at(registration.generation + 1)
         if task.state is TaskState.CONNECTED:
-            if self._table.same_process(task, registration):
+            same = self._table.same_process(task, registration)
+            if same and not self._left(registration):
                 self._table.heard_from(task, now)  # an RPC retry of our own registration: proof of life too
                 return self._membership(task)
-            if not self._table.proves(task, registration.previous_credential):
+            if not same and not self._table.proves(task, registration.previous_credential):
                 where = observed_address(task.peer).rpartition(":")[0] or observed_address(task.peer)
                 stranger = (
                     "; with auth none any process that reaches the coordinator may take a task id: set "
@@ -226,8 +229,13 @@ class CoordinationState:
                     hint=f"is `tpuctl init` for task {task.info.task_id} already running at {where}? If not, "
                     f"something else took the task id{stranger}; else check this host's task id",
                 )
-            # The host's new process, holding its predecessor's credential: the old registration is dead.
-            cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
+            if same:  # the process gave the generation up: it lost a coordinator that froze or was cut off
+                cause = (
+                    f"left generation {self.generation}: it lost the coordinator (no heartbeat confirmed within "
+                    "the heartbeat timeout) and registered again"
+                )
+            else:  # the host's new process, holding its predecessor's credential: the old registration is dead
+                cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
             self._fail([(task, cause)], now=now)
         if self._failure is not None:
             self._told.add(task.info.task_id)
@@ -536,6 +544,7 @@ class CoordinationState:
         self, kind: RendezvousKind, caller: TaskRef, name: str, timeout: float, value: bytes | None, now: float
     ) -> BarrierId:
         self._live(caller)
+        self._took_part.add(caller.task_id)
         return self._rendezvous.arrive(
             kind,
             caller.task_id,
@@ -662,6 +671,19 @@ class CoordinationState:
 
     # --- generations -------------------------------------------------------------------------------
 
+    def _left(self, registration: Registration) -> bool:
+        """A live task's own process registers again naming the current generation as the one it was in,
+        after it took part in that generation's barriers (its core-ID merge at least): it gave the
+        generation up (under rejoin, an agent that lost its coordinator re-forms), while this service,
+        frozen or cut off meanwhile, saw nobody late; taken back, it would redo a merge the others have
+        finished. Before that it has done nothing the generation must redo: it is a retry (so is one of a
+        registration into the generation, which names the generation before, or none)."""
+        return (
+            self.config.restart.rejoin
+            and registration.generation == self.generation
+            and registration.task_id in self._took_part
+        )
+
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
         return not self.generations.any_ended and len(self._unregistered) == len(self._table) and self._register_deadline is None
@@ -671,6 +693,7 @@ class CoordinationState:
         self._rendezvous = Rendezvous(
             self.tasks, self.counters, self._woken, generation=generation, waits=self.barrier_waits
         )
+        self._took_part = set()
 
     def _start_generation(self, generation: int, now: float) -> None:
         """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""

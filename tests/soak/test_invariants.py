@@ -1,0 +1,174 @@
+"""The soak's invariants (tools/soak/invariants.py) on recorded data made up here: log lines, mapping
+samples, status documents and barrier outcomes. Each check is shown to pass on what is right and to name
+what is wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.soak import invariants as inv
+from tools.soak.invariants import Disturbed, Fault, HostCheck, LogLine, MappingSample
+
+HOSTS = 4
+T0 = 1_000_000.0
+ADDRESSES = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]
+
+
+def names(task: int) -> tuple[str, ...]:
+    found = (f"task {task} ({ADDRESSES[task]})",)
+    return (*found, f"{ADDRESSES[0]}:8476") if task == 0 else found
+
+
+def line(task: int, after: float, text: str) -> LogLine:
+    return LogLine(task, T0 + after, "WARNING", text)
+
+
+def failed(task: int) -> str:
+    return f"task 9: task {task} ({ADDRESSES[task]}) failed: no heartbeat for 3.1 s; {inv.REFORMING}"
+
+
+def detect(faults: list[Fault], lines: list[LogLine], disturbed: list[Disturbed] | None = None):
+    return inv.detection(faults, lines, disturbed or [], names, hosts=HOSTS, limit=5.0)
+
+
+def kill(task: int, at: float = 0.0, back: float = 2.0) -> Fault:
+    return Fault("kill", task, T0 + at, T0 + back, "fail")
+
+
+def test_parse_log_reads_times_and_joins_continuation_lines_and_finds_tracebacks() -> None:
+    text = (
+        "2026-12-06 02:15:13,226 WARNING tpuctl.agent.bringup: task 5: something\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.pyx", line 812, in f\n'
+        "asyncio.exceptions.CancelledError\n"
+        "2026-12-06 02:15:14,000 INFO tpuctl.agent.bringup: task 5: generation 3 formed\n"
+    )
+    lines, marked = inv.parse_log(5, text)
+    assert [x.level for x in lines] == ["WARNING", "INFO"]
+    assert round(lines[1].at - lines[0].at, 3) == 0.774
+    assert "CancelledError" in lines[0].text and len(marked) == 1
+    assert inv.parse_log(0, "Traceback (most recent call last):\nboom\n")[1]  # no timestamp at all
+
+
+def test_a_failure_every_host_names_in_time_is_measured() -> None:
+    lines = [line(t, 2.0 + t / 10, failed(3)) for t in (0, 1, 2)]
+    violations, measured = detect([kill(3)], lines)
+    assert violations == [] and measured == [("kill", pytest.approx(2.2))]
+
+
+def test_a_host_that_names_a_failure_late_or_never_is_a_violation() -> None:
+    lines = [line(0, 2.0, failed(3)), line(1, 6.5, failed(3))]
+    violations, _ = detect([kill(3)], lines)
+    assert [v.invariant for v in violations] == ["detection"]
+    assert "task 1 after 6.5 s, task 2 never" in violations[0].detail
+
+
+def test_heartbeat_retries_are_not_a_verdict_and_a_coordinator_is_named_by_its_address() -> None:
+    retry = f"heartbeat failed {inv.RETRYING}: coordinator unreachable at {ADDRESSES[0]}:8476"
+    verdict = f"task 1: the coordinator at {ADDRESSES[0]}:8476 stopped answering; {inv.REFORMING}"
+    lines = [line(t, 0.1, retry) for t in (1, 2, 3)] + [line(t, 3.5, verdict) for t in (1, 2, 3)]
+    violations, measured = detect([Fault("stop", 0, T0, T0 + 6.0, "fail")], lines)
+    assert violations == [] and measured == [("stop", 3.5)]
+    violations, _ = detect([Fault("stop", 0, T0, T0 + 6.0, "fail")], lines[:3])
+    assert len(violations) == 1
+
+
+def test_a_coordinator_is_named_only_by_a_verdict_not_by_a_registration_line() -> None:
+    """A freeze of task 0 shorter than the workers' verdict: their next registration mentions its address
+    (INFO), which names no failure (the soak's seed 20076 before this rule)."""
+    registered = LogLine(1, T0 + 5.1, "INFO", f"task 1: registered with {ADDRESSES[0]}:8476 (generation 2)")
+    assert detect([Fault("stop", 0, T0, T0 + 3.2, "maybe")], [registered]) == ([], [])
+
+
+def test_disturbed_hosts_are_not_asked_and_nothing_is_asked_while_task_0_is_disturbed() -> None:
+    lines = [line(0, 2.0, failed(3)), line(1, 2.0, failed(3))]
+    violations, _ = detect([kill(3)], lines, [Disturbed(2, T0 - 1, T0 + 1)])  # task 2 was frozen meanwhile
+    assert violations == []
+    violations, measured = detect([kill(3)], [], [Disturbed(0, T0 + 1, T0 + 2)])
+    assert violations == [] and measured == []
+
+
+def test_a_stop_around_the_timeout_is_judged_only_if_it_failed_and_a_short_one_never() -> None:
+    maybe = Fault("stop", 3, T0, T0 + 2.9, "maybe")
+    assert detect([maybe], []) == ([], [])  # survived: nothing to name
+    violations, _ = detect([maybe], [line(0, 3.1, failed(3))])  # task 0 saw it fail: 1 and 2 must too
+    assert len(violations) == 1 and "task 1 never, task 2 never" in violations[0].detail
+    assert detect([Fault("stop", 3, T0, T0 + 1.0, "survive")], [line(0, 1.0, failed(3))]) == ([], [])
+
+
+def test_a_failure_absorbed_into_a_re_forming_under_way_needs_no_naming() -> None:
+    """Task 2 failed first (everyone re-forms); task 3, cut meanwhile, was declared dead too but was back
+    before the next generation formed, with it in: nobody had anything to wait for."""
+    cut = Fault("partition", 3, T0, T0 + 3.2, "maybe")
+    lines = [line(0, 2.5, failed(3)), line(3, 3.3, "task 3: generation 4 is over: task 3 (10.0.0.5) failed")]
+    lines += [line(t, 2.0, failed(2)) for t in (1, 2)] + [line(t, 4.0, "task 1: generation 5 formed") for t in (1, 2)]
+    assert detect([cut], lines)[0] == []
+    violations, _ = detect([cut], lines[:4])  # never formed again: they had to name it
+    assert len(violations) == 1
+
+
+def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:
+    short = Fault("stop", 2, T0, T0 + 1.0, "survive")
+    assert inv.survived([short], [line(0, 0.5, "task 0: nothing")], names) == []
+    found = inv.survived([short], [line(0, 1.5, failed(2))], names)
+    assert [v.invariant for v in found] == ["survive"]
+
+
+def sample(task: int, after: float, digest: str | None, generation: int = 1, incarnation: str = "77") -> MappingSample:
+    return MappingSample(task, T0 + after, digest, incarnation, generation)
+
+
+def test_a_mapping_kept_after_its_host_said_it_re_forms_is_stale() -> None:
+    reforms = [line(1, 5.0, failed(3))]
+    removed = [sample(1, 0.0, "a"), sample(1, 5.01, None), sample(1, 6.0, "b", 2)]
+    assert inv.stale_mappings(removed, reforms, hosts=HOSTS) == []
+    kept = [sample(1, 0.0, "a")]
+    found = inv.stale_mappings(kept, reforms, hosts=HOSTS)
+    assert [v.invariant for v in found] == ["stale-mapping"] and "generation 1" in found[0].detail
+
+
+def test_a_mapping_only_one_host_ever_had_is_of_a_generation_that_never_formed() -> None:
+    everyone = [sample(t, 0.1, "a", 2) for t in range(HOSTS)]
+    assert inv.unformed_mappings(everyone, []) == []
+    alone = [sample(2, 0.1, "z", 7)]
+    assert [v.invariant for v in inv.unformed_mappings(alone, [])] == ["unformed-mapping"]
+    formed_elsewhere = [line(0, 0.3, "task 0: generation 7 formed")]
+    assert inv.unformed_mappings(alone, formed_elsewhere) == []
+
+
+def check(task: int, generation: int = 2, mapping: bytes | None = None, code: int = 0, **status: object) -> HostCheck:
+    doc = {"generation": generation, "service_incarnation": "77", "forming": False, "error": None, **status}
+    data = mapping if mapping is not None else json.dumps({"generation": generation, "incarnation": "77"}).encode()
+    return HostCheck(task, code, doc, "", data)
+
+
+def test_every_host_in_one_generation_with_identical_mappings() -> None:
+    assert inv.same_generation([check(t) for t in range(HOSTS)]) == []
+    split = inv.same_generation([check(0), check(1), check(2, generation=3), check(3)])
+    assert any("different generations" in v.detail for v in split)
+    assert any("mapping files differ" in v.detail for v in split)
+    assert not any("status says" in v.detail for v in split)  # each host's mapping is of its own generation
+    forming = inv.same_generation([check(0, forming=True), check(1, code=3)])
+    assert {v.invariant for v in forming} == {"reform"} and len(forming) == 2
+    wrong = inv.same_generation([check(0, mapping=json.dumps({"generation": 1, "incarnation": "77"}).encode())])
+    assert "mapping of generation 1" in wrong[0].detail and "status says generation 2" in wrong[0].detail
+
+
+def test_barrier_rounds_every_host_must_pass_and_nobody_is_told_it_is_missing() -> None:
+    ok = [(t, 0, "") for t in range(HOSTS)]
+    assert inv.barrier_outcomes(ok, callers=range(HOSTS), hosts=HOSTS, must_pass=True, what="round") == []
+    told = "tpuctl: error: barrier 'step' #2 timed out after 1.4 s: 2 of 4 hosts arrived; missing: task 1 (10.0.0.3), task 3 (10.0.0.5)"
+    bad = [(0, 4, told.replace("#2", "#3")), (1, 4, told), (2, 0, ""), (3, 4, told)]
+    found = inv.barrier_outcomes(bad, callers=range(HOSTS), hosts=HOSTS, must_pass=True, what="the check round")
+    assert len(found) == 2 and all(v.known == "(1)" for v in found)
+    assert "failed on 3 of 4 hosts (exit codes 0:4 1:4 2:0 3:4)" in found[0].detail
+    assert "tasks [1, 3] were told they are themselves missing" in found[1].detail
+    partial = inv.barrier_outcomes([(0, 0, ""), (1, 4, "")], callers=[0, 1], hosts=HOSTS, must_pass=False, what="r")
+    assert ["tasks [0] passed a round only tasks [0, 1] called" in v.detail for v in partial] == [True]
+
+
+def test_tracebacks_and_internal_errors_are_found_in_any_output() -> None:
+    found = inv.tracebacks([("a", "fine\n"), ("b", "tpuctl: internal error: KeyError: 3\n"), ("c", "x\nTraceback (most recent call last):\n")])
+    assert [v.detail.split(":")[0] for v in found] == ["b", "c"]
