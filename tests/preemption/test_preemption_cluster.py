@@ -81,9 +81,11 @@ def run_command(c: LocalCluster, task: int, folder: Path, steps: int, kind: str,
 JOB_ENV = {"JAX_PLATFORMS": "cpu", "TPUCTL": " ".join(TPUCTL)}
 
 
-def test_plain_python_and_shell_loops_save_the_same_agreed_step(make_cluster, tmp_path) -> None:
+@pytest.mark.parametrize("trigger", ["tpuctl-preempt", "agent-sigterm"])
+def test_plain_python_and_shell_loops_save_the_same_agreed_step(make_cluster, tmp_path, trigger) -> None:
     """Hosts 0 and 1 run a plain Python loop (tpuctl.job.should_checkpoint), hosts 2 and 3 a shell loop
-    (tpuctl progress); `tpuctl preempt` on host 1: every host's job saves the same step and exits 0."""
+    (tpuctl progress); host 1 gets the notice (`tpuctl preempt`, or SIGTERM to its agent): every host's job
+    saves the same step and exits 0, and host 1's agent leaves once its job exited."""
     c = make_cluster("v4-32", **SPEC)
     c.up()
     folder = tmp_path / "job"
@@ -92,11 +94,16 @@ def test_plain_python_and_shell_loops_save_the_same_agreed_step(make_cluster, tm
     runs = {t: c.start(f"run-{t}", run_command(c, t, folder, 100000, kinds[t], restarts=0), env=JOB_ENV) for t in range(4)}
     wait_until(lambda: all(at(folder, t) >= 3 for t in range(4)), 60, "every job to reach step 3", logs=c.logs)
     noticed = time.time()
-    preempt = c.tpuctl("preempt", "--in", "20s", "--reason", "drill", "--json", task=1)
-    assert preempt.code == 0, preempt.err
-    notice = json.loads(preempt.out)
-    assert notice["schema"] == "tpuctl.preempt/v1" and notice["task"] == 1 and notice["source"] == "command"
-    assert notice["taking_part"] == 1 and notice["reason"] == "drill"
+    if trigger == "tpuctl-preempt":
+        preempt = c.tpuctl("preempt", "--in", "20s", "--reason", "drill", "--json", task=1)
+        assert preempt.code == 0, preempt.err
+        notice = json.loads(preempt.out)
+        assert notice["schema"] == "tpuctl.preempt/v1" and notice["task"] == 1 and notice["source"] == "command"
+        assert notice["taking_part"] == 1 and notice["reason"] == "drill"
+        source = "command"
+    else:
+        os.kill(c.agent_pid(1), signal.SIGTERM)  # systemd or a person stopping the agent: a notice, not a leave
+        source = "sigterm"
     wait_until(lambda: len(saved(folder, range(4), 1)) == 4, 30, "every host's job to save", logs=c.logs)
     got = saved(folder, range(4), 1)
     steps = {step for _, step in got.values()}
@@ -105,11 +112,38 @@ def test_plain_python_and_shell_loops_save_the_same_agreed_step(make_cluster, tm
     step = steps.pop()
     for t in range(4):  # no restarts: the job stopped for a host going away is not finished
         assert done[t].code == 3, done[t].err
-        assert f"the job exited 0 after the agreed checkpoint (step {step}) for task 1's notice (command)" in done[t].err
+        assert f"the job exited 0 after the agreed checkpoint (step {step}) for task 1's notice ({source})" in done[t].err
     assert all(f"ckpt-{t}" in os.listdir(folder) for t in range(4))
-    record("tpuctl preempt, plain Python + shell loops: notice to the last save",
+    record(f"{trigger}, plain Python + shell loops: notice to the last save",
            seconds=max(w for w, _ in got.values()) - noticed)  # fmt: skip
-    c.wait_for_log(1, "going away (command)", 10)  # the noticed host's agent let its host go
+    c.wait_for_log(1, f"going away ({source})", 10)  # the noticed host's agent let its host go
+    wait_until(lambda: agent_gone(c, 1), 10, "host 1's agent to exit", logs=c.logs)
+
+
+def test_a_job_that_never_asks_gets_sigterm_and_the_grace_at_once(make_cluster, tmp_path) -> None:
+    """Jobs that never call should_checkpoint: SIGTERM to a host's `tpuctl run` is forwarded at once (no notice,
+    its agent stays); a notice (`tpuctl preempt --in 60s`) finds nothing to agree on, so its host leaves at once
+    and every job gets SIGTERM and --grace then, not at the deadline."""
+    c = make_cluster("v4-32", **SPEC)
+    c.up()
+    sleeper = [PYTHON, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); "
+               "print('up', flush=True); time.sleep(600)"]  # fmt: skip
+    runs = {t: c.start(f"run-{t}", [*TPUCTL, "run", "--grace", "5s", "--state-dir", str(c.state(t)), "--", *sleeper])
+            for t in range(4)}  # fmt: skip
+    wait_until(lambda: all("up" in p.out() for p in runs.values()), 60, "every job to start", logs=c.logs)
+    os.kill(runs[3].popen.pid, signal.SIGTERM)
+    stopped = c.processes.wait(runs[3].label, 10)
+    assert stopped.code == 143, stopped.err  # forwarded at once: the job's own exit on SIGTERM
+    assert "SIGTERM" not in c.state(3).joinpath("agent.log").read_text()  # no notice: nothing asks
+    assert not agent_gone(c, 3)
+    noticed = time.monotonic()
+    assert c.tpuctl("preempt", "--in", "60s", task=1).code == 0
+    done = {t: c.processes.wait(runs[t].label, 30) for t in (0, 1, 2)}
+    took = time.monotonic() - noticed
+    assert all(done[t].code == 3 for t in done), c.logs()
+    assert took < 15, f"{took:.1f} s: the jobs were stopped at the deadline, not at once"
+    c.wait_for_log(1, "there is no agreed checkpoint step", 10)
+    c.wait_for_log(0, "no host's job asks whether to checkpoint", 10)
 
 
 def agent_gone(c: LocalCluster, task: int) -> bool:

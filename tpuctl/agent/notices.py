@@ -66,9 +66,8 @@ class Notices:
 
     def heard(self, heard: NoticeHeard) -> None:
         """A notice the coordinator pushed (any host's)."""
-        level = logging.WARNING
-        log.log(level, "preemption notice for task %d: %s%s, deadline in %.0f s", heard.task, heard.source,
-                f" ({heard.reason})" if heard.reason else "", heard.deadline_in)  # fmt: skip
+        log.warning("preemption notice for task %d: %s%s, deadline in %.0f s", heard.task, heard.source,
+                    f" ({heard.reason})" if heard.reason else "", heard.deadline_in)  # fmt: skip
         record = self.record
         if record is None or record.get("generation") != heard.generation:
             self.record = {

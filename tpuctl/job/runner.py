@@ -618,10 +618,9 @@ class JobRunner:
 
     def _finished(self) -> int:
         code = self._exit_code()
-        if self.down is None:
-            stopped = self._stopped_for_notice(code)
-            if stopped is not None:
-                return stopped
+        stopped = self._stopped_for_notice(code)  # also when the generation's end came with the exit
+        if stopped is not None:
+            return stopped
         if code == 0 or self.down is not None:
             if self.down is None:
                 self._record("exited 0", "")
