@@ -471,7 +471,8 @@ class Agent:
         loop = asyncio.get_running_loop()
 
         def on_notice(source: str, reason: str, seconds: float) -> None:  # in a watch's thread
-            loop.call_soon_threadsafe(self._metadata_notice, source, reason, seconds)
+            with contextlib.suppress(RuntimeError):  # the loop closed: this agent is exiting anyway
+                loop.call_soon_threadsafe(self._metadata_notice, source, reason, seconds)
 
         self._watches = watch_metadata(
             on_notice, hostenv.environ(), backend=self.spec.backend, setting=self.spec.preemption.metadata
