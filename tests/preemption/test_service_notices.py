@@ -102,6 +102,8 @@ def test_no_agreement_at_the_bound_and_a_second_notice_joins_the_first() -> None
         async with serving(make_config(3)) as cluster:
             service = cluster.server.service
             sessions, runs, heard = await formed(cluster, 3)
+            events: list[object] = []
+            service.preemptions.on_event = events.append
             try:
                 await sessions[1].send_notice("command", "drill", 3.0)  # agreement bound: 1 s
                 await sessions[0].send_notice("sigterm", "tpuctl run got SIGTERM", 60.0)
@@ -112,6 +114,10 @@ def test_no_agreement_at_the_bound_and_a_second_notice_joins_the_first() -> None
                 assert decision.deadline_in <= 3.0  # the earliest notice's deadline counts
                 view = service.preemptions.view(0.0)
                 assert view is not None and view.count == 2 and view.state == "none"
+                # the deadline passes with no checkpoint: the steps since the last one are lost (for the ledger)
+                await until(lambda: any(e.kind == "lost" for e in events), timeout=5.0)  # type: ignore[attr-defined]
+                kinds = [(e.kind, e.lost_steps) for e in events]  # type: ignore[attr-defined]
+                assert kinds == [("notice", 0), ("notice", 0), ("no-agreement", 0), ("lost", 4)]
             finally:
                 await close(runs)
 
