@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,10 @@ def test_a_notice_reaches_every_host_and_their_reports_decide_one_step() -> None
                 assert kinds == [("notice", 2, -1), ("agreed", -1, 43), ("saved", 0, 43)]
                 notice_event = events[0].to_dict()  # type: ignore[attr-defined]
                 assert notice_event["source"] == "gce-preempted" and notice_event["deadline"] > notice_event["at"]
+                # the same events are the goodput ledger's: its generation carries the notice and the steps
+                ledger = json.loads(service.ledger.document(time.time()))["generations"][-1]
+                assert [(n["task"], n["source"]) for n in ledger["notices"]] == [(2, "gce-preempted")]
+                assert ledger["steps"]["agreed"] == 43 and ledger["steps"]["saved"] == 43
             finally:
                 await close(runs)
 
@@ -118,6 +124,8 @@ def test_no_agreement_at_the_bound_and_a_second_notice_joins_the_first() -> None
                 await until(lambda: any(e.kind == "lost" for e in events), timeout=5.0)  # type: ignore[attr-defined]
                 kinds = [(e.kind, e.lost_steps) for e in events]  # type: ignore[attr-defined]
                 assert kinds == [("notice", 0), ("notice", 0), ("no-agreement", 0), ("lost", 4)]
+                ledger = json.loads(service.ledger.document(time.time()))["generations"][-1]
+                assert ledger["steps"]["lost_steps"] == 4 and ledger["notices_total"] == 2
             finally:
                 await close(runs)
 

@@ -11,7 +11,7 @@ live host reported, or at the bound. One agreement per generation, as JAX's sync
 
 The timeline: every notice, decision, first save of the agreed step and loss at a deadline is kept as a
 :class:`~tpuctl.preemption.notice.PreemptionEvent` (``events``, the newest ``MAX_EVENTS``) and handed to
-``on_event``; the servicer hands each to the goodput ledger (:func:`ledger_event`: its records).
+``on_event``, and goes to the goodput ledger as its own record (:func:`ledger_event`).
 """
 
 from __future__ import annotations
@@ -53,17 +53,22 @@ class Preemptions:
     """The service's notices and agreements. ``notice`` and ``checkpoint`` as messages arrive, ``tick`` on
     the service's timer (the bound, the deadline, hosts gone), ``view`` for status."""
 
-    def __init__(self, state: CoordinationState, push: Push, *, wall: Callable[[], float]) -> None:
+    def __init__(
+        self, state: CoordinationState, push: Push, *, wall: Callable[[], float],
+        record: Callable[[Event], None] | None = None,
+    ) -> None:  # fmt: skip
+        """``record``: the goodput ledger's entry point (each event as its record, :func:`ledger_event`)."""
         self._state = state
         self._push = push
         self._wall = wall
+        self._record = record
         self.notices: list[Notice] = []
         """The current agreement's notices (the first ``MAX_NOTICES``)."""
         self.count = 0
         self.agreement: Agreement | None = None
         self.events: deque[PreemptionEvent] = deque(maxlen=MAX_EVENTS)
         self.on_event: Callable[[PreemptionEvent], None] | None = None
-        """Called with every timeline entry as it is made (the goodput ledger's hook)."""
+        """Called with every timeline entry as it is made (after the ledger took it)."""
         self._generation = 0
 
     def describe(self, task: int) -> str:
@@ -180,6 +185,9 @@ class Preemptions:
 
     def _event(self, event: PreemptionEvent) -> None:
         self.events.append(event)
+        recorded = ledger_event(event) if self._record is not None else None
+        if recorded is not None and self._record is not None:
+            self._record(recorded)
         if self.on_event is not None:
             self.on_event(event)
 

@@ -36,7 +36,7 @@ from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.ledger import ServiceLedger
 from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.parking import Parking
-from tpuctl.coordination.preempt import Preemptions, ledger_event
+from tpuctl.coordination.preempt import Preemptions
 from tpuctl.coordination.shared import SharedAnswers, poll_seconds
 from tpuctl.coordination.state import CoordinationState
 from tpuctl.coordination.stream_answers import StreamAnswers
@@ -59,7 +59,6 @@ from tpuctl.coordination.values import (
 )
 from tpuctl.coordination.watch import TICK_S as WATCH_TICK_S
 from tpuctl.coordination.watch import ClusterWatch
-from tpuctl.preemption.notice import PreemptionEvent
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.protowire import length_delimited
 
@@ -150,10 +149,9 @@ class CoordinationServicer:
             state.config.cluster, generation=state.generation, started=time.time(), now=time.time()
         )
         """The goodput ledger: the cluster's timeline (``record`` takes the preemption events)."""
-        self.preemptions = Preemptions(state, self._streams.push_verdict, wall=time.time)
+        self.preemptions = Preemptions(state, self._streams.push_verdict, wall=time.time, record=self.ledger.record)
         """Preemption notices, the agreed checkpoint step, and their timeline (``preemptions.events``); each
         event goes to the goodput ledger as it is made."""
-        self.preemptions.on_event = self._preemption_event
 
     @property
     def state(self) -> CoordinationState:
@@ -547,12 +545,6 @@ class CoordinationServicer:
             if hang is not None:
                 self._log_failures(state.hung(hang.tasks, hang.cause, final=hang.final, now=now))
                 self._wake()
-
-    def _preemption_event(self, event: PreemptionEvent) -> None:
-        """A notice, the agreed step, its first save, steps lost at a deadline: the goodput ledger's timeline."""
-        recorded = ledger_event(event)
-        if recorded is not None:
-            self.ledger.record(recorded)
 
     def _notice(self, session: SessionStream, caller: TaskRef, request: pb.PreemptionNotice) -> None:
         """A host's own notice: recorded and pushed to every host, answered with the notice as recorded (or
