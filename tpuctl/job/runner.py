@@ -442,9 +442,10 @@ class JobRunner:
         away may be gone already)."""
         generation = self.generations[-1]["generation"] if self.generations else 0
         report = self.report
-        if fresh:
+        heard = report is not None and report.notice_deadline(generation) is not None
+        if fresh and heard:  # the watcher heard of a notice (its long-poll wakes on one): the decision now
             with contextlib.suppress(TpuctlError):
-                report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=STATUS_TIMEOUT_S))
+                report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=CALL_MARGIN_S))
         step = report.agreed_step(generation) if report is not None else None
         if step is None or report is None or report.preemption is None:
             return None

@@ -61,7 +61,8 @@ class Watcher(threading.Thread):
         last_answer = time.monotonic()
         # With a generation, the long-poll also answers when what the agent reports changes: a new agent on
         # this state dir (another generation, or none formed yet) is told at once, not after the poll.
-        since: list[Any] | None = [self.generation, False, True] if self.generation else None
+        # The fourth entry, the preemption notice's state: a notice and its agreement wake the long-poll too.
+        since: list[Any] | None = [self.generation, False, True, None] if self.generation else None
         while not self.stopped.is_set():
             left = last_answer + self.silence - time.monotonic()
             try:
