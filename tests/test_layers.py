@@ -56,6 +56,7 @@ CORE = (
     "tpuctl.watchdog.*",
     "tpuctl.goodput.timeline",
     "tpuctl.goodput.ledger",
+    "tpuctl.preemption.*",
     "tpuctl.errors",
     "tpuctl.durations",
     "tpuctl.hosts",

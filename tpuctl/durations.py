@@ -58,7 +58,9 @@ RESTART_TIMEOUT = Bounds(1.0, 7 * DAY, "a host needs time to come back")
 """``restart.timeout``: how long a new generation may take to form after a failure."""
 GRACE = Bounds(0.1, 3600.0, "a job needs time to exit")
 """``tpuctl run --grace``: SIGTERM to SIGKILL."""
-OPTION_BOUNDS = {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE}
+NOTICE = Bounds(1.0, 7 * DAY, "the hosts need time to agree on a step and save it")
+"""``tpuctl preempt --in``: how long until this host goes."""
+OPTION_BOUNDS = {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE, "--in": NOTICE}
 """The command-line durations' bounds, by option name."""
 MAX_DURATION_CHARS = 100
 """Longest duration text read; longer text is refused before it is parsed."""

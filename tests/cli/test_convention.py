@@ -22,7 +22,7 @@ from tpuctl.errors import InputError
 
 NOT_DATA = {
     "barrier": "prints nothing on stdout (progress goes to stderr)",
-    "progress": "prints nothing on stdout (one line to the agent)",
+    "progress": "prints `checkpoint STEP` alone, for a shell loop to compare (one line to the agent)",
     "down": "prints nothing on stdout",
     "run": "stdout is the job's",
     "logs": "prints the agent's log lines as they are",

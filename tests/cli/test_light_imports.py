@@ -363,20 +363,30 @@ def test_progress_sends_one_line_and_imports_only_cheap_modules(
     listener.bind(str(state / "progress.sock"))
     listener.listen(4)
     listener.settimeout(10)
+    received = bytearray()
+
+    def agent() -> None:  # answers `tpuctl progress STEP` (K): go on, no checkpoint at this step
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            while chunk := connection.recv(64):
+                received.extend(chunk)
+                if received.startswith(b"K ") and received.endswith(b"\n"):
+                    connection.sendall(b"G\n")
+
+    answering = threading.Thread(target=agent, daemon=True)
+    answering.start()
     try:
         monkeypatch.setenv("TPUCTL_GENERATION", "3")  # the job's generation, as tpuctl run sets it
         proc = run_probe(COUNTING_PROBE, args, tmp_path)
         lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith(("CODE=", "NEW=")))
         assert lines.get("CODE") == "0", proc.stdout + proc.stderr
+        assert "did not answer" not in proc.stderr, proc.stderr
         new = set(filter(None, lines["NEW"].split(",")))
         assert new <= LIGHT_PATH_STDLIB, f"tpuctl {' '.join(args)} imported more: {sorted(new - LIGHT_PATH_STDLIB)}"
-        connection, _ = listener.accept()
-        with connection:
-            connection.settimeout(10)
-            received = b""
-            while chunk := connection.recv(64):
-                received += chunk
-        kind = "C" if "--checkpointed" in args else "P"
+        answering.join(10)
+        # progress asks whether to checkpoint (K), --checkpointed only reports (C)
+        kind = "C" if "--checkpointed" in args else "K"
         assert received.decode() == f"{kind} {args[-1]} 3 {os.getpid()}\n"  # the probe's parent: this test
     finally:
         listener.close()

@@ -27,6 +27,7 @@ from tpuctl.durations import (
     GRACE,
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
+    NOTICE,
     OPTION_BOUNDS,
     REGISTER_TIMEOUT,
     Bounds,
@@ -127,7 +128,7 @@ def test_init_refuses_a_huge_barrier_timeout_before_it_starts_an_agent(tmp_path:
 
 
 def test_the_option_bounds_are_the_spec_bounds() -> None:
-    assert OPTION_BOUNDS == {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE}
+    assert OPTION_BOUNDS == {"--timeout": BARRIER_TIMEOUT, "--grace": GRACE, "--in": NOTICE}
 
 
 @pytest.mark.parametrize(

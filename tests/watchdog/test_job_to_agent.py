@@ -101,7 +101,7 @@ def test_the_agent_counts_only_well_formed_reports_of_its_generation(caplog: pyt
     asyncio.run(body())
     text = caplog.text
     assert text.count("of a job of generation 1") == 1
-    assert text.count("is not 'P|C STEP GENERATION PID'") == 1  # two malformed reports, said once
+    assert text.count("is not 'P|C|S|Q|K STEP GENERATION PID'") == 1  # two malformed reports, said once
     assert "process 10 reported step 4 after step 5" in text
 
 

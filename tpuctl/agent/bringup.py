@@ -57,6 +57,7 @@ from tpuctl.agent.controlserver import serve
 from tpuctl.agent.coordinator import connect, load_token, start_service
 from tpuctl.agent.generation import Generation, GenerationEnd, HistoryRow, failure_end
 from tpuctl.agent.merge import commit, local_core_ids, merge, probe_limit, remove, write_pending
+from tpuctl.agent.notices import Notices
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
@@ -74,6 +75,7 @@ from tpuctl.errors import (
 from tpuctl.watchdog.judge import Verdict
 
 if TYPE_CHECKING:
+    from tpuctl.agent.metadata_watch import KeyWatch
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.server import CoordinationServer
     from tpuctl.coordination.service import CoordinationServicer
@@ -137,6 +139,10 @@ class Agent:
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.progress_socket))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
         self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
+        self.notices = Notices(self, self.progress.checkpoints)
+        """Preemption notices: this host's own, every host's as the coordinator pushes them, the agreement."""
+        self._sigterm = False  # a first SIGTERM raised a notice; a second one leaves at once
+        self._watches: list[KeyWatch] = []  # the GCE metadata watch's threads
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -194,7 +200,20 @@ class Agent:
     def _on_signal(self, sig: signal.Signals) -> None:
         """SIGTERM, SIGINT, SIGHUP: leave the cluster. Before the cluster formed the bring-up stops; once it
         formed on this host (the final barrier passed: ``cluster_formed``) it finishes, reports ready, then leaves,
-        as with ``tpuctl down``: never gone with a committed mapping and no word to ``init``."""
+        as with ``tpuctl down``: never gone with a committed mapping and no word to ``init``. A first SIGTERM while
+        this host's job asks whether to checkpoint is a preemption notice first (:mod:`tpuctl.agent.notices`)."""
+        if sig == signal.SIGTERM and not self._sigterm and self.up() is not None and self.taking_part:
+            # GKE, systemd or a person stopping this host: its job asks whether to checkpoint, so every host's
+            # job gets to save the same step first (the spec's preemption.grace); a second SIGTERM leaves now.
+            self._sigterm = True
+            grace = self.spec.preemption.grace
+            log.warning("received SIGTERM: raising a notice for this host (deadline %g s; a second SIGTERM leaves at once)",
+                        grace)  # fmt: skip
+            self._tasks.append(asyncio.create_task(
+                self.notices.raise_or_leave("sigterm", f"the agent (pid {os.getpid()}) got SIGTERM", grace),
+                name="sigterm-notice",
+            ))  # fmt: skip
+            return
         log.info("received %s: leaving the cluster", sig.name)
         if not self.cluster_formed and self._interrupted is None:
             self._interrupted = (sig.name, sig)
@@ -260,6 +279,7 @@ class Agent:
         self._ready = True
         self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
         self._tasks.append(asyncio.create_task(self._generations(), name="generations"))
+        self._watch_metadata()
         self.reporter.ready(self._summary())
 
     @property
@@ -309,6 +329,8 @@ class Agent:
         )
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
         session.on_verdict = self._on_verdict
+        session.on_notice = self.notices.heard
+        session.on_agreement = self.notices.decided
         session.on_dump = lambda order: self.dumps.on_order(session, order)
         number = gen.number
         self._last_generation, self._previous_credential = number, gen.membership.task.credential
@@ -383,6 +405,7 @@ class Agent:
         self.failures = ()  # what ended the last generation is history now (``history``), not this one's cause
         self.formed = generation
         self.progress.start(generation, len(spec.hosts), gen.session.report_pace)
+        self.progress.checkpoints.start(generation, gen.session.report_checkpoint)
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
         del self.history[: -(spec.restart.max_restarts + 2)]
         if generation > 1:
@@ -439,6 +462,51 @@ class Agent:
                     self._fail(exc)
                 return
 
+    def _watch_metadata(self) -> None:
+        """The GCE metadata server's preemption and maintenance notices, where a watch belongs
+        (:mod:`tpuctl.agent.metadata_watch`); each raises a notice for this host from the event loop."""
+        from tpuctl.agent.metadata_watch import watch_metadata
+        from tpuctl.spec import hostenv
+
+        loop = asyncio.get_running_loop()
+
+        def on_notice(source: str, reason: str, seconds: float) -> None:  # in a watch's thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: this agent is exiting anyway
+                loop.call_soon_threadsafe(self._metadata_notice, source, reason, seconds)
+
+        self._watches = watch_metadata(
+            on_notice, hostenv.environ(), backend=self.spec.backend, setting=self.spec.preemption.metadata
+        )
+
+    def _metadata_notice(self, source: str, reason: str, seconds: float) -> None:
+        if self.stop.is_set():
+            return
+        log.warning("GCE metadata server: %s: this host goes away in about %g s", reason, seconds)
+        self._tasks.append(asyncio.create_task(self.notices.raise_or_leave(source, reason, seconds), name="gce-notice"))
+
+    def up(self) -> Generation | None:
+        """The generation this host is in, when it formed here and is neither re-forming, failed nor leaving."""
+        gen = self.current
+        if gen is None or self.rejoining is not None or self.cluster_error is not None or self.stop.is_set():
+            return None
+        return gen if self.formed == gen.number else None
+
+    def go_away(self, why: str) -> None:
+        """Leave the cluster now, as ``tpuctl down`` does (under policy rejoin the generation ends)."""
+        if not self.stop.is_set():
+            log.warning("task %d: %s", self.task, why)
+        self.stop.set()
+        self.notify()
+
+    @property
+    def taking_part(self) -> int:
+        """Processes of this host's job that ask whether to checkpoint (``tpuctl.job.should_checkpoint``)."""
+        return self.progress.checkpoints.taking_part
+
+    async def preempt(self, source: str, reason: str, seconds: float) -> dict[str, object]:
+        """``tpuctl preempt`` (and ``tpuctl run`` on SIGTERM): a notice for this host (:mod:`tpuctl.agent.notices`)."""
+        return await self.notices.raise_notice(source, reason, seconds)
+
     def _on_verdict(self, verdict: Verdict) -> None:
         """A watchdog finding, pushed by the coordinator to every host: this host's log says it."""
         level = logging.INFO if verdict.kind == "recovered" else logging.WARNING
@@ -454,6 +522,9 @@ class Agent:
         return self.current.membership.service_incarnation if self.current is not None else 0
 
     async def _tear_down(self, *, leaving: bool) -> None:
+        for watch in self._watches:
+            watch.stop()  # daemon threads: a request they hold never keeps this process from exiting
+        self.notices.stop()
         self.progress.close()
         gen = self.current
         tasks = self._tasks + (gen.tasks if gen is not None else [])
@@ -750,6 +821,7 @@ class Agent:
             formed=rejoining is None and self.formed == self.generation and self.formed > 0,
             ended=rejoining.error.message if rejoining is not None else None,
             history=tuple(self.history),
+            preemption=self.notices.record,
         )
 
     # --- descriptions ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from tpuctl.agent.controlserver import Progress
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
 from tpuctl.coordination.values import MAX_NAME_CHARS
 from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
+from tpuctl.preemption.notice import MAX_REASON, source_problem
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,6 +77,13 @@ class ServedAgent(Protocol):
 
     async def goodput(self) -> str: ...
 
+    async def preempt(self, source: str, reason: str, seconds: float) -> dict[str, object]: ...
+
+    @property
+    def taking_part(self) -> int:
+        """Processes of this host's job that ask whether to checkpoint."""
+        ...
+
 
 class LocalCommands:
     """Dispatches one control request to the agent it serves (whose state dir is ``state_dir``)."""
@@ -106,6 +114,8 @@ class LocalCommands:
             return document if isinstance(document, dict) else {}
         if op == Op.GOODPUT:
             return await self._goodput()
+        if op == Op.PREEMPT:
+            return await self._preempt(args)
         if op == Op.INFO:
             return agent.description.to_json()
         if op == Op.ENV:
@@ -124,13 +134,14 @@ class LocalCommands:
             return {} if env is None else env.to_message()
         # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster is down (errs, shuts down, this
         # agent stops or its generation ended) or `timeout` passes; with `since` (``ErrorReport.seen`` as
-        # last seen: generation, rejoining, formed), when that changes or the cluster is down for good.
+        # last seen: generation, rejoining, formed, and the preemption notice's state when ``since`` has four
+        # entries), when that changes or the cluster is down for good.
         since = args.get("since")
         deadline = time.monotonic() + _seconds(args.get("timeout"), 30.0)
         while True:
             report = agent.error_report()
             if isinstance(since, list):
-                if report.final or report.seen != since:
+                if report.final or report.seen[: len(since)] != since:
                     break
             elif report.down:
                 break
@@ -140,6 +151,22 @@ class LocalCommands:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(agent.changed.wait(), timeout=left)
         return report.to_json()
+
+    async def _preempt(self, args: dict[str, object]) -> dict[str, object]:
+        source, reason, seconds = args.get("source"), args.get("reason") or "", args.get("seconds")
+        if not isinstance(source, str) or (problem := source_problem(source)) is not None:
+            raise InputError(f"a preemption notice's source: {problem or repr(source)}", hint="`tpuctl preempt --help`")
+        if not isinstance(reason, str) or len(reason) > MAX_REASON:
+            raise InputError(f"a preemption notice's reason is longer than {MAX_REASON} characters or not text",
+                             hint="give a shorter --reason")  # fmt: skip
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds <= 7 * 86400:
+            raise InputError(f"a preemption notice's deadline of {seconds!r} s is not between 0 and 7 days",
+                             hint="e.g. tpuctl preempt --in 30s")  # fmt: skip
+        if args.get("if_taking_part") is True:  # `tpuctl run` on SIGTERM: only when its job asks
+            taking = self.agent.taking_part
+            if not taking:
+                return {"notice": None, "taking_part": 0}
+        return await self.agent.preempt(source, reason, float(seconds))
 
     async def _barrier(self, args: dict[str, object], progress: Progress) -> BarrierPassed:
         agent = self.agent

@@ -55,11 +55,14 @@ class Op:
 
     DUMP = "dump"
     """The black box (args ``timeout``): every host's job stacks, grouped (a ``tpuctl.dump/v1`` document)."""
+    PREEMPT = "preempt"
+    """A preemption notice for this host (args ``source``, ``reason``, ``seconds``): the notice as the
+    coordinator recorded it, and how many processes of this host's job take part (``taking_part``)."""
 
     GOODPUT = "goodput"
     """The goodput ledger, as the coordinator keeps it (a ``tpuctl.goodput/v1`` document)."""
 
-    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV, DUMP, GOODPUT})
+    ALL = frozenset({BARRIER, STATUS, DOWN, INFO, WAIT_ERROR, ENV, DUMP, GOODPUT, PREEMPT})
 
 
 DEADLINE_MARGIN_S = 10.0

@@ -8,6 +8,9 @@ A report is ``KIND STEP GENERATION PID`` in ASCII (``P 1203 2 4567``). Anything 
 report of another generation's job, or a step going backwards is not counted and is logged once per kind
 of mistake (the socket is the owner's alone, in the owner-only state dir; the job's own side already told
 the job).
+
+The same socket carries the job's side of the agreement on a checkpoint step (kinds ``S``, ``Q``, ``K``:
+:mod:`tpuctl.agent.checkpoints`, which answers on the same connection).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from tpuctl.agent.checkpoints import JobCheckpoints, Writer
 from tpuctl.watchdog.pace import MAX_PROCESSES, MAX_STEP, PaceReport, StepPace
 from tpuctl.watchdog.settings import WatchdogSettings
 
@@ -35,13 +39,18 @@ Send = Callable[[PaceReport], Awaitable[bool]]
 """Sends a report to the coordinator; False when it could not (the session is reconnecting)."""
 
 
+KINDS = (b"P", b"C", b"S", b"Q", b"K")
+"""``P`` progress, ``C`` checkpointed; ``S`` a listener for the agreed checkpoint step, ``Q`` where it stands,
+``K`` progress from a shell loop that waits for whether to checkpoint (:mod:`tpuctl.agent.checkpoints`)."""
+
+
 def parse_report(data: bytes) -> tuple[str, int, int, int] | str:
     """``(kind, step, generation, pid)``, or what is wrong with ``data``."""
     if len(data) > MAX_REPORT_BYTES:
         return f"a report of {len(data)} bytes (at most {MAX_REPORT_BYTES})"
     fields = data.split(b" ")
-    if len(fields) != 4 or fields[0] not in (b"P", b"C") or not all(f.isdigit() for f in fields[1:]):
-        return f"a report that is not 'P|C STEP GENERATION PID': {data[:MAX_REPORT_BYTES]!r}"
+    if len(fields) != 4 or fields[0] not in KINDS or not all(f.isdigit() for f in fields[1:]):
+        return f"a report that is not 'P|C|S|Q|K STEP GENERATION PID': {data[:MAX_REPORT_BYTES]!r}"
     step, generation, pid = (int(f) for f in fields[1:])
     if step > MAX_STEP:
         return f"step {step:,} (at most {MAX_STEP:,})"
@@ -64,6 +73,8 @@ class JobProgress:
         self._reporter: asyncio.Task[None] | None = None
         self._said: set[str] = set()
         self._seen: set[int] = set()  # reporting pids that were alive in this agent's view when first heard
+        self.checkpoints = JobCheckpoints()
+        """The job's processes that ask whether to checkpoint, and the agreement as this host sees it."""
 
     async def open(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -94,14 +105,21 @@ class JobProgress:
             self._reporter.cancel()
             self._reporter = None
         self.pace = None
+        self.checkpoints.stop()
 
-    def receive(self, data: bytes, now: float) -> None:
+    def receive(self, data: bytes, now: float, writer: Writer | None = None) -> None:
+        """One line from the job; ``writer``: its connection (the agreement's answers go there)."""
         parsed = parse_report(data.rstrip(b"\n"))
         if isinstance(parsed, str):
             self._once("malformed", f"ignored on {self.path}: {parsed}")
             return
         kind, step, generation, pid = parsed
         pace = self.pace
+        if kind in "SQK" and writer is not None:
+            self._checkpoint_line(kind, step, generation, pid, writer, now)
+            if kind != "K":
+                return
+            kind = "P"  # a shell loop's step is its progress too
         if pace is None:
             return  # between generations: the job is being stopped
         if generation not in (0, self.generation):
@@ -116,6 +134,19 @@ class JobProgress:
         problem = pace.record(kind, step, pid, now)
         if problem is not None:
             self._once(f"{kind} backwards", f"not counted: {problem} (said once)")
+        elif kind == "C":
+            self.checkpoints.checkpointed(step)
+
+    def _checkpoint_line(self, kind: str, step: int, generation: int, pid: int, writer: Writer, now: float) -> None:
+        checkpoints = self.checkpoints
+        if kind == "S":
+            checkpoints.subscribe(writer, pid, generation)
+        elif kind == "Q":
+            checkpoints.answer(writer, step)
+        elif generation not in (0, self.generation):
+            writer.write(b"G\n")  # another generation's job: nothing to agree on
+        else:
+            checkpoints.ask(writer, step, pid)  # after the generation ended too: its agreement stands
 
     def _job_gone(self, pace: StepPace) -> bool:
         """Every reporting process this agent could see has exited (a job that ended, not one that hangs).
@@ -178,7 +209,7 @@ class _Reports(asyncio.Protocol):
         self.buffer = lines.pop()
         now = time.monotonic()
         for line in lines:
-            self.progress.receive(line, now)
+            self.progress.receive(line, now, self.transport)
         if len(self.buffer) > MAX_REPORT_BYTES and self.transport is not None:
             self.progress.receive(self.buffer, now)  # said once as malformed
             self.transport.close()
@@ -186,3 +217,4 @@ class _Reports(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is not None:
             self.progress._connections.discard(self.transport)
+            self.progress.checkpoints.left(self.transport)

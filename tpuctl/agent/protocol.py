@@ -249,6 +249,23 @@ class ErrorReport(Record):
     """What ended the generation, while re-forming."""
     history: tuple[Mapping[str, object], ...] = ()
     """Every generation this agent took part in: ``generation``, ``formed``/``ended`` (epoch s), ``cause``."""
+    preemption: Mapping[str, object] | None = None
+    """The latest preemption notice this host heard and its agreement (``tpuctl.agent.notices.Notices.record``):
+    ``generation``, ``task``, ``source``, ``reason``, ``deadline`` (epoch s), ``state``, ``step``, ``why``."""
+
+    def agreed_step(self, generation: int) -> int | None:
+        """The checkpoint step every host agreed on in ``generation``, if they did."""
+        record = self.preemption
+        if record is None or record.get("generation") != generation or record.get("state") != "agreed":
+            return None
+        step = record.get("step")
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+    def notice_deadline(self, generation: int) -> float | None:
+        """When the host of ``generation``'s notice goes (epoch s), if there was one."""
+        record = self.preemption
+        deadline = record.get("deadline") if record is not None and record.get("generation") == generation else None
+        return float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
 
     @property
     def down(self) -> bool:
@@ -258,8 +275,11 @@ class ErrorReport(Record):
 
     @property
     def seen(self) -> list[object]:
-        """What ``Op.WAIT_ERROR``'s ``since`` compares: a long-poll answers once it changes."""
-        return [self.generation, self.rejoining, self.formed]
+        """What ``Op.WAIT_ERROR``'s ``since`` compares: a long-poll answers once it changes. The fourth
+        entry is the preemption notice's state (``"2:agreed"``), compared only when ``since`` has it."""
+        record = self.preemption
+        notice = None if record is None else f"{record.get('generation')}:{record.get('state')}"
+        return [self.generation, self.rejoining, self.formed, notice]
 
     @property
     def final(self) -> bool:
@@ -279,6 +299,7 @@ class ErrorReport(Record):
             "detected_at": self.detected_at,
             "shutdown": self.shutdown,
             "stopping": self.stopping,
+            "preemption": None if self.preemption is None else dict(self.preemption),
         }
 
     @classmethod
@@ -306,6 +327,7 @@ class ErrorReport(Record):
             formed=bool(data.get("formed")),
             ended=_optional(data, "ended", str, source),
             history=tuple(h for h in (_optional(data, "history", list, source) or ()) if isinstance(h, dict)),
+            preemption=_optional(data, "preemption", dict, source),
         )
 
 

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("tpuctl.cli.status:status", "Show every host's state as the coordinator sees it."),
     "dump": ("tpuctl.cli.dump:dump", "Take every host's job stacks and group hosts by where they are (the black box)."),
     "goodput": ("tpuctl.cli.goodput:goodput", "Show where the cluster's wall time went (the goodput ledger)."),
+    "preempt": ("tpuctl.cli.preempt:preempt", "Tell the cluster this host is going away: every job saves the same step."),
     "down": ("tpuctl.cli.down:down", "Stop this host's agent (or the whole cluster with --all)."),
     "env": ("tpuctl.cli.env:env", "Print the environment a job on this host needs."),
     "run": ("tpuctl.cli.run:run", "Run a job with the cluster's environment and watch the cluster."),

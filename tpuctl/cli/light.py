@@ -104,8 +104,11 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
 
     One line on the agent's progress socket, as ``tpuctl.job.progress`` sends (the step is the
     calling script's: the parent process's id names it, so a shell loop's calls count as one process).
-    Never waits; no agent listening is said on stderr and is not an error (a job script runs without
-    tpuctl too); a step that is not a number is (exit 2)."""
+    The agent answers whether to checkpoint now: ``checkpoint STEP`` on stdout at the step every host
+    agreed on after a preemption notice, nothing otherwise (as ``tpuctl.job.should_checkpoint``). The
+    answer comes at once, or, while the hosts agree on the step, within the agreement's bound (the agent
+    says how long first). No agent listening is said on stderr and is not an error (a job script runs
+    without tpuctl too); a step that is not a number is (exit 2)."""
     if not (step.isascii() and step.isdigit()) or len(step) > 16:
         from tpuctl.errors import InputError
 
@@ -117,19 +120,50 @@ def run_progress(step: str, checkpointed: bool, state_dir: str | None) -> int:
     state.check()  # never talk to a socket in a folder someone else could have prepared
     generation = os.environ.get("TPUCTL_GENERATION", "")
     gen = int(generation) if generation.isascii() and generation.isdigit() and len(generation) < 10 else 0
-    data = b"%s %d %d %d\n" % (b"C" if checkpointed else b"P", int(step), gen, os.getppid())
+    data = b"%s %d %d %d\n" % (b"C" if checkpointed else b"K", int(step), gen, os.getppid())
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    agreed = None
     try:
         sock.settimeout(PROGRESS_TIMEOUT_S)
         sock.connect(state.progress_socket)
         sock.sendall(data)
+        if not checkpointed:
+            agreed = _checkpoint_answer(sock)
+    except TimeoutError:
+        say(f"tpuctl progress: the agent in {state.path} did not answer in time; step {step} is not a checkpoint")
     except OSError as exc:
         say(f"tpuctl progress: no agent takes progress in {state.path} ({exc.strerror or exc}); step not counted")
     finally:
         sock.close()
+    if agreed is not None:
+        _out(f"checkpoint {agreed}\n")
     return 0
+
+
+def _checkpoint_answer(sock: "Any") -> "int | None":
+    """The agent's answer to a ``K`` line: the agreed step when this is the step to checkpoint at (``C STEP``),
+    else None (``G``, or the agent closed). ``W SECONDS`` first: the answer waits for the agreement."""
+    buffer = b""
+    for _ in range(4):  # at most a wait and an answer
+        while b"\n" not in buffer:
+            data = sock.recv(64)
+            if not data or len(buffer) > 64:
+                return None
+            buffer += data
+        line, buffer = buffer.split(b"\n", 1)
+        if line.startswith(b"W "):
+            try:
+                seconds = float(line[2:])
+            except ValueError:
+                seconds = 0.0
+            sock.settimeout(min(max(seconds, 0.0), 3600.0) + PROGRESS_TIMEOUT_S)
+            continue
+        if line.startswith(b"C ") and line[2:].isdigit():
+            return int(line[2:])
+        return None
+    return None
 
 
 def _barrier_passed(answer: "Any") -> "tuple[str, int, int]":
@@ -246,6 +280,7 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
     lines += table(rows, widths=CELL_CHARS)
     lines += _rendezvous_lines(result)
     lines += _watchdog_lines(result.get("watchdog"))
+    lines += _preemption_lines(result.get("preemption"))
     error = result.get("error")
     if error and not any(p.cause and p.cause in str(error) for p in health.problems):
         # Only an error no health line says (as a failed task's cause, or itself when no task failed):
@@ -310,6 +345,35 @@ def _watchdog_lines(watchdog: "Any") -> "list[str]":
     if slowest:
         behind = ", ".join(f"task {h.get('task')} at {h.get('step', 0):,} ({h.get('step_age', 0):.0f} s ago)" for h in slowest)
         lines.append(f"furthest behind: {behind}")
+    return lines
+
+
+def _preemption_lines(preemption: "Any") -> "list[str]":
+    """The latest preemption notices (a few) and the agreement on a checkpoint step."""
+    if type(preemption) is not dict:
+        return []
+    lines = [""]
+    notices = [n for n in preemption.get("notices", []) if type(n) is dict]
+    for notice in notices[:3]:
+        why = f" ({notice.get('reason')})" if notice.get("reason") else ""
+        lines.append(
+            f"preemption: task {notice.get('task')} ({notice.get('address')}) goes: {notice.get('source')}{why}, "
+            f"deadline in {notice.get('deadline_in', 0):.0f} s"
+        )
+    more = preemption.get("count", 0) - min(3, len(notices))
+    if more > 0:
+        lines.append(f"            ... and {more:,} more notices (--format json lists the first 10)")
+    agreement = preemption.get("agreement") or {}
+    state = agreement.get("state")
+    if state == "agreed":
+        lines.append(
+            f"checkpoint: every host saves step {agreement.get('step'):,} ({preemption.get('saved', 0):,} saved so far)"
+        )
+    elif state == "pending":
+        lines.append(f"checkpoint: agreeing on a step ({agreement.get('reported', 0):,} of "
+                     f"{agreement.get('hosts', 0):,} hosts said where their jobs stand)")  # fmt: skip
+    else:
+        lines.append(f"checkpoint: no agreed step: {agreement.get('reason')}")
     return lines
 
 

@@ -15,7 +15,8 @@ The public client API::
 Layers, bottom to top: ``values`` (configuration, values, limits, refusals), ``taskset``, ``kv``,
 ``rendezvous`` and ``generations`` (parts of the state), ``state`` (the pure state machine; no grpc,
 asyncio or clock), ``convert`` (protobuf and gRPC status <-> core values and errors), ``service`` (the gRPC
-servicer that parks waiting calls; ``stream_answers`` answers those on session streams), ``server``
+servicer that parks waiting calls; ``stream_answers`` answers those on session streams, ``watch`` the
+watchdog's verdicts, ``preempt`` the preemption notices and the agreed checkpoint step), ``server``
 (start/stop), ``channel`` and ``client``, ``auth`` (token file and server check).
 
 Importing this package imports nothing: each public name is imported on first use (``__getattr__``),

@@ -43,6 +43,14 @@ from tpuctl.errors import (
 )
 from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count
+from tpuctl.preemption.notice import (
+    MAX_REASON,
+    AgreementHeard,
+    Notice,
+    NoticeHeard,
+    NoticeView,
+    PreemptionView,
+)
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.watchdog.judge import SlowHost, Verdict, WatchdogView
 from tpuctl.watchdog.pace import MAX_STEP, PaceReport
@@ -351,6 +359,7 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         watchdog=watchdog(response.watchdog) if response.HasField("watchdog") else None,
         failed_barriers=_failed_barriers(response),
         goodput=goodput(response.goodput) if response.HasField("goodput") else None,
+        preemption=preemption_view(response.preemption) if response.HasField("preemption") else None,
     )
 
 
@@ -584,3 +593,99 @@ def goodput(message: pb.GoodputSummary) -> GoodputSummary:
         seconds(message.productive_seconds), int(message.generation),
     )  # fmt: skip
 
+
+# --- preemption notices and the agreed checkpoint ------------------------------------------------------
+
+MAX_LISTED_NOTICES = 10
+
+
+def notice_request(source: str, reason: str, deadline_seconds: float, request_id: int) -> pb.HeartbeatRequest:
+    """A host's own notice on its session."""
+    return pb.HeartbeatRequest(
+        notice=pb.PreemptionNotice(
+            source=source, reason=clip(reason, MAX_REASON), deadline_seconds=deadline_seconds, request_id=request_id
+        )
+    )
+
+
+def notice_pb(notice: Notice, now: float, agree_by: float) -> pb.PreemptionNotice:
+    """A recorded notice as the service pushes it (times from ``now``)."""
+    return pb.PreemptionNotice(
+        task_id=notice.task, source=notice.source, reason=notice.reason, deadline_seconds=notice.seconds_left(now),
+        notice_id=notice.notice_id, generation=notice.generation, agree_seconds=max(0.0, agree_by - now),
+    )  # fmt: skip
+
+
+def notice_heard(message: pb.PreemptionNotice) -> NoticeHeard | None:
+    """A pushed notice, checked (None when its times are not finite, non-negative numbers of seconds)."""
+    deadline, agree = float(message.deadline_seconds), float(message.agree_seconds)
+    if not (math.isfinite(deadline) and math.isfinite(agree) and 0 <= deadline <= MAX_AGE_S and 0 <= agree <= MAX_AGE_S):
+        return None
+    return NoticeHeard(
+        int(message.task_id), clip(message.source, 32), clip(message.reason, MAX_REASON), deadline, agree,
+        int(message.notice_id), int(message.generation),
+    )  # fmt: skip
+
+
+def agreement_pb(generation: int, step: int, reason: str, deadline_seconds: float) -> pb.HeartbeatResponse:
+    return pb.HeartbeatResponse(
+        agreement=pb.CheckpointAgreement(
+            generation=generation, step=step, reason=clip(reason), deadline_seconds=max(0.0, deadline_seconds)
+        )
+    )
+
+
+def agreement_heard(message: pb.CheckpointAgreement) -> AgreementHeard:
+    deadline = float(message.deadline_seconds)
+    deadline = deadline if math.isfinite(deadline) and 0 <= deadline <= MAX_AGE_S else 0.0
+    step = int(message.step)
+    return AgreementHeard(int(message.generation), step if 0 <= step <= MAX_STEP else -1, clip(message.reason), deadline)
+
+
+def checkpoint_report_pb(
+    generation: int, next_step: int, *, unknown: bool = False, checkpointed: int = -1, saved: bool = False
+) -> pb.HeartbeatRequest:
+    return pb.HeartbeatRequest(
+        checkpoint=pb.CheckpointReport(
+            generation=generation, next_step=next_step, unknown=unknown, checkpointed=checkpointed, saved=saved
+        )
+    )
+
+
+def checkpoint_report(message: pb.CheckpointReport) -> tuple[int, int, bool, int, bool] | None:
+    """``(generation, next_step, unknown, checkpointed, saved)``, or None when a step is out of bounds."""
+    next_step, checkpointed = int(message.next_step), int(message.checkpointed)
+    if not (-1 <= next_step <= MAX_STEP and -1 <= checkpointed <= MAX_STEP):
+        return None
+    return int(message.generation), next_step, bool(message.unknown), checkpointed, bool(message.saved)
+
+
+def preemption_pb(view: PreemptionView) -> pb.PreemptionStatus:
+    notices = [
+        pb.PreemptionNotice(
+            task_id=n.task, source=n.source, reason=n.reason, deadline_seconds=n.deadline_in, notice_id=n.notice_id
+        )
+        for n in view.notices[:MAX_LISTED_NOTICES]
+    ]
+    return pb.PreemptionStatus(
+        generation=view.generation, notices=notices, count=view.count, state=view.state, step=view.step,
+        reason=clip(view.reason), reported=view.reported, hosts=view.hosts, checkpointed=view.checkpointed,
+        saved=view.saved,
+    )  # fmt: skip
+
+
+def preemption_view(message: pb.PreemptionStatus) -> PreemptionView:
+    notices = tuple(
+        NoticeView(
+            int(n.task_id),
+            clip(n.source, 32),
+            clip(n.reason, MAX_REASON),
+            float(n.deadline_seconds) if math.isfinite(n.deadline_seconds) else 0.0,
+            int(n.notice_id),
+        )
+        for n in message.notices[:MAX_LISTED_NOTICES]
+    )
+    return PreemptionView(
+        int(message.generation), notices, int(message.count), clip(message.state, 16), int(message.step),
+        clip(message.reason), int(message.reported), int(message.hosts), int(message.checkpointed), int(message.saved),
+    )  # fmt: skip

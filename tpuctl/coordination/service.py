@@ -36,6 +36,7 @@ from tpuctl.coordination.heap import Heap
 from tpuctl.coordination.ledger import ServiceLedger
 from tpuctl.coordination.logs import RateLimitedLog
 from tpuctl.coordination.parking import Parking
+from tpuctl.coordination.preempt import Preemptions
 from tpuctl.coordination.shared import SharedAnswers, poll_seconds
 from tpuctl.coordination.state import CoordinationState
 from tpuctl.coordination.stream_answers import StreamAnswers
@@ -148,6 +149,9 @@ class CoordinationServicer:
             state.config.cluster, generation=state.generation, started=time.time(), now=time.time()
         )
         """The goodput ledger: the cluster's timeline (``record`` takes the preemption events)."""
+        self.preemptions = Preemptions(state, self._streams.push_verdict, wall=time.time, record=self.ledger.record)
+        """Preemption notices, the agreed checkpoint step, and their timeline (``preemptions.events``); each
+        event goes to the goodput ledger as it is made."""
 
     @property
     def state(self) -> CoordinationState:
@@ -297,7 +301,14 @@ class CoordinationServicer:
                     self._wake()
                 elif request.watch_errors:
                     self._streams.watch(session, caller)
+                    for missed in self.preemptions.replay(clock()):  # a notice this session was not there for
+                        session.send(missed)
                     self._wake()
+                elif request.HasField("notice"):  # this host is going away: O(1), then one push per host
+                    self._notice(session, caller, request.notice)
+                elif request.HasField("checkpoint"):  # no answer: O(1), a few per host per notice
+                    if session.vouched is not None:
+                        self.preemptions.checkpoint(caller.task_id, request.checkpoint, now=clock())
                 elif request.HasField("stacks"):  # an answer to a dump order: O(1)
                     if session.vouched is not None:
                         self.black_box.answer(caller.task_id, request.stacks)
@@ -438,6 +449,9 @@ class CoordinationServicer:
         if view is not None:
             response.watchdog.CopyFrom(convert.watchdog_pb(view))
         response.goodput.CopyFrom(convert.goodput_pb(self.ledger.summary(time.time())))
+        preemption = self.preemptions.view(now)
+        if preemption is not None:
+            response.preemption.CopyFrom(convert.preemption_pb(preemption))
         return response
 
     @_refusals_as_status
@@ -517,6 +531,7 @@ class CoordinationServicer:
             await asyncio.sleep(WATCH_TICK_S)
             now = self._clock()
             self.ledger.tick(time.time())
+            self.preemptions.tick(now)
             for last, lag in state.take_last_arrivals():
                 self.watch.barrier_passed(last, lag, generation=state.generation, now=now)
             if state.failure is not None:
@@ -530,6 +545,17 @@ class CoordinationServicer:
             if hang is not None:
                 self._log_failures(state.hung(hang.tasks, hang.cause, final=hang.final, now=now))
                 self._wake()
+
+    def _notice(self, session: SessionStream, caller: TaskRef, request: pb.PreemptionNotice) -> None:
+        """A host's own notice: recorded and pushed to every host, answered with the notice as recorded (or
+        refused: a host that is no longer live, a malformed notice; the stream goes on)."""
+        try:
+            notice = self.preemptions.notice(caller, request, now=self._clock())
+        except Refused as refused:
+            session.send(wire.outcome_refused(request.request_id, refused))
+            return
+        answer = pb.HeartbeatResponse(request_id=request.request_id, notice=convert.notice_pb(notice, self._clock(), 0.0))
+        session.send(answer.SerializeToString())
 
     def _dump(self, session: SessionStream, request: pb.StreamDump) -> None:
         """A dump asked for on a session: order it (or join the one being collected), answer with the report."""

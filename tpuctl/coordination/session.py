@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.preemption.notice import AgreementHeard, NoticeHeard
     from tpuctl.watchdog.judge import Verdict
     from tpuctl.watchdog.pace import PaceReport
 
@@ -106,6 +107,10 @@ class Session:
         """Called with each watchdog finding the service pushes (to a session that watches errors)."""
         self.on_dump: Callable[[pb.DumpOrder], None] | None = None
         """Called with each black-box dump order the service pushes (answered with ``answer_dump``)."""
+        self.on_notice: Callable[[NoticeHeard], None] | None = None
+        """Called with each preemption notice the service pushes (any host's, this one's too)."""
+        self.on_agreement: Callable[[AgreementHeard], None] | None = None
+        """Called with the agreement on a checkpoint step, once the service decided it."""
         self._reopened = 0  # how many times ``_broken`` failed the requests of a broken stream
         self._withdrawing: set[asyncio.Task[None]] = set()  # withdrawals of cancelled arrivals, until answered
 
@@ -181,6 +186,30 @@ class Session:
         """Send this host's job pace to the watchdog (never answered). False when it did not leave: the
         stream is reconnecting or broke under the write (the caller sends it again later)."""
         return await self._send_unanswered(convert.pace_pb(report), "StepReport")
+
+    async def report_checkpoint(
+        self, generation: int, next_step: int, *, unknown: bool = False, checkpointed: int = -1, saved: bool = False
+    ) -> bool:
+        """Send where this host's job stands in generation ``generation``'s agreement (never answered);
+        False when it did not leave."""
+        request = convert.checkpoint_report_pb(
+            generation, next_step, unknown=unknown, checkpointed=checkpointed, saved=saved
+        )
+        return await self._send_unanswered(request, "CheckpointReport")
+
+    async def send_notice(self, source: str, reason: str, deadline_seconds: float) -> NoticeHeard:
+        """This host is going away: the service records the notice, pushes it to every host and answers
+        with it as recorded. Raises the service's refusal (this host is no longer live: it failed, left, or
+        its generation ended)."""
+
+        def notice(request_id: int) -> pb.HeartbeatRequest:
+            return convert.notice_request(source, reason, deadline_seconds, request_id)
+
+        response = await self._arrive(notice, "PreemptionNotice", self._client.rpc_timeout)
+        heard = convert.notice_heard(response.notice)
+        if heard is None:
+            raise ClusterError(f"the coordinator at {self._client.target} answered a preemption notice with bad times")
+        return heard
 
     async def answer_dump(self, message: pb.StackDigest) -> bool:
         """Send this host's answer to a dump order (never answered); False when it did not leave."""
@@ -566,6 +595,13 @@ class Session:
                             future.set_exception(self._refusal(response, self._calls.get(response.request_id, "")))
                         else:
                             future.set_result(response)
+                elif response.HasField("notice"):
+                    heard = convert.notice_heard(response.notice)
+                    if heard is not None and self.on_notice is not None:
+                        self.on_notice(heard)
+                elif response.HasField("agreement"):
+                    if self.on_agreement is not None:
+                        self.on_agreement(convert.agreement_heard(response.agreement))
                 elif response.HasField("dump_order"):
                     if self.on_dump is not None:
                         self.on_dump(response.dump_order)

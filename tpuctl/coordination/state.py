@@ -165,6 +165,20 @@ class CoordinationState:
         return self.generations.current
 
     @property
+    def formed(self) -> bool:
+        """Every task registered into the current generation and it has not failed."""
+        return self._formed and self._failure is None
+
+    def live_task(self, caller: TaskRef) -> TaskInfo:
+        """The caller's task, when the caller is its live process in the current generation; refused
+        otherwise, naming why (another generation, failed, disconnected). O(1)."""
+        return self._live(caller).info
+
+    def is_live(self, task_id: int) -> bool:
+        """Task ``task_id`` is connected in the current generation (not waiting, failed or gone). O(1)."""
+        return 0 <= task_id < len(self._table) and self._table.records[task_id].state is TaskState.CONNECTED
+
+    @property
     def kv_version(self) -> int:
         """Changes on every key-value write (a listing's encoded answer is good until then)."""
         return self._kv.version

@@ -129,8 +129,9 @@ class StreamAnswers:
                 self._fan_outs.send(pushed, RELEASE_WIDTH)
 
     def push_verdict(self, data: bytes) -> set[int]:
-        """Push a watchdog finding or a dump order (``data``: one ``HeartbeatResponse`` encoded once) to every
-        session that watches the cluster's error, through the fan-out's few writers; the tasks reached."""
+        """Push a watchdog finding, a dump order, a preemption notice or the agreement on a checkpoint step
+        (``data``: one ``HeartbeatResponse`` encoded once) to every session that watches the cluster's error,
+        through the fan-out's few writers; the tasks reached."""
         pushed: Answers = deque((session, data) for session in self._watchers if session.task is not None)
         if pushed:
             self._fan_outs.send(pushed, RELEASE_WIDTH)

@@ -16,10 +16,11 @@ from typing import Any, Literal
 from tpuctl.errors import InputError
 from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count, shown
+from tpuctl.preemption.notice import PreemptionView
 from tpuctl.watchdog.judge import WatchdogView
 from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 15
+PROTOCOL_VERSION = 16
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""
@@ -469,6 +470,8 @@ class ClusterStatus:
     ``RECENT_FAILURES_KEPT``, each naming a sample of the missing hosts)."""
     goodput: GoodputSummary | None = None
     """The goodput ledger's one line (the fraction, the current bucket)."""
+    preemption: PreemptionView | None = None
+    """The latest preemption notices and their agreement on a checkpoint step, once a host raised one."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -510,6 +513,9 @@ class ClusterStatus:
             "failed_barriers": [f.as_dict() for f in self.failed_barriers],
             "watchdog": None if self.watchdog is None else self.watchdog.to_dict(),
             "goodput": None if self.goodput is None else self.goodput.to_dict(),
+            "preemption": None if self.preemption is None else self.preemption.to_dict(
+                {info.task_id: info.address for info in infos if info.task_id in self.preemption.tasks}
+            ),
         }
 
 

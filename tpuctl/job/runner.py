@@ -27,6 +27,16 @@ with the job's code once the job ends by itself, or 3 with a table of every gene
 out or the cluster fails for good. A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while no job runs ends
 that wait at once (exit 128 + N); after one, the job is never started again.
 
+Preemption (docs/how-to/preemption.md): the first SIGTERM to a running job's ``tpuctl run`` is a notice for
+this host (source ``sigterm``, deadline ``--grace`` away), not forwarded while the job asks whether to
+checkpoint (``tpuctl.job.should_checkpoint``, ``tpuctl progress``): every host's job then saves the agreed
+step and exits; the job is killed (SIGKILL) if it still runs when the grace is over. When the job does not
+ask, or there is no agreement, the SIGTERM is forwarded as before; a second SIGTERM is forwarded at once.
+A job that exits after an agreement (on any host's notice) is restarted in the next generation with
+``--max-restarts``; without restarts left ``tpuctl run`` exits 3 (the cluster loses a host), or with the
+job's code when this ``tpuctl run`` got the SIGTERM. When its generation ends while the job saves the
+agreed step, the job gets until the notice's deadline before SIGTERM.
+
 Imports neither grpc, tensorflow, jax nor numpy (a test checks it): the agent does the cluster work.
 """
 
@@ -67,6 +77,8 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # tpu
 ENV_TRIES = 3  # generations that may end between the agent's word that one formed and the job's start
 OUTPUT_DRAIN_S = 5.0  # --progress-regex: how long the job's last output may take to pass through after it ended
 STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
+NOTICE_TIMEOUT_S = 5.0  # the agent's answer to a notice raised on SIGTERM (it asks the coordinator)
+HOLD_POLL_S = 0.1  # while a SIGTERM is held for the agreement: how often the agent's word is looked at
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")  # its sitecustomize: jaxcluster
@@ -111,6 +123,16 @@ class JobRunner:
         self.term_deadline: float | None = None
         self.stopping: int | None = None
         """The stop signal (``STOPPING``) received: the job is not started (again), and a wait ends at once."""
+        self.report: ErrorReport | None = None
+        """The agent's latest report while the job runs (the watcher's): the preemption notice's agreement."""
+        self.sigterm_at: float | None = None
+        """A first SIGTERM to a running job, held to be raised as a notice (``time.monotonic()``)."""
+        self.notice_raised = False
+        self.holding_until: float | None = None
+        """The held SIGTERM's end: the job may run until then to save the agreed step (then SIGKILL)."""
+        self.going_away = False
+        """The job stopped for this host's own notice: its agent leaves, and a new one (``tpuctl init``
+        again) forms the next generation."""
 
     # --- entry ----------------------------------------------------------------------------------
 
@@ -220,9 +242,11 @@ class JobRunner:
         self.pending = []
         waiter = threading.Thread(target=self._reap, name="tpuctl-run-reaper", daemon=True)
         waiter.start()
+        self.report, self.sigterm_at, self.notice_raised, self.holding_until = None, None, False, None
         watcher = Watcher(
-            self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout, generation=generation
-        )
+            self.state, agent_pid, self._on_down, silence=info.heartbeat_timeout, generation=generation,
+            on_report=self._on_report,
+        )  # fmt: skip
         watcher.start()
         try:
             return self._supervise()
@@ -275,6 +299,12 @@ class JobRunner:
             report = ErrorReport.from_json(answer)
             if report.formed and report.generation > ended:
                 return report
+            if self.going_away and report.stopping and not (report.error or report.shutdown):
+                # this host's own notice: its agent leaves, and a new `tpuctl init` forms the next generation
+                if not self._pause(min(AGENT_BACK_POLL_S * 4, max(0.0, deadline - time.monotonic()))):
+                    return None
+                since = None
+                continue
             if report.final:
                 self.down = ClusterDown(report)
                 return None
@@ -339,17 +369,115 @@ class JobRunner:
 
     def _supervise(self) -> int:
         while True:
-            self.wake.wait(timeout=1.0)
+            self.wake.wait(timeout=HOLD_POLL_S if self.holding_until is not None else 1.0)
             self.wake.clear()
             self._reap_orphans()
             if self.exited.is_set():
                 return self._finished()
             if self.down is not None:
                 return self._stop_for(self.down)
+            if self.sigterm_at is not None and not self.notice_raised:
+                self._raise_notice(self.sigterm_at + self.grace)
+            if self.holding_until is not None and self.term_deadline is None:
+                self._hold(self.holding_until)
             if self.term_deadline is not None and time.monotonic() >= self.term_deadline:
                 self.term_deadline = None
                 self._kill_group(signal.SIGKILL)
 
+    # --- preemption ------------------------------------------------------------------------------
+
+    def _on_report(self, report: ErrorReport) -> None:
+        """The watcher's thread: the agent's latest word (a notice's agreement changes it)."""
+        self.report = report
+        if self.holding_until is not None:
+            self.wake.set()
+
+    def _raise_notice(self, deadline: float) -> None:
+        """A SIGTERM came: this host is going away by ``deadline``. Tell the cluster (through the agent),
+        and hold the SIGTERM while the job asks whether to checkpoint; else forward it now."""
+        self.notice_raised = True
+        task = self.info.task if self.info else "?"
+        args = {"source": "sigterm", "reason": f"tpuctl run (pid {os.getpid()}) on task {task} got SIGTERM",
+                "seconds": max(0.1, deadline - time.monotonic()), "if_taking_part": True}  # fmt: skip
+        try:
+            answer = call(self.state, Op.PREEMPT, args, timeout=NOTICE_TIMEOUT_S)
+        except TpuctlError as exc:
+            self.say(f"tpuctl: SIGTERM: no preemption notice could be raised ({exc.message}); stopping the job now")
+            self._forward_term(deadline)
+            return
+        if self.term_deadline is not None:
+            return  # a second SIGTERM came meanwhile: forwarded already
+        taking = answer.get("taking_part")
+        if not isinstance(taking, int) or isinstance(taking, bool) or taking <= 0:
+            self._forward_term(deadline)  # no process asks whether to checkpoint: SIGTERM as without a notice
+            return
+        self.holding_until = deadline
+        self.say(
+            f"tpuctl: SIGTERM: every host's job saves an agreed step first ({taking} process(es) of this job ask); "
+            f"it has {max(0.0, deadline - time.monotonic()):.0f} s (--grace); a second SIGTERM stops it now"
+        )
+
+    def _hold(self, until: float) -> None:
+        """While the SIGTERM is held: forward it when there is no agreement; SIGKILL once the grace is over."""
+        generation = self.generations[-1]["generation"] if self.generations else 0
+        record = self.report.preemption if self.report is not None else None
+        if record is not None and record.get("generation") == generation and record.get("state") == "none":
+            self.say(f"tpuctl: no agreed checkpoint step ({record.get('why')}): stopping the job now")
+            self.holding_until = None
+            self._forward_term(until)
+            return
+        if time.monotonic() >= until:
+            self.say(f"tpuctl: the job did not save and exit within --grace ({self.grace:g} s): SIGKILL")
+            self.holding_until = None
+            self._kill_group(signal.SIGKILL)
+
+    def _forward_term(self, deadline: float) -> None:
+        self._kill_group(signal.SIGTERM)
+        self.term_deadline = deadline
+        self.wake.set()
+
+    def _agreement(self, fresh: bool) -> tuple[int, str, int | None] | None:
+        """The step every host agreed on in the job's generation, whose notice it answered and that notice's
+        host, if there was an agreement: the agent's word now (``fresh``), else its last one (a host going
+        away may be gone already)."""
+        generation = self.generations[-1]["generation"] if self.generations else 0
+        report = self.report
+        heard = report is not None and report.notice_deadline(generation) is not None
+        if fresh and heard:  # the watcher heard of a notice (its long-poll wakes on one): the decision now
+            with contextlib.suppress(TpuctlError):
+                report = ErrorReport.from_json(call(self.state, Op.WAIT_ERROR, {"timeout": 0}, timeout=CALL_MARGIN_S))
+        step = report.agreed_step(generation) if report is not None else None
+        if step is None or report is None or report.preemption is None:
+            return None
+        record = report.preemption
+        task = record.get("task")
+        noticed = task if isinstance(task, int) and not isinstance(task, bool) else None
+        return step, f"task {task}'s notice ({record.get('source')})", noticed
+
+    def _stopped_for_notice(self, code: int, agreed: tuple[int, str, int | None] | None = None) -> int | None:
+        """The job exited after the hosts agreed on a checkpoint step: restart it in the next generation
+        (--max-restarts; on the host going away, once its next agent formed it), or say so; None when
+        there was no agreement."""
+        agreed = agreed or self._agreement(fresh=True)
+        if agreed is None:
+            return None
+        step, whose, noticed = agreed
+        task = self.info.task if self.info else "?"
+        what = f"the job exited {code} after the agreed checkpoint (step {step}) for {whose}"
+        self._record(f"exited {code}", f"preemption: {whose}, checkpoint at step {step}")
+        if self.stopping is not None:
+            self.say(f"tpuctl: task {task}: {what}")
+            return code
+        if self._rejoin and self.restarts < self.max_restarts:
+            self.going_away = noticed is not None and self.info is not None and noticed == self.info.task
+            self.say(f"tpuctl: task {task}: {what}; waiting for the next generation to restart it")
+            self.restart_wanted = True
+            return EXIT_CLUSTER
+        self.say(
+            f"tpuctl: error: task {task}: {what}; the cluster loses that host and the job is not restarted "
+            "(tpuctl run --max-restarts N, with the spec's restart: {policy: rejoin}, restarts it)"
+        )
+        return EXIT_CLUSTER
     def _healthy_enough(self, info: AgentInfo) -> bool:
         """The one health verdict (:mod:`tpuctl.health`, as ``tpuctl status``): False (said why) when the
         cluster has failed and ``force`` was not given; a degraded cluster starts the job, saying so."""
@@ -464,6 +592,12 @@ class JobRunner:
             if signum not in STOPPING:
                 self.pending.append(signum)
             return
+        if signum == signal.SIGTERM and self.sigterm_at is None and self.term_deadline is None:
+            # A notice for this host first (raised by the supervising loop: a handler makes no calls); a
+            # second SIGTERM is forwarded at once.
+            self.sigterm_at = time.monotonic()
+            self.wake.set()
+            return
         self._forward(signum)
 
     def _forward(self, signum: int) -> None:
@@ -485,6 +619,9 @@ class JobRunner:
 
     def _finished(self) -> int:
         code = self._exit_code()
+        stopped = self._stopped_for_notice(code)  # also when the generation's end came with the exit
+        if stopped is not None:
+            return stopped
         if code == 0 or self.down is not None:
             if self.down is None:
                 self._record("exited 0", "")
@@ -515,6 +652,20 @@ class JobRunner:
 
     def _stop_for(self, down: ClusterDown) -> int:
         assert self.proc is not None
+        agreed = self._agreement(fresh=False)
+        generation = self.generations[-1]["generation"] if self.generations else 0
+        deadline = down.report.notice_deadline(generation) or (
+            self.report.notice_deadline(generation) if self.report is not None else None
+        )
+        if agreed is not None and deadline is not None and deadline > time.time():
+            # Every host's job is saving the agreed step: the generation's end does not cut it short.
+            self.say(f"tpuctl: generation {generation} ended while the job saves the agreed step {agreed[0]}: it "
+                     f"has until the notice's deadline ({deadline - time.time():.0f} s) to exit")  # fmt: skip
+            if self.exited.wait(deadline - time.time()):
+                self.down = None if self.stopping is not None or not self._rejoin else down
+                code = self._stopped_for_notice(self._exit_code(), agreed)
+                assert code is not None
+                return code
         started = time.monotonic()
         self._kill_group(signal.SIGTERM)
         how = "SIGTERM"

@@ -43,6 +43,7 @@ class Watcher(threading.Thread):
         *,
         silence: float,
         generation: int = 0,
+        on_report: Callable[[ErrorReport], None] | None = None,
     ) -> None:
         super().__init__(name="tpuctl-run-watcher", daemon=True)
         self.generation = generation
@@ -51,6 +52,8 @@ class Watcher(threading.Thread):
         self.agent_pid = agent_pid
         self.on_down = on_down
         self.silence = silence
+        self.on_report = on_report
+        """Called with every report the agent answers (a preemption notice and its agreement change it)."""
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -58,7 +61,8 @@ class Watcher(threading.Thread):
         last_answer = time.monotonic()
         # With a generation, the long-poll also answers when what the agent reports changes: a new agent on
         # this state dir (another generation, or none formed yet) is told at once, not after the poll.
-        since: list[Any] | None = [self.generation, False, True] if self.generation else None
+        # The fourth entry, the preemption notice's state: a notice and its agreement wake the long-poll too.
+        since: list[Any] | None = [self.generation, False, True, None] if self.generation else None
         while not self.stopped.is_set():
             left = last_answer + self.silence - time.monotonic()
             try:
@@ -86,6 +90,8 @@ class Watcher(threading.Thread):
                 )
                 return
             last_answer = time.monotonic()
+            if self.on_report is not None:
+                self.on_report(report)
             if report.down:
                 self.on_down(ClusterDown(report))
                 return

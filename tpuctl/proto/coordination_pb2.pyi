@@ -44,7 +44,9 @@ task; from then on the stream is that task's (later messages may omit `task`; on
 refused). It carries the wait for all (`wait_for_all`), barrier and gather arrivals (`barrier`,
 `gather`, answered on the same stream by request id once decided) and the error watch (`watch_errors`:
 the cluster's error is pushed once), so a host holds one standing call instead of a parked call per
-wait. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
+wait. Preemption notices (`notice`) and each host's part in the agreement on a checkpoint step
+(`checkpoint`) ride on it too; the service pushes every notice and the decision to every watching
+session. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
 proof of life and sends no heartbeat messages after its first confirmed one. The unary calls stay for
 other clients.
 
@@ -412,6 +414,8 @@ class HeartbeatRequest(_message.Message):
     STACKS_FIELD_NUMBER: _builtins.int
     DUMP_FIELD_NUMBER: _builtins.int
     WITHDRAW_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     ack: _builtins.bool
     """On `HeartbeatStream`: answer this one (a unary `Heartbeat` is always answered)."""
     service_incarnation: _builtins.int
@@ -475,6 +479,19 @@ class HeartbeatRequest(_message.Message):
         already answered gets no second answer. A stream that ends withdraws its arrivals still waiting.
         """
 
+    @_builtins.property
+    def notice(self) -> Global___PreemptionNotice:
+        """On `HeartbeatStream` only: this host is going away (a preemption notice, a SIGTERM, `tpuctl preempt`).
+        Answered by the notice's `request_id` with `HeartbeatResponse.notice` as the service recorded it (or a
+        refusal, as a barrier's, when this host is no longer live). The service pushes it to every host.
+        """
+
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointReport:
+        """On `HeartbeatStream` only: where this host's job stands in the agreement on a checkpoint step, or that
+        it saved the agreed step (never answered; at most a few per host per notice).
+        """
+
     def __init__(
         self,
         *,
@@ -490,14 +507,197 @@ class HeartbeatRequest(_message.Message):
         stacks: Global___StackDigest | None = ...,
         dump: Global___StreamDump | None = ...,
         withdraw: Global___StreamWithdraw | None = ...,
+        notice: Global___PreemptionNotice | None = ...,
+        checkpoint: Global___CheckpointReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "withdraw", b"withdraw"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["barrier", b"barrier", "checkpoint", b"checkpoint", "dump", b"dump", "gather", b"gather", "notice", b"notice", "pace", b"pace", "register", b"register", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "withdraw", b"withdraw"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "dump", b"dump", "gather", b"gather", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors", "withdraw", b"withdraw"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "barrier", b"barrier", "checkpoint", b"checkpoint", "dump", b"dump", "gather", b"gather", "notice", b"notice", "pace", b"pace", "register", b"register", "service_incarnation", b"service_incarnation", "stacks", b"stacks", "task", b"task", "wait_for_all", b"wait_for_all", "watch_errors", b"watch_errors", "withdraw", b"withdraw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class PreemptionNotice(_message.Message):
+    """A host is going away (`tpuctl.preemption.notice.Notice`). Sent by the host itself (`task_id`,
+    `notice_id` and `generation` are the service's to fill in), pushed by the service to every session that
+    watches the cluster's error: one message per host per notice.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    NOTICE_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    AGREE_SECONDS_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.int
+    """The host going away (the session's task; a host raises notices for itself only)."""
+    source: _builtins.str
+    """"gce-preempted", "gce-maintenance", "sigterm" or "command"."""
+    reason: _builtins.str
+    """What the source said (the `--reason`, the maintenance event, who got SIGTERM): at most 256 bytes."""
+    deadline_seconds: _builtins.float
+    """Seconds from when the message was sent until the host goes: the deadline the notice implies."""
+    notice_id: _builtins.int
+    """The notice's number in its generation, from 1 (set by the service)."""
+    generation: _builtins.int
+    """The generation the notice is of (set by the service)."""
+    request_id: _builtins.int
+    """On a host's request: chosen by the client, unique on its stream (not 0): the answer names it."""
+    agree_seconds: _builtins.float
+    """In a push: seconds left for every host to report where its job stands (the agreement's bound)."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.int = ...,
+        source: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        deadline_seconds: _builtins.float = ...,
+        notice_id: _builtins.int = ...,
+        generation: _builtins.int = ...,
+        request_id: _builtins.int = ...,
+        agree_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agree_seconds", b"agree_seconds", "deadline_seconds", b"deadline_seconds", "generation", b"generation", "notice_id", b"notice_id", "reason", b"reason", "request_id", b"request_id", "source", b"source", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreemptionNotice: _TypeAlias = PreemptionNotice  # noqa: Y015
+
+@_typing.final
+class CheckpointReport(_message.Message):
+    """One host's part in its generation's agreement on a checkpoint step."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    NEXT_STEP_FIELD_NUMBER: _builtins.int
+    UNKNOWN_FIELD_NUMBER: _builtins.int
+    CHECKPOINTED_FIELD_NUMBER: _builtins.int
+    SAVED_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    """The generation whose agreement this is (one agreement per generation)."""
+    next_step: _builtins.int
+    """The lowest step every process of this host's job can still checkpoint at: one past the last step each
+    answered (-1: no process of this host's job asks `should_checkpoint`).
+    """
+    unknown: _builtins.bool
+    """A process of this host's job that asks did not say where it is in time: no step is safe."""
+    checkpointed: _builtins.int
+    """The latest step this host's job said it checkpointed (-1: none)."""
+    saved: _builtins.bool
+    """This report only says that `checkpointed` is at or past the agreed step (sent after the agreement)."""
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        next_step: _builtins.int = ...,
+        unknown: _builtins.bool = ...,
+        checkpointed: _builtins.int = ...,
+        saved: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpointed", b"checkpointed", "generation", b"generation", "next_step", b"next_step", "saved", b"saved", "unknown", b"unknown"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointReport: _TypeAlias = CheckpointReport  # noqa: Y015
+
+@_typing.final
+class CheckpointAgreement(_message.Message):
+    """The agreement on a checkpoint step, pushed to every watching session once decided."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    step: _builtins.int
+    """Every process checkpoints at its first call of `should_checkpoint` at or past this step (-1: none)."""
+    reason: _builtins.str
+    """Why there is no agreement, or the notice it answers: cut to the same bound as a status message."""
+    deadline_seconds: _builtins.float
+    """Seconds until the earliest notice's deadline, when pushed."""
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        step: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        deadline_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_seconds", b"deadline_seconds", "generation", b"generation", "reason", b"reason", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointAgreement: _TypeAlias = CheckpointAgreement  # noqa: Y015
+
+@_typing.final
+class PreemptionStatus(_message.Message):
+    """The notices of the latest agreement and where it stands, for `GetStatus`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    NOTICES_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REPORTED_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    CHECKPOINTED_FIELD_NUMBER: _builtins.int
+    SAVED_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    count: _builtins.int
+    state: _builtins.str
+    """"pending", "agreed" or "none"."""
+    step: _builtins.int
+    reason: _builtins.str
+    reported: _builtins.int
+    """Hosts that reported where their jobs stand, of the live hosts asked."""
+    hosts: _builtins.int
+    checkpointed: _builtins.int
+    """The latest step a host's job said it checkpointed (-1: none)."""
+    saved: _builtins.int
+    """Hosts whose jobs saved the agreed step."""
+    @_builtins.property
+    def notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptionNotice]:
+        """The first notices (at most 10); `count` says how many there were."""
+
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        notices: _abc.Iterable[Global___PreemptionNotice] | None = ...,
+        count: _builtins.int = ...,
+        state: _builtins.str = ...,
+        step: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        reported: _builtins.int = ...,
+        hosts: _builtins.int = ...,
+        checkpointed: _builtins.int = ...,
+        saved: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpointed", b"checkpointed", "count", b"count", "generation", b"generation", "hosts", b"hosts", "notices", b"notices", "reason", b"reason", "reported", b"reported", "saved", b"saved", "state", b"state", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreemptionStatus: _TypeAlias = PreemptionStatus  # noqa: Y015
 
 @_typing.final
 class StackDigest(_message.Message):
@@ -919,6 +1119,8 @@ class HeartbeatResponse(_message.Message):
     DUMP_ORDER_FIELD_NUMBER: _builtins.int
     BLACK_BOX_FIELD_NUMBER: _builtins.int
     WITHDRAWN_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    AGREEMENT_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     request_id: _builtins.int
     instance: _builtins.int
@@ -962,6 +1164,16 @@ class HeartbeatResponse(_message.Message):
         the others). The arrival no longer counts; the host's next call to the name joins that instance again.
         """
 
+    @_builtins.property
+    def notice(self) -> Global___PreemptionNotice:
+        """A host is going away (pushed to every watching session), or the answer to a host's own notice (with
+        its `request_id`).
+        """
+
+    @_builtins.property
+    def agreement(self) -> Global___CheckpointAgreement:
+        """The agreement on a checkpoint step, once decided (pushed to every watching session)."""
+
     def __init__(
         self,
         *,
@@ -979,10 +1191,12 @@ class HeartbeatResponse(_message.Message):
         dump_order: Global___DumpOrder | None = ...,
         black_box: Global___BlackBoxReport | None = ...,
         withdrawn: Global___RendezvousProgressResponse | None = ...,
+        notice: Global___PreemptionNotice | None = ...,
+        agreement: Global___CheckpointAgreement | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agreement", b"agreement", "black_box", b"black_box", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "notice", b"notice", "registered", b"registered", "registration", b"registration", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["black_box", b"black_box", "code", b"code", "details", b"details", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agreement", b"agreement", "black_box", b"black_box", "code", b"code", "details", b"details", "dump_order", b"dump_order", "failure", b"failure", "gathered", b"gathered", "hint", b"hint", "instance", b"instance", "notice", b"notice", "registered", b"registered", "registration", b"registration", "request_id", b"request_id", "service_incarnation", b"service_incarnation", "watchdog", b"watchdog", "withdrawn", b"withdrawn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1613,6 +1827,7 @@ class GetStatusResponse(_message.Message):
     WATCHDOG_FIELD_NUMBER: _builtins.int
     FAILED_BARRIERS_FIELD_NUMBER: _builtins.int
     GOODPUT_FIELD_NUMBER: _builtins.int
+    PREEMPTION_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -1641,6 +1856,10 @@ class GetStatusResponse(_message.Message):
     def goodput(self) -> Global___GoodputSummary:
         """The goodput ledger in one line: the goodput fraction and the bucket the cluster is in now."""
 
+    @_builtins.property
+    def preemption(self) -> Global___PreemptionStatus:
+        """The latest preemption notices and their agreement, once a host raised one."""
+
     def __init__(
         self,
         *,
@@ -1656,21 +1875,26 @@ class GetStatusResponse(_message.Message):
         watchdog: Global___WatchdogStatus | None = ...,
         failed_barriers: _abc.Iterable[Global___FailedBarrier] | None = ...,
         goodput: Global___GoodputSummary | None = ...,
+        preemption: Global___PreemptionStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_watchdog", b"_watchdog", "failure", b"failure", "goodput", b"goodput", "watchdog", b"watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_preemption", b"_preemption", "_watchdog", b"_watchdog", "failure", b"failure", "goodput", b"goodput", "preemption", b"preemption", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "goodput", b"goodput", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_preemption", b"_preemption", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "goodput", b"goodput", "preemption", b"preemption", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015
     _WhichOneofReturnType__goodput: _TypeAlias = _typing.Literal["goodput"]  # noqa: Y015
     _WhichOneofArgType__goodput: _TypeAlias = _typing.Literal["_goodput", b"_goodput"]  # noqa: Y015
+    _WhichOneofReturnType__preemption: _TypeAlias = _typing.Literal["preemption"]  # noqa: Y015
+    _WhichOneofArgType__preemption: _TypeAlias = _typing.Literal["_preemption", b"_preemption"]  # noqa: Y015
     _WhichOneofReturnType__watchdog: _TypeAlias = _typing.Literal["watchdog"]  # noqa: Y015
     _WhichOneofArgType__watchdog: _TypeAlias = _typing.Literal["_watchdog", b"_watchdog"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__failure) -> _WhichOneofReturnType__failure | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__goodput) -> _WhichOneofReturnType__goodput | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preemption) -> _WhichOneofReturnType__preemption | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__watchdog) -> _WhichOneofReturnType__watchdog | None: ...
 

@@ -44,7 +44,9 @@ task; from then on the stream is that task's (later messages may omit `task`; on
 refused). It carries the wait for all (`wait_for_all`), barrier and gather arrivals (`barrier`,
 `gather`, answered on the same stream by request id once decided) and the error watch (`watch_errors`:
 the cluster's error is pushed once), so a host holds one standing call instead of a parked call per
-wait. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
+wait. Preemption notices (`notice`) and each host's part in the agreement on a checkpoint step
+(`checkpoint`) ride on it too; the service pushes every notice and the decision to every watching
+session. The connection is kept alive by HTTP/2 keepalive pings both ways: an open session is the host's
 proof of life and sends no heartbeat messages after its first confirmed one. The unary calls stay for
 other clients.
 

@@ -24,6 +24,7 @@ A spec, in full::
     watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py: read and checked; being wired in
     metrics: {port: 8491}          # spec/metrics.py: /metrics for Prometheus on every host (off by default)
     log_format: json               # text (the default) or json: the agent log, one JSON object a line
+    preemption: {grace: 25s, metadata: auto}          # spec/preemption.py: SIGTERM to the agent, the GCE watch
     # or with TLS (client_cert + client_key: mutual TLS):
     # auth: {token_file: ..., tls: {cert: server.pem, key: server.key, ca: ca.pem, client_cert: host.pem, client_key: host.key}}
 """
@@ -50,6 +51,7 @@ from tpuctl.errors import SpecError, TopologyError
 from tpuctl.hosts import normalize_host
 from tpuctl.mesh.model import MeshSpec as MeshSpec
 from tpuctl.messages import closest, plural, suggestion
+from tpuctl.preemption.settings import PreemptionSettings
 from tpuctl.spec.checker import MAX_NAME, Checker, described
 from tpuctl.spec.checker import Node as Node
 from tpuctl.spec.checker import Problem as Problem
@@ -57,6 +59,7 @@ from tpuctl.spec.checker import host_problem as host_problem
 from tpuctl.spec.checker import node_from as node_from
 from tpuctl.spec.meshes import check_meshes
 from tpuctl.spec.metrics import DEFAULT_LOG_FORMAT, MetricsSpec, check_log_format, check_metrics
+from tpuctl.spec.preemption import check_preemption
 from tpuctl.spec.watchdog import check_watchdog
 from tpuctl.tpu.hardware import find_generation
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
@@ -180,6 +183,7 @@ class ClusterSpec:
     metrics: MetricsSpec | None = None
     """Where each host serves ``/metrics`` (None: nowhere, the default)."""
     log_format: str = DEFAULT_LOG_FORMAT
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     source: str = "<spec>"
 
     @property
@@ -280,7 +284,7 @@ def topology_problem(exc: TopologyError) -> str:
 TOP_KEYS = (
     "cluster", "accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind",
     "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth", "restart",
-    "watchdog", "metrics", "log_format",
+    "watchdog", "metrics", "log_format", "preemption",
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
@@ -587,6 +591,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     log_format = check_log_format(ck, keys["log_format"]) if "log_format" in keys else DEFAULT_LOG_FORMAT
     if metrics is not None and coordinator is not None and metrics.port == coordinator.port:
         ck.add(keys["metrics"], "metrics.port", f"{metrics.port} is the coordinator's port too; expected another port")
+    preemption = check_preemption(ck, keys["preemption"]) if "preemption" in keys else PreemptionSettings()
     if (
         ck.problems
         or cluster is None
@@ -601,6 +606,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or watchdog is None
         or not metrics_ok
         or log_format is None
+        or preemption is None
     ):
         return None
     return ClusterSpec(
@@ -617,6 +623,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         watchdog=watchdog,
         metrics=metrics,
         log_format=log_format,
+        preemption=preemption,
         source=source,
     )
 
