@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tpuctl.preemption.notice import AgreementHeard, NoticeHeard
+from tpuctl.processes import pid_alive
 
 log = logging.getLogger("tpuctl.agent.progress")
 
@@ -117,11 +117,11 @@ class JobCheckpoints:
     def taking_part(self) -> int:
         """Processes of this generation's job that ask (listeners, and shell loops still alive)."""
         listening = sum(1 for _, generation in self.listeners.values() if self._current(generation))
-        return listening + sum(1 for pid in list(self.shells) if _alive(pid))
+        return listening + sum(1 for pid in list(self.shells) if pid_alive(pid))
 
     def job_done(self) -> bool:
         """No process of the job asks any more (every listener's connection closed, every shell gone)."""
-        for pid in [pid for pid in self.shells if not _alive(pid)]:
+        for pid in [pid for pid in self.shells if not pid_alive(pid)]:
             del self.shells[pid]
         return self.taking_part == 0
 
@@ -288,12 +288,3 @@ def _sent(task: asyncio.Future[bool]) -> None:
     elif not task.result():
         log.warning("preemption: this host's checkpoint report did not leave (the session is reconnecting)")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

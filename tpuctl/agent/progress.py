@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tpuctl.agent.checkpoints import JobCheckpoints, Writer
+from tpuctl.processes import pid_alive
 from tpuctl.watchdog.pace import MAX_PROCESSES, MAX_STEP, PaceReport, StepPace
 from tpuctl.watchdog.settings import WatchdogSettings
 
@@ -129,7 +130,7 @@ class JobProgress:
                 f"{self.generation}",
             )
             return
-        if pid not in self._seen and len(self._seen) < 4 * MAX_PROCESSES and _alive(pid):
+        if pid not in self._seen and len(self._seen) < 4 * MAX_PROCESSES and pid_alive(pid):
             self._seen.add(pid)  # a process this agent can see (another pid namespace's it cannot)
         problem = pace.record(kind, step, pid, now)
         if problem is not None:
@@ -152,7 +153,7 @@ class JobProgress:
         """Every reporting process this agent could see has exited (a job that ended, not one that hangs).
         Processes it never saw (a job in another pid namespace) never count as gone."""
         seen = [pid for pid in pace.pids if pid in self._seen]
-        return bool(seen) and not any(_alive(pid) for pid in seen)
+        return bool(seen) and not any(pid_alive(pid) for pid in seen)
 
     def _once(self, key: str, text: str) -> None:
         if key not in self._said and len(self._said) < 64:
@@ -176,15 +177,6 @@ class JobProgress:
             if not await send(report):
                 pace.unsent()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's: alive
-    return True
 
 
 class _Reports(asyncio.Protocol):
