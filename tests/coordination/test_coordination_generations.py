@@ -322,7 +322,7 @@ def test_a_host_that_lost_a_frozen_coordinator_and_registers_again_ends_the_form
     assert state.generation == 2 and again.generation == 2
     ended = state.generations.ended(1)
     assert ended is not None and [f.task.task_id for f in ended.failures] == [2]
-    assert "task 2 (127.0.0.3) failed: left generation 1: it lost the coordinator" in str(ended)
+    assert "task 2 (127.0.0.3) failed: left generation 1: it lost contact with the coordinator, task 0 (127.0.0.1)" in str(ended)
     for t in (0, 1, 3):
         assert rejoin(state, refs[t], 5.1).generation == 2
     assert state.registration_waiting(again, now=5.1) is None  # generation 2 formed: a merge for everyone

@@ -51,4 +51,4 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_re_forms_the_cluster_wh
     assert [d.code for d in done] == [0, 0, 0, 0], c.logs()
     status = json.loads(c.tpuctl("status", "--json", task=0).out)
     assert status["generation"] == 2 and not status["forming"], status
-    assert "left generation 1: it lost the coordinator" in json.dumps(status["ended"]), status["ended"]
+    assert "left generation 1: it lost contact with the coordinator, task 0 (" in json.dumps(status["ended"]), status["ended"]

@@ -80,6 +80,8 @@ def test_a_coordinator_is_named_only_by_a_verdict_not_by_a_registration_line() -
     (INFO), which names no failure (the soak's seed 20076 before this rule)."""
     registered = LogLine(1, T0 + 5.1, "INFO", f"task 1: registered with {ADDRESSES[0]}:8476 (generation 2)")
     assert detect([Fault("stop", 0, T0, T0 + 3.2, "maybe")], [registered]) == ([], [])
+    restarted = [line(t, 1.7, "task 9: the coordinator restarted: the call is of generation 2; re-forming") for t in (1, 2, 3)]
+    assert detect([kill(0, back=0.7)], restarted) == ([], [("kill", pytest.approx(1.7))])  # named by its role
 
 
 def test_disturbed_hosts_are_not_asked_and_nothing_is_asked_while_task_0_is_disturbed() -> None:

@@ -155,9 +155,11 @@ def detection(
                 continue
             if fault.task == 0 and line.level not in VERDICT_LEVELS:
                 continue  # the coordinator's address is in every registration line: only a verdict names it
-            # the host cut off names the coordinator it lost, or itself, failed by the others
+            # the host cut off names the coordinator it lost, or itself, failed by the others; a verdict on
+            # task 0 may name it by its role ("the coordinator restarted")
             wanted = (*names(0), *names(fault.task)) if line.task == fault.task else names(fault.task)
-            if any(name in line.text for name in wanted) or (line.task == fault.task and "coordinator" in line.text):
+            by_role = (line.task == fault.task or fault.task == 0) and "coordinator" in line.text
+            if any(name in line.text for name in wanted) or by_role:
                 first[line.task] = line.at
         failed = fault.expect == "fail" or any(t in observers or t == 0 for t in first if t != fault.task)
         if fault.expect == "survive" or not failed or not observers:

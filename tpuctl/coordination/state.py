@@ -245,8 +245,8 @@ class CoordinationState:
                 )
             if same:  # the process gave the generation up: it lost a coordinator that froze or was cut off
                 cause = (
-                    f"left generation {self.generation}: it lost the coordinator (no heartbeat confirmed within "
-                    "the heartbeat timeout) and registered again"
+                    f"left generation {self.generation}: it lost contact with the coordinator, {self.tasks[0]}, "
+                    "and registered again"
                 )
             else:  # the host's new process, holding its predecessor's credential: the old registration is dead
                 cause = f"restarted: a new process on {clip(registration.hostname, 255)} replaced its registration"
