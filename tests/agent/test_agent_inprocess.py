@@ -224,3 +224,56 @@ def test_waiting_for_hosts_says_how_long_and_until_when_and_the_timeout_names_it
         assert "raise coordinator.register_timeout in the cluster spec (now 5s)" in outcome.hint
 
     asyncio.run(scenario())
+
+
+def test_a_barrier_call_its_agent_reads_late_keeps_its_callers_timeout_and_is_not_counted_in_a_later_round(
+    tmp_path: Path,
+) -> None:
+    # Soak seed 2548: host 0's agent was stopped for 1.1 s right after `tpuctl barrier --timeout 1.2s` asked
+    # it; when it resumed it took the call with the full 1.2 s again, the caller waited on, and the call
+    # was counted in the round the other hosts' next calls made: that round passed with a call whose
+    # caller's timeout had run out, and host 0's own next call waited alone one round ahead, for good.
+    # Here the requests say they were made seconds ago (`asked_at`), as one sitting in a stopped agent's
+    # socket queue does.
+    import re
+    import time
+
+    def barrier(task: int, timeout: float, asked_ago: float = 0.0) -> dict[str, Any]:
+        args = {"name": "step", "timeout": timeout, "asked_at": time.monotonic() - asked_ago}
+        return call(StateDir(tmp_path / f"host-{task}"), Op.BARRIER, args, timeout=timeout + 30)
+
+    async def scenario() -> None:
+        agents, recorders, runs = await start_cluster(tmp_path)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.outcome for r in recorders)), DEADLINE_S)
+            # 0.5 s of its 5.5 s left: it waits that long, not 5.5 s, and the others' round (1.5 s later) does
+            # not pass with it.
+            started = time.monotonic()
+            stale = asyncio.create_task(asyncio.to_thread(barrier, 1, 5.5, 5.0))
+            await asyncio.sleep(1.5)
+            others = [asyncio.create_task(asyncio.to_thread(barrier, t, 20.0)) for t in (0, 2, 3)]
+            with pytest.raises(TpuctlError) as timed_out:
+                await asyncio.wait_for(stale, DEADLINE_S)
+            assert timed_out.value.exit_code == 4, timed_out.value
+            assert re.search(r"barrier 'step' #1 timed out after 0\.[345] s", timed_out.value.message), timed_out.value
+            assert time.monotonic() - started < 5.0  # its own 0.5 s and the session's 1 s grace, not 5.5 s
+            await asyncio.sleep(0.5)
+            assert not any(o.done() for o in others)  # #2 waits for host 1's next call
+            mine = await asyncio.to_thread(barrier, 1, 20.0)
+            passed = await asyncio.wait_for(asyncio.gather(*others), DEADLINE_S)
+            assert {BarrierPassed.from_json(p) for p in [mine, *passed]} == {BarrierPassed("step", 2, HOSTS)}
+
+            # Past its timeout already: answered at once, and counted nowhere (the next round is #3).
+            with pytest.raises(TpuctlError) as late:
+                await asyncio.to_thread(barrier, 1, 1.2, 5.0)
+            assert late.value.exit_code == 4
+            assert "barrier 'step': this host's agent took the call 5.0 s after it was made, past its timeout of " \
+                "1.2 s (the agent was busy or stopped); it was not counted" in late.value.message
+            passed = await asyncio.wait_for(
+                asyncio.gather(*(asyncio.to_thread(barrier, t, 20.0) for t in range(HOSTS))), DEADLINE_S
+            )
+            assert {BarrierPassed.from_json(p) for p in passed} == {BarrierPassed("step", 3, HOSTS)}
+        finally:
+            await stop_cluster(agents, runs)
+
+    asyncio.run(scenario())

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -251,7 +252,12 @@ def test_barrier_without_timeout_does_not_read_agent_json(agent: FakeAgent, tmp_
     )
     assert "CODE=0" in proc.stdout, proc.stdout + proc.stderr
     assert "barrier 'step' #1 passed (1 hosts)" in proc.stderr
-    assert agent.requests == [{"op": "barrier", "args": {"name": "step", "timeout": None}}]
+    (request,) = agent.requests
+    args = request["args"]
+    assert isinstance(args, dict)
+    asked_at = args.pop("asked_at")  # the timeout counts from when it asked (this host's clock)
+    assert isinstance(asked_at, float) and 0 < time.monotonic() - asked_at < 60
+    assert request == {"op": "barrier", "args": {"name": "step", "timeout": None}}
 
 
 # tpuctl's own modules each plain form loads (each costs about 0.1 ms: finding, reading and unmarshalling a

@@ -262,3 +262,29 @@ def test_an_instance_passes_only_with_every_host_there_and_the_next_full_round_p
     assert len(joined) == 1
     (barrier,) = joined
     assert state.barrier_outcome(barrier, now=now + 1.0) == barrier.instance
+
+
+def test_what_became_of_a_call_whose_answer_was_lost_is_its_instances_outcome_while_it_still_counts() -> None:
+    """A host whose session broke before its answer came asks by its request id (and its registration's
+    incarnation): passed (the number), failed (raises that failure), open, or no longer counted (withdrawn
+    with its stream, or another call of the host's took its place: None)."""
+    state = new_state(2)
+    t0, t1 = register(state, range(2))
+    state.barrier_arrive(t1, "sync", 60.0, now=0.0, request_id=5)
+    passed = state.barrier_arrive(t0, "sync", 60.0, now=1.0, request_id=7)
+    assert state.call_outcome(t0, "sync", 7, now=2.0) == 1  # passed: the answer the stream lost
+    assert state.call_outcome(t0, "sync", 8, now=2.0) is None  # not that call's id
+    assert state.call_outcome(t1, "sync", 7, now=2.0) is None  # nor that host's
+    assert state.call_outcome(t0, "other", 7, now=2.0) is None  # nor that name's
+    assert passed == BarrierId("sync", 1)
+
+    second = state.barrier_arrive(t0, "sync", 60.0, now=3.0, request_id=9)  # #2, open
+    assert state.call_outcome(t0, "sync", 7, now=3.0) is None  # a later call took its place
+    assert state.call_outcome(t0, "sync", 9, now=3.0) == Pending(63.0)
+    withdrawn(state, t0, second, now=4.0)  # its stream ended: withdrawn
+    assert state.call_outcome(t0, "sync", 9, now=4.0) is None  # its retry joins #2 again
+    assert state.barrier_arrive(t0, "sync", 1.0, now=5.0, request_id=10) == BarrierId("sync", 2)
+    with pytest.raises(Refused) as failed:
+        state.call_outcome(t0, "sync", 10, now=7.0)  # #2 timed out without task 1
+    assert failed.value.reason is Reason.TIMED_OUT
+    assert state.call_outcome(t0, "sync", 0, now=7.0) is None  # 0: no request id, never a call's

@@ -22,7 +22,15 @@ from tpuctl.agent.control import Op
 from tpuctl.agent.controlserver import Progress
 from tpuctl.agent.protocol import BarrierPassed, ProtocolError
 from tpuctl.coordination.values import MAX_NAME_CHARS
-from tpuctl.errors import ClusterError, CoordinatorUnreachable, GenerationOver, InputError, StateError, TpuctlError
+from tpuctl.errors import (
+    ClusterError,
+    CoordinatorUnreachable,
+    DeadlineError,
+    GenerationOver,
+    InputError,
+    StateError,
+    TpuctlError,
+)
 from tpuctl.preemption.notice import MAX_REASON, source_problem
 
 if TYPE_CHECKING:
@@ -38,6 +46,7 @@ PROGRESS_RPC_S = 3.0  # where a barrier stands, for its progress line
 GOODPUT_RPC_S = 5.0  # the coordinator's goodput ledger, for `tpuctl goodput` (whose own call waits 10 s)
 DUMP_TIMEOUT_S = 10.0  # how long the hosts have to answer `tpuctl dump` (the service's default too)
 DUMP_MARGIN_S = 5.0  # ... and the report's way back
+MAX_ASKED_AGO_S = 8 * 86400.0  # a barrier caller's `asked_at` further back is not this host's clock (timeouts: 7 days at most)
 
 
 class ServedAgent(Protocol):
@@ -181,9 +190,19 @@ class LocalCommands:
         timeout = _seconds(args.get("timeout") or None, agent.description.barrier_timeout)
         generation = args.get("generation")
         generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
-        await progress(deadline=timeout)  # the caller waits for the answer that long (and a margin)
-        waiter = asyncio.create_task(agent.barrier(name, timeout, generation))
-        started = time.monotonic()
+        # The caller's timeout counts from when it asked, not from when this agent got to the request: an
+        # agent that was stopped or busy meanwhile must not stretch it, or the call would outlive its
+        # caller's timeout and be counted in a round the other hosts' next calls make.
+        started = _asked_at(args.get("asked_at"))
+        left = timeout - (time.monotonic() - started)
+        if left <= 0:
+            raise DeadlineError(
+                f"barrier {name!r}: this host's agent took the call {time.monotonic() - started:.1f} s after it "
+                f"was made, past its timeout of {timeout:.1f} s (the agent was busy or stopped); it was not counted",
+                hint=f"a retry is safe: this host's next call to {name!r} joins the round the other hosts are in",
+            )
+        await progress(deadline=left)  # the caller waits for the answer that long (and a margin)
+        waiter = asyncio.create_task(agent.barrier(name, left, generation))
         try:
             while True:
                 done, _ = await asyncio.wait({waiter}, timeout=PROGRESS_EVERY_S)
@@ -291,6 +310,16 @@ def known_tasks(info: AgentInfo, failures: Sequence[Failure], unreachable: str) 
             }
         )
     return rows
+
+
+def _asked_at(value: object) -> float:
+    """When the caller asked (its ``asked_at``: ``time.monotonic()`` on this host), else now. A value
+    that cannot be this host's clock (ahead of it, or further back than the longest timeout: a caller in
+    another time namespace) counts as now, so it never shortens a call it cannot judge."""
+    now = time.monotonic()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and now - MAX_ASKED_AGO_S <= value <= now:
+        return float(value)
+    return now
 
 
 def _seconds(value: object, default: float) -> float:

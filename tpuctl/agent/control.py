@@ -41,7 +41,9 @@ class Op:
     enum: ``enum`` is not imported on the light path)."""
 
     BARRIER = "barrier"
-    """Wait at a named barrier: args ``name``, ``timeout``; answers :class:`~tpuctl.agent.protocol.BarrierPassed`."""
+    """Wait at a named barrier: args ``name``, ``timeout``, ``asked_at`` (the caller's ``time.monotonic()`` when
+    it asked: the timeout counts from then, however late the agent reads the request); answers
+    :class:`~tpuctl.agent.protocol.BarrierPassed`."""
     STATUS = "status"
     """The cluster as the coordinator sees it (a status document, as ``tpuctl status --json``)."""
     DOWN = "down"

@@ -91,6 +91,7 @@ def run_barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | No
     generation = os.environ.get("TPUCTL_GENERATION", "")  # a job's: refused once its generation is over
     if generation.isascii() and generation.isdigit() and len(generation) < 10:
         args["generation"] = int(generation)
+    args["asked_at"] = time.monotonic()  # the timeout counts from here, however long the agent takes to read it
     wait = ACCEPT_TIMEOUT_S if seconds is None else seconds + DEADLINE_MARGIN_S
     answer = ask(state, Op.BARRIER, args, timeout=wait).answer(progress=None if quiet else say)
     passed = _barrier_passed(answer)

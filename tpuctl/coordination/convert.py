@@ -19,8 +19,10 @@ from tpuctl.coordination.values import (
     ClusterFailure,
     ClusterStatus,
     FailedBarrier,
+    Gathered,
     Membership,
     OpenBarrier,
+    Pending,
     Reason,
     Registration,
     RegistrationProgress,
@@ -229,6 +231,16 @@ def rendezvous_progress_response(found: RendezvousProgress | None) -> pb.Rendezv
         seconds_left=found.seconds_left,
         done=found.done,
     )
+
+
+def call_outcome_response(outcome: int | Gathered | Pending | None) -> pb.RendezvousProgressResponse:
+    """What became of an arrival (``CoordinationState.call_outcome``): not counted, open, or passed."""
+    if outcome is None:
+        return pb.RendezvousProgressResponse()
+    if isinstance(outcome, Pending):
+        return pb.RendezvousProgressResponse(found=True, counted=True)
+    instance = outcome.instance if isinstance(outcome, Gathered) else outcome
+    return pb.RendezvousProgressResponse(found=True, counted=True, done=True, passed=True, instance=instance)
 
 
 def rendezvous_progress(

@@ -28,7 +28,9 @@ arrival back. An instance left with no arrival is dropped: the next call opens i
 deadline. The deadline stays the first arrival's otherwise (as TSL's coordination service: a later
 arrival's shorter timeout does not shorten it for everyone): a host that will not wait as long
 withdraws when its own timeout runs out, and the others wait, for it, until theirs. So every host whose
-call counts in an instance hears the same outcome, and a host that withdrew hears that it did.
+call counts in an instance hears the same outcome, and a host that withdrew hears that it did. A host whose
+session broke before its answer came asks what became of its call (``call_outcome``, by the caller's
+token given at ``arrive``): its instance's outcome while it still counts, else None.
 
 Cost: O(1) per arrival and per withdrawal (the missing set is a linked list, ``taskset.Missing``; the
 floor is per series, so
@@ -122,6 +124,9 @@ class Rendezvous:
         self._woken = woken
         self._calls: dict[tuple[RendezvousKind, str, int], int] = {}
         """The instance each task's latest call to a series joined."""
+        self._callers: dict[tuple[RendezvousKind, str, int], object] = {}
+        """Who made each task's latest counted call, when it said (its session and request id): a host
+        whose session broke before the answer came asks what became of that call (``call_outcome``)."""
         self._instances: dict[BarrierId, _Instance] = {}
         self._open: set[BarrierId] = set()
         self._dropped_below: dict[tuple[RendezvousKind, str], int] = {}
@@ -149,8 +154,10 @@ class Rendezvous:
         disconnected: Collection[int],
         failure: ClusterFailure | None,
         now: float,
+        caller: object = None,
     ) -> BarrierId:
-        """Count the caller's next call to ``name``; ``timeout`` 0 means ``default_timeout``."""
+        """Count the caller's next call to ``name``; ``timeout`` 0 means ``default_timeout``; ``caller``
+        (hashable, optional) names the call for ``call_outcome``."""
         check_name(f"{kind} name", name)
         check_timeout(kind, timeout)
         if value is not None and len(value) > self.value_limit():
@@ -180,6 +187,10 @@ class Rendezvous:
             self._counters.touched += n
             self._open.add(barrier)
         self._calls[calls] = barrier.instance
+        if caller is None:
+            self._callers.pop(calls, None)
+        else:
+            self._callers[calls] = caller
         assert instance.missing is not None
         if instance.missing.discard(task_id) and instance.values is not None and value is not None:
             instance.values[task_id] = value
@@ -213,6 +224,19 @@ class Rendezvous:
         if verdict is not None:
             raise verdict.refused()
         return Pending(instance.deadline)
+
+    def call_outcome(
+        self, kind: RendezvousKind, task_id: int, name: str, caller: object, *, failure: ClusterFailure | None,
+        now: float,
+    ) -> int | Gathered | Pending | None:  # fmt: skip
+        """What became of the call ``caller`` named (``arrive``), whose answer its host did not get (its
+        session broke): None when it does not count (withdrawn with its session, or never counted: its
+        host's next call joins the instance where the others wait), else its instance's ``outcome`` (a
+        pass; still open; a failure raises). O(1)."""
+        calls = (kind, name, task_id)
+        if caller is None or self._callers.get(calls) != caller:
+            return None
+        return self.outcome(BarrierId(name, self._calls[calls], kind, self._generation), failure=failure, now=now)
 
     def withdraw(
         self, barrier: BarrierId, task_id: int, *, failure: ClusterFailure | None, left: TaskInfo | None = None,
@@ -252,6 +276,7 @@ class Rendezvous:
             instance.values[task_id] = b""
         calls = (barrier.kind, barrier.name, task_id)
         if self._calls.get(calls) == barrier.instance:
+            self._callers.pop(calls, None)
             if barrier.instance > 1:
                 self._calls[calls] = barrier.instance - 1  # its next call joins this instance again
             else:

@@ -387,10 +387,12 @@ class CoordinationServicer:
 
     @_refusals_as_status
     async def RendezvousProgress(self, request: pb.RendezvousProgressRequest, context: Any) -> Answer:
-        found = self._state.rendezvous_progress(
-            convert.task_ref(request.task), request.name, kind=convert.kind(request.kind), now=self._clock()
-        )
+        caller, kind = convert.task_ref(request.task), convert.kind(request.kind)
         self.counters.built += 1
+        if request.request_id:  # what became of an arrival whose answer its session lost
+            outcome = self._state.call_outcome(caller, request.name, request.request_id, kind=kind, now=self._clock())
+            return convert.call_outcome_response(outcome)
+        found = self._state.rendezvous_progress(caller, request.name, kind=kind, now=self._clock())
         return convert.rendezvous_progress_response(found)
 
     @_refusals_as_status

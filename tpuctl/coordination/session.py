@@ -51,6 +51,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tpuctl.coordination")
 
+LOST_ANSWER_S = 2.0
+"""How long a barrier whose answer a broken stream lost asks the service what became of it, at least (its
+own timeout may be longer), while its arrival still counts in an open instance: the service withdraws it
+once it sees the old stream end."""
+LOST_ANSWER_POLL_S = 0.2
+
 
 class Session:
     """One host's session with the coordinator: one stream (``HeartbeatStream``) carries
@@ -281,7 +287,12 @@ class Session:
             left = started + own + WITHDRAW_GRACE_S - time.monotonic()
             done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
             if done:
-                return future.result()
+                try:
+                    return future.result()
+                except CoordinatorUnreachable as broke:
+                    if kind != "barrier" or self._ended is not None or self._reopened == reopened:
+                        raise
+                    return await self._lost_answer(request_id, name, broke, started + own + WITHDRAW_GRACE_S)
             return await self._withdraw(request_id, future, stream, kind, name, own)
         except asyncio.CancelledError:
             if not future.done() and self._call is stream and stream is not None:
@@ -294,6 +305,28 @@ class Session:
         finally:
             if not handed_off:
                 self._forget(request_id, future)
+
+    async def _lost_answer(
+        self, request_id: int, name: str, broke: CoordinatorUnreachable, deadline: float
+    ) -> pb.HeartbeatResponse:
+        """The stream broke under a barrier arrival before its answer came, and a new one is up: ask the
+        service what became of it, by its request id. Passed (the answer was on its way when the stream
+        broke): the instance number, as every host hears. Failed: that failure. No longer counted (the
+        service withdrew it as the stream ended): ``broke``, and the host's next call joins the instance
+        where the others wait. Still counted and open (the service has not seen the old stream end yet):
+        asked again, until ``deadline`` (the call's own) and ``LOST_ANSWER_S`` at least."""
+        deadline = max(deadline, time.monotonic() + LOST_ANSWER_S)
+        while True:
+            try:
+                counted, instance = await self._client.call_outcome(self.membership.task, name, request_id)
+            except CoordinatorUnreachable:
+                raise broke from None
+            if instance is not None:
+                log.info("barrier %s #%d passed as this host's session broke: its answer was asked again", shown(name), instance)
+                return pb.HeartbeatResponse(request_id=request_id, instance=instance)
+            if not counted or time.monotonic() >= deadline:
+                raise broke
+            await asyncio.sleep(LOST_ANSWER_POLL_S)
 
     async def _withdraw(
         self, request_id: int, future: asyncio.Future[pb.HeartbeatResponse], stream: Any, kind: RendezvousKind,

@@ -436,9 +436,10 @@ class CoordinationState:
 
     # --- barriers and gathers ----------------------------------------------------------------------
 
-    def barrier_arrive(self, caller: TaskRef, name: str, timeout: float, *, now: float) -> BarrierId:
-        """Count the caller's next call to ``name``; ``timeout`` 0 means the configured default."""
-        return self._arrive("barrier", caller, name, timeout, None, now)
+    def barrier_arrive(self, caller: TaskRef, name: str, timeout: float, *, now: float, request_id: int = 0) -> BarrierId:
+        """Count the caller's next call to ``name``; ``timeout`` 0 means the configured default;
+        ``request_id`` (not 0: its session's) names the call for ``call_outcome``."""
+        return self._arrive("barrier", caller, name, timeout, None, now, request_id)
 
     def rendezvous_outcome(self, barrier: BarrierId, *, now: float) -> int | Gathered | Pending:
         """A barrier's instance number once it passed, a gather's values once all published (the same
@@ -452,9 +453,11 @@ class CoordinationState:
         assert not isinstance(outcome, Gathered)
         return outcome
 
-    def gather_arrive(self, caller: TaskRef, name: str, value: bytes, timeout: float, *, now: float) -> BarrierId:
+    def gather_arrive(
+        self, caller: TaskRef, name: str, value: bytes, timeout: float, *, now: float, request_id: int = 0
+    ) -> BarrierId:
         """Publish the caller's value to its next call of gather ``name`` (a barrier carrying values)."""
-        return self._arrive("gather", caller, name, timeout, value, now)
+        return self._arrive("gather", caller, name, timeout, value, now, request_id)
 
     def gather_outcome(self, gather: BarrierId, *, now: float) -> Gathered | Pending:
         """Every task's value once all published (the same object for every caller); raises like a barrier."""
@@ -476,6 +479,19 @@ class CoordinationState:
             raise self._table.not_permitted(task)
         left = task.info if task.info.task_id in self._disconnected else None
         return self._rendezvous.withdraw(barrier, caller.task_id, failure=self._failure, left=left, now=now)
+
+    def call_outcome(
+        self, caller: TaskRef, name: str, request_id: int, *, kind: RendezvousKind = "barrier", now: float
+    ) -> int | Gathered | Pending | None:
+        """What became of the caller's arrival sent with ``request_id`` on its session (the stream broke
+        before the answer came): None if it no longer counts, else its instance's outcome (a failure
+        raises). Request ids are per session, and a session is one registration: the caller's
+        incarnation with the id names one call. O(1)."""
+        self._live(caller)
+        return self._rendezvous.call_outcome(
+            kind, caller.task_id, name, (caller.incarnation, request_id) if request_id else None,
+            failure=self._failure, now=now,
+        )  # fmt: skip
 
     def rendezvous_progress(
         self, caller: TaskRef, name: str, *, kind: RendezvousKind = "barrier", now: float
@@ -555,8 +571,9 @@ class CoordinationState:
     # --- internals ---------------------------------------------------------------------------------
 
     def _arrive(
-        self, kind: RendezvousKind, caller: TaskRef, name: str, timeout: float, value: bytes | None, now: float
-    ) -> BarrierId:
+        self, kind: RendezvousKind, caller: TaskRef, name: str, timeout: float, value: bytes | None, now: float,
+        request_id: int,
+    ) -> BarrierId:  # fmt: skip
         self._live(caller)
         self._took_part.add(caller.task_id)
         return self._rendezvous.arrive(
@@ -569,6 +586,7 @@ class CoordinationState:
             disconnected=self._disconnected,
             failure=self._failure,
             now=now,
+            caller=(caller.incarnation, request_id) if request_id else None,
         )
 
     def _task(self, task_id: int) -> TaskRecord:

@@ -224,7 +224,9 @@ class StreamAnswers:
         """A barrier arrival on a session: answered at once when decided, else when its key is woken (a
         pass, a failure) or at its deadline. Refusals answer the arrival; the stream goes on."""
         try:
-            barrier = self._state.barrier_arrive(caller, arrival.name, arrival.timeout_seconds, now=self._clock())
+            barrier = self._state.barrier_arrive(
+                caller, arrival.name, arrival.timeout_seconds, now=self._clock(), request_id=arrival.request_id
+            )
         except Refused as refused:
             session.send(wire.outcome_refused(arrival.request_id, refused))
             return
@@ -234,8 +236,9 @@ class StreamAnswers:
         """A gather arrival on a session: as a barrier's, answered with the table every host gets."""
         try:
             gather = self._state.gather_arrive(
-                caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock()
-            )
+                caller, arrival.name, arrival.value, arrival.timeout_seconds, now=self._clock(),
+                request_id=arrival.request_id,
+            )  # fmt: skip
         except Refused as refused:
             session.send(wire.outcome_refused(arrival.request_id, refused))
             return

@@ -1429,8 +1429,16 @@ class RendezvousProgressRequest(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: Global___RendezvousKind.ValueType
+    request_id: _builtins.int
+    """Not 0: what became of the caller's arrival sent with this `request_id` on its session stream (the
+    stream broke before its answer came), instead of where its latest call stands. Answered with
+    `counted` (the arrival still counts: its stream's end did not withdraw it, nor did a later call take
+    its place) and, if it does, `instance`, `done` and `passed`; an instance that failed is answered as
+    the arrival's own refusal would have been: this call's status.
+    """
     @_builtins.property
     def task(self) -> Global___TaskRef: ...
     def __init__(
@@ -1439,10 +1447,11 @@ class RendezvousProgressRequest(_message.Message):
         task: Global___TaskRef | None = ...,
         name: _builtins.str = ...,
         kind: Global___RendezvousKind.ValueType = ...,
+        request_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "request_id", b"request_id", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1459,6 +1468,8 @@ class RendezvousProgressResponse(_message.Message):
     MISSING_FIELD_NUMBER: _builtins.int
     SECONDS_LEFT_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
+    COUNTED_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
     found: _builtins.bool
     """False: the caller never called this name."""
     instance: _builtins.int
@@ -1468,6 +1479,10 @@ class RendezvousProgressResponse(_message.Message):
     seconds_left: _builtins.float
     done: _builtins.bool
     """The instance is decided (passed, timed out or failed)."""
+    counted: _builtins.bool
+    """With `RendezvousProgressRequest.request_id`: that arrival is the caller's latest counted call."""
+    passed: _builtins.bool
+    """With `counted`: its instance passed (`instance` is its number)."""
     @_builtins.property
     def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
         """The first (lowest-id) tasks that have not arrived, at most 10."""
@@ -1482,10 +1497,12 @@ class RendezvousProgressResponse(_message.Message):
         missing: _abc.Iterable[Global___TaskInfo] | None = ...,
         seconds_left: _builtins.float = ...,
         done: _builtins.bool = ...,
+        counted: _builtins.bool = ...,
+        passed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "done", b"done", "found", b"found", "instance", b"instance", "missing", b"missing", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "counted", b"counted", "done", b"done", "found", b"found", "instance", b"instance", "missing", b"missing", "passed", b"passed", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

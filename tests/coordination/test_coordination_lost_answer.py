@@ -1,0 +1,104 @@
+"""A barrier whose session broke just as its instance passed learns that it passed, over real gRPC on
+127.0.0.1 (protocol v13's ``RendezvousProgressRequest.request_id``).
+
+The service answered the arrival (the instance passed with this host counted) but the stream broke before
+the answer was read. Before, the call failed with the broken session's error (``tpuctl barrier`` exit 3)
+though the round had passed for every host with this one in it, and the host's retry joined the next
+instance, where it waited alone. Now the session asks the service what became of the arrival, by its
+request id, once a new stream is up: passed (its number), failed (that failure), or no longer counted
+(withdrawn as the old stream ended: the break's error, and the retry meets the others).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+from coordination_harness import make_config, run, serving
+from test_coordination_session import close, sessions
+from test_coordination_withdraw import _is, arrived, until
+
+from tpuctl.coordination.session import Session
+from tpuctl.errors import CoordinatorUnreachable
+from tpuctl.proto import coordination_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class LostAnswer:
+    """Once armed, the stream of ``victim`` breaks (UNAVAILABLE) as the next answer of the kind chosen comes,
+    unread: the answer to a barrier arrival that passed (``passed``), or a heartbeat confirmation (the
+    instance still open). ``lost``: the request ids whose answer was lost (0 for a confirmation)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, victim: Session, *, passed: bool) -> None:
+        self.lost: list[int] = []
+        self.armed = False
+        read = Session._read
+        outer = self
+
+        class Lossy:
+            def __init__(self, call: Any) -> None:
+                self._call = call
+
+            def __getattr__(self, attr: str) -> Any:
+                return getattr(self._call, attr)
+
+            async def read(self) -> Any:
+                response = await self._call.read()
+                if outer.armed and not outer.lost and isinstance(response, pb.HeartbeatResponse):
+                    answer = bool(response.request_id and response.instance)
+                    if answer if passed else not response.request_id:
+                        outer.lost.append(response.request_id)
+                        metadata = grpc.aio.Metadata()
+                        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, metadata, metadata, "Stream removed")
+                return response
+
+        async def lossy_read(session: Session, call: Any) -> Any:
+            return await read(session, Lossy(call) if session is victim else call)
+
+        monkeypatch.setattr(Session, "_read", lossy_read)
+
+
+def test_a_barrier_whose_stream_breaks_as_it_passes_is_told_it_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body() -> None:
+        async with serving(make_config(3)) as cluster:
+            opened, runs = await sessions(cluster)
+            lossy = LostAnswer(monkeypatch, opened[0], passed=True)
+            lossy.armed = True
+            try:
+                others = [asyncio.create_task(s.barrier("sync", timeout=20.0)) for s in opened[1:]]
+                await until(lambda: _is(arrived(cluster.clients[0], "sync"), (1, 2)), "hosts 1 and 2 at #1")
+                assert await asyncio.wait_for(opened[0].barrier("sync", timeout=20.0), 30) == 1
+                assert len(lossy.lost) == 1  # its answer was lost with the stream, and asked again
+                assert await asyncio.gather(*others) == [1, 1]
+                # in step: the next round passes on every host at #2
+                assert await asyncio.gather(*(s.barrier("sync", timeout=20.0) for s in opened)) == [2, 2, 2]
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_barrier_whose_stream_breaks_while_it_waits_is_withdrawn_and_says_the_session_broke(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            opened, runs = await sessions(cluster)
+            lossy = LostAnswer(monkeypatch, opened[0], passed=False)
+            try:
+                waiting = asyncio.create_task(opened[0].barrier("sync", timeout=20.0))
+                await until(lambda: _is(arrived(cluster.clients[1], "sync"), (0,)), "host 0 at #1")
+                lossy.armed = True  # the next heartbeat confirmation is lost with the stream
+                with pytest.raises(CoordinatorUnreachable, match="broke while the call waited"):
+                    await asyncio.wait_for(waiting, 30)
+                assert lossy.lost == [0]
+                await until(lambda: _is(arrived(cluster.clients[1], "sync"), None), "host 0's arrival withdrawn")
+                both = [opened[0].barrier("sync", timeout=20.0), opened[1].barrier("sync", timeout=20.0)]
+                assert await asyncio.gather(*both) == [1, 1]  # its retry meets host 1 at #1
+            finally:
+                await close(runs)
+
+    run(body())
