@@ -53,3 +53,13 @@ def test_init_spare_exits_2_before_anything_starts(tmp_path: Path, capsys: pytes
     assert exit_info.value.code == 2
     assert "--spare, but this host is task 1 (10.0.0.2), one of the cluster's hosts (tasks 0 to 3)" in err
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+def test_init_says_a_spare_stands_by() -> None:
+    from tpuctl.cli.init import _summary_line
+
+    summary = {"cluster": "pod-a", "task": 6, "address": "10.0.1.1", "pid": 42, "role": "standby", "generation": 3}
+    assert _summary_line(summary) == (
+        "tpuctl: cluster 'pod-a': task 6 (10.0.1.1) standing by in generation 3: it takes a lost slice's place when "
+        "the cluster needs it; agent pid 42"
+    )

@@ -118,6 +118,12 @@ class _StderrReporter(Reporter):
 
 
 def _summary_line(summary: Mapping[str, object]) -> str:
+    if summary.get("role") == "standby":
+        return (
+            f"tpuctl: cluster {summary.get('cluster')!r}: task {summary.get('task')} ({summary.get('address')}) standing "
+            f"by in generation {summary.get('generation')}: it takes a lost slice's place when the cluster needs it; "
+            f"agent pid {summary.get('pid')}"
+        )
     return (
         f"tpuctl: cluster {summary.get('cluster')!r} up: task {summary.get('task')} of {summary.get('num_hosts')}, "
         f"{summary.get('accelerator')} ({summary.get('topology_name')}), {summary.get('num_local_devices')} local "
