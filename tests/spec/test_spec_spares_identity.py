@@ -29,7 +29,7 @@ def test_a_spare_is_found_by_its_address_and_by_its_task_id() -> None:
     assert (found.task_id, found.reason) == (5, "this host is spares[1] (10.0.1.2)")
     assert identify(spec, task_id=4, environ={}, local_names=frozenset()).task_id == 4
     assert identify(spec, task_id=None, environ={"TPUCTL_TASK_ID": "5"}, local_names=frozenset()).task_id == 5
-    with pytest.raises(InputError, match="--task-id 6 is out of range: c.yaml has 4 hosts and 2 spares, tasks 0 to 5"):
+    with pytest.raises(InputError, match=r"--task-id 6 is out of range: c\.yaml has 4 hosts and 2 spares, tasks 0 to 5"):
         identify(spec, task_id=6, environ={}, local_names=frozenset())
     check_spare(spec, 4)  # a spare: fine
 

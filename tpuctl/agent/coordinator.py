@@ -118,4 +118,4 @@ def client_tls(tls: TlsSpec | None) -> ClientTls | None:
     return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
 
 
-__all__ = ["service_config", "check_tls", "client_tls", "connect", "load_token", "start_service"]
+__all__ = ["check_tls", "client_tls", "connect", "load_token", "service_config", "start_service"]

@@ -270,9 +270,9 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
     lines.append("")
     tasks = result.get("tasks", [])
     roles = any("role" in task for task in tasks)  # spares or policy elastic: a host's role and rank
-    rows = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT") + (("ROLE", "RANK") if roles else ())]
+    rows: list[tuple[str, ...]] = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT") + (("ROLE", "RANK") if roles else ())]
     for task in tasks:
-        row = (
+        row: tuple[str, ...] = (
             str(task.get("task")),
             str(task.get("state")),
             str(task.get("address") or "-"),
