@@ -879,11 +879,12 @@ class Agent:
     # --- descriptions ----------------------------------------------------------------------------
 
     def _info(self, job_ports: JobPorts) -> AgentInfo:
-        spec = self.spec
+        spec = self.generation_spec  # the generation's hosts in rank order (the spec's own without a plan)
         return AgentInfo(
             pid=os.getpid(),
             cluster=spec.cluster,
             task=self.task,
+            rank=self.rank if self.rank != self.task else None,
             address=self.options.address,
             num_tasks=len(spec.hosts),
             hosts=tuple(spec.hosts),
