@@ -154,3 +154,17 @@ def test_an_error_no_health_line_says_is_still_printed_once() -> None:
     mine = "coordinator at 127.0.0.2:8476 unreachable/frozen: no heartbeat confirmed for 3.1 s"
     text = render_status(doc([row(0), row(1), row(2, "failed", cause="reported an error: OOM")], error=mine))
     assert text.count(mine) == 1 and text.count("reported an error: OOM") == 1, text
+
+
+def test_roles_ranks_the_plan_and_the_spares_when_the_service_sends_them() -> None:
+    """Spares and policy elastic (issue 26): a ROLE and RANK column, the plan, and a spares section; a
+    document without them (an older service) renders as before."""
+    tasks = [row(0, role="member", rank=0), row(1, role="standby", rank=None), row(2, role="member", rank=1)]
+    text = render_status(doc(tasks, plan="roster slices 0, 2", spares=[{"slice": 1, "tasks": [1], "ready": True}]))
+    header = next(line for line in text.splitlines() if line.startswith("TASK"))
+    assert header.split() == ["TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT", "ROLE", "RANK"]
+    assert [line.split()[-2:] for line in host_rows(text)] == [["member", "0"], ["standby", "-"], ["member", "1"]]
+    assert "plan         roster slices 0, 2" in text.splitlines()
+    assert text.splitlines()[-2:] == ["spares", "  roster slice 1 (tasks 1): ready; can replace any slice"]
+    plain = render_status(doc([row(0), row(1)]))
+    assert "ROLE" not in plain and "spares" not in plain and "plan " not in plain

@@ -40,6 +40,7 @@ def test_every_variable_for_task_2_of_a_v4_32() -> None:
     assert env.set == {
         "TPUCTL_MAPPING": "/run/tpuctl/mapping.json",
         "TPUCTL_TASK_ID": "2",
+        "TPUCTL_RANK": "2",
         "TPUCTL_CLUSTER": "pod-a",
         "TPUCTL_GENERATION": "1",
         "TPUCTL_STATE_DIR": "/run/tpuctl",

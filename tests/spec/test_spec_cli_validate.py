@@ -135,3 +135,16 @@ def test_through_the_real_entry_point(spec: Path, capsys: pytest.CaptureFixture[
         main(["validate", "--config", str(spec.parent / "missing.yaml")])
     assert info.value.code == 2
     assert "tpuctl: error: cannot read cluster spec" in capsys.readouterr().err
+
+
+def test_spares_and_elastic(spec: Path) -> None:
+    """A spec with spares and policy elastic says so; its mistakes are problems with their positions."""
+    head = "cluster: pod-a\naccelerator: v4-16\nnum_slices: 3\nbackend: sim\nhosts: [h0, h1, h2, h3, h4, h5]\n"
+    spec.write_text(head + "spares: [s0, s1]\nrestart: {policy: elastic, min_slices: 2}\n")
+    code, out, err, _ = run("--config", str(spec))
+    assert (code, out, err) == (0, f"{spec}: ok: pod-a v4-16 (2x2x2) x 3 slices, 6 hosts + 2 spares, backend sim\n", "")
+    spec.write_text(head + "spares: [s0]\nrestart: {policy: elastic, min_slices: 5}\n")
+    code, out, err, _ = run("--config", str(spec))
+    assert code == 2 and out == ""
+    assert [line.split(": ")[1] for line in err.splitlines()[:2]] == ["spares", "restart.min_slices"]
+    assert err.splitlines()[2] == f"{spec}: 2 problems"

@@ -51,7 +51,7 @@ hosts: [h0, h1, h2, h3]
 zone: us-central2-b
 """,
         [
-            "c.yaml:5:1: zone: unknown key; expected one of cluster, accelerator, generation, topology, chips_per_host, num_slices, megacore, device_kind, backend, hosts, coordinator, barrier_timeout, meshes, output, auth, restart, watchdog, metrics, log_format, preemption",
+            "c.yaml:5:1: zone: unknown key; expected one of cluster, accelerator, generation, topology, chips_per_host, num_slices, megacore, device_kind, backend, hosts, coordinator, barrier_timeout, meshes, output, auth, restart, watchdog, metrics, log_format, preemption, spares",
         ],
     ),
     (

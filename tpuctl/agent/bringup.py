@@ -49,7 +49,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from tpuctl.agent.blackbox import DumpTaker
 from tpuctl.agent.commands import LocalCommands
@@ -76,7 +76,7 @@ from tpuctl.watchdog.judge import Verdict
 
 if TYPE_CHECKING:
     from tpuctl.agent.metadata_watch import KeyWatch
-    from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.client import CoordinationClient, Registering
     from tpuctl.coordination.server import CoordinationServer
     from tpuctl.coordination.service import CoordinationServicer
     from tpuctl.coordination.values import ClusterFailure, ClusterStatus, RendezvousProgress
@@ -143,6 +143,13 @@ class Agent:
         """Preemption notices: this host's own, every host's as the coordinator pushes them, the agreement."""
         self._sigterm = False  # a first SIGTERM raised a notice; a second one leaves at once
         self._watches: list[KeyWatch] = []  # the GCE metadata watch's threads
+        self.standby = False  # registered into the current generation without being one of its members
+        self.generation_spec = self.spec  # the current generation's spec (``tpuctl.spec.elastic.for_plan``)
+        self.rank = self.task  # this host's process rank in it
+        from tpuctl.spec import hostenv
+        from tpuctl.spec.elastic import host_shape
+
+        self.shape = host_shape(self.spec, hostenv.environ())  # what this host's backend reports about its slice
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -315,17 +322,23 @@ class Agent:
         # Registered on the session's stream: it heartbeats from then on, since waiting for late hosts can
         # take longer than the heartbeat timeout.
         assert self.client is not None  # made by the bring-up
+        # What this host's backend found about its slice, and whether it is a spare: the service refuses a
+        # shape that differs from the cluster's (Reason.SHAPE_MISMATCH, exit 2) and places a spare as standby.
+        registering: Registering = {
+            "incarnation": self.incarnation,
+            "hostname": socket.gethostname(),
+            "connect_timeout": wait,
+            "generation": self._last_generation,
+            "previous_credential": self._previous_credential,
+            "answered_before": self.current is not None,  # this process registered before: the coordinator was up
+        }
+        cast("dict[str, object]", registering).update(slice_shape=self.shape, spare=spec.is_spare(task))
         session = await self.client.open_session(
             spec.cluster,
             task,
-            incarnation=self.incarnation,
-            hostname=socket.gethostname(),
-            connect_timeout=wait,
-            generation=self._last_generation,
-            previous_credential=self._previous_credential,
-            answered_before=self.current is not None,  # this process registered before: the coordinator was up
             interval=spec.coordinator.heartbeat_interval,
             give_up_after=spec.coordinator.heartbeat_timeout,
+            **registering,
         )
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
         session.on_verdict = self._on_verdict
@@ -360,8 +373,28 @@ class Agent:
         return None
 
     async def _form_steps(self, gen: Generation, wait: float) -> None:
-        spec, task = self.spec, self.task
+        task = self.task
         generation = gen.number
+        membership = gen.membership
+        if membership.standby:
+            await self._stand_by(gen)
+            return
+        self.standby = False
+        spec = self.spec
+        rank = task
+        task_ids: list[int] | None = None
+        runs: tuple[tuple[int, int], ...] = ()
+        if membership.plan is not None:  # a generation of its own plan: members in rank order, its slice count
+            from tpuctl.spec.elastic import for_plan, roster_of
+
+            roster = roster_of(spec)
+            spec = for_plan(self.spec, membership.plan)
+            placed = membership.plan.rank_of(task, roster)
+            if placed is None:
+                raise ClusterError(f"task {task}: generation {generation}'s plan ({membership.plan.describe()}) "
+                                   "leaves this host out, but the coordinator did not say it stands by")  # fmt: skip
+            rank, task_ids, runs = placed, membership.plan.members(roster), membership.plan.runs
+        self.generation_spec, self.rank = spec, rank
         g = f" (generation {generation})" if generation > 1 else ""
         self.reporter.phase("waiting for every host", wait)
         self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{g}; waiting for every host")
@@ -378,11 +411,13 @@ class Agent:
         mapping, job_ports = await merge(
             gen.session,
             spec,
-            task,
-            await local_core_ids(spec, task, self.reporter.progress),
+            rank,
+            await local_core_ids(spec, rank, self.reporter.progress),
             incarnation=self.service_incarnation,
             generation=generation,
             progress=self.reporter.progress,
+            task_ids=task_ids,
+            plan=runs,
         )
         gen.pending = write_pending(self.options.output, mapping)
         self.reporter.progress(f"task {task}: wrote {self.options.output} (pending until every host has)")
@@ -404,12 +439,29 @@ class Agent:
         self.rejoining = None
         self.failures = ()  # what ended the last generation is history now (``history``), not this one's cause
         self.formed = generation
-        self.progress.start(generation, len(spec.hosts), gen.session.report_pace)
+        self.progress.start(generation, len(spec.hosts), gen.session.report_pace)  # the generation's hosts
         self.progress.checkpoints.start(generation, gen.session.report_checkpoint)
         self.history.append({"generation": generation, "formed": time.time(), "ended": None, "cause": None})
         del self.history[: -(spec.restart.max_restarts + 2)]
         if generation > 1:
             log.info("task %d: generation %d formed", task, generation)
+        self.notify()
+
+    async def _stand_by(self, gen: Generation) -> None:
+        """This host registered into generation ``gen`` but is not one of its members (a spare, or a host of a
+        slice the generation left out): it heartbeats and watches for the generation's end, when it registers
+        again and may be chosen (``_generations``). Init reports it stands by and exits 0."""
+        self.standby = True
+        self.job_env = None
+        self.cluster_formed = True  # init reports it stands by and exits: this agent is the cluster's from here
+        gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{gen.number}"))
+        plan = gen.membership.plan
+        where = f" ({plan.describe()})" if plan is not None else ""
+        self.reporter.progress(
+            f"task {self.task}: standing by in generation {gen.number}{where}: this host takes a lost slice's place "
+            "when the cluster needs it"
+        )
+        log.info("task %d: standing by in generation %d%s", self.task, gen.number, where)
         self.notify()
 
     async def _leave_generation(self, end: GenerationEnd) -> None:
@@ -827,11 +879,12 @@ class Agent:
     # --- descriptions ----------------------------------------------------------------------------
 
     def _info(self, job_ports: JobPorts) -> AgentInfo:
-        spec = self.spec
+        spec = self.generation_spec  # the generation's hosts in rank order (the spec's own without a plan)
         return AgentInfo(
             pid=os.getpid(),
             cluster=spec.cluster,
             task=self.task,
+            rank=self.rank if self.rank != self.task else None,
             address=self.options.address,
             num_tasks=len(spec.hosts),
             hosts=tuple(spec.hosts),
@@ -878,6 +931,7 @@ class Agent:
             "mapping": str(self.options.output),
             "state_dir": str(self.options.state.path),
             "pid": os.getpid(),
+            **({"role": "standby", "generation": self.generation} if self.standby else {}),  # type: ignore[typeddict-item]
         }
 
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from tpuctl.coordination.client import CoordinationClient
     from tpuctl.coordination.server import CoordinationServer
     from tpuctl.coordination.tls import ClientTls
+    from tpuctl.coordination.values import ServiceConfig
 
 
 def load_token(spec: ClusterSpec) -> str | None:
@@ -22,6 +23,30 @@ def load_token(spec: ClusterSpec) -> str | None:
     from tpuctl.coordination.auth import load_token as read_token
 
     return read_token(spec.auth.token_file)
+
+
+def service_config(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> ServiceConfig:
+    """The coordination service's configuration for the spec: every roster host (hosts, then spares), the
+    roster's slices and the cluster's slice shape (a spare must match it), the restart policy."""
+    from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
+    from tpuctl.spec.elastic import cluster_shape, roster_of
+
+    restart = spec.restart
+    return ServiceConfig(
+        cluster=spec.cluster,
+        tasks=tuple(TaskSpec(address=h) for h in spec.roster_hosts),
+        heartbeat_timeout=spec.coordinator.heartbeat_timeout,
+        register_timeout=spec.coordinator.register_timeout,
+        barrier_timeout=spec.barrier_timeout,
+        token=token,
+        restart=RestartPolicy(
+            restart.rejoin, restart.timeout, restart.max_restarts, elastic=restart.elastic, min_slices=spec.min_slices
+        ),
+        roster=roster_of(spec),
+        slice_shape=cluster_shape(spec),
+        first_generation=first_generation,
+        watchdog=spec.watchdog,
+    )
 
 
 async def start_service(
@@ -37,19 +62,8 @@ async def start_service(
     ``started``: when task 0's init started (wall seconds; default: now), the ledger's start."""
     from tpuctl.coordination.ledger import ServiceLedger
     from tpuctl.coordination.server import start_server
-    from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
 
-    config = ServiceConfig(
-        cluster=spec.cluster,
-        tasks=tuple(TaskSpec(address=h) for h in spec.hosts),
-        heartbeat_timeout=spec.coordinator.heartbeat_timeout,
-        register_timeout=spec.coordinator.register_timeout,
-        barrier_timeout=spec.barrier_timeout,
-        token=token,
-        restart=RestartPolicy(spec.restart.rejoin, spec.restart.timeout, spec.restart.max_restarts),
-        first_generation=first_generation,
-        watchdog=spec.watchdog,
-    )
+    config = service_config(spec, token, first_generation=first_generation)
     tls = spec.auth.tls if spec.auth is not None else None
     server_tls = None
     if tls is not None:
@@ -104,4 +118,4 @@ def client_tls(tls: TlsSpec | None) -> ClientTls | None:
     return load_client_tls(tls.ca, cert=tls.client_cert, key=tls.client_key, server_name=tls.server_name)
 
 
-__all__ = ["check_tls", "client_tls", "connect", "load_token", "start_service"]
+__all__ = ["check_tls", "client_tls", "connect", "load_token", "service_config", "start_service"]

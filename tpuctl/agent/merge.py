@@ -58,8 +58,14 @@ async def merge(
     incarnation: int,
     progress: Callable[[str], None],
     generation: int = 1,
+    task_ids: list[int] | None = None,
+    plan: tuple[tuple[int, int], ...] = (),
 ) -> tuple[DeviceMapping, JobPorts]:
-    """Publish this host's record, gather everyone's, build the mapping: (mapping, the job ports)."""
+    """Publish this host's record, gather everyone's, build the mapping: (mapping, the job ports).
+
+    ``spec`` is the generation's (:func:`tpuctl.spec.elastic.for_plan`) and ``task`` this host's rank in it;
+    ``task_ids`` and ``plan``: each rank's task id and the plan's runs, recorded in the mapping when the
+    generation has a plan of its own."""
     from tpuctl.mapping.model import build_mapping, merged_devices
     from tpuctl.mesh.build import build_declared_meshes
     from tpuctl.tpu.topology import build_topologies, merge_core_ids
@@ -105,6 +111,8 @@ async def merge(
         created=float(published[0]["created"]),
         meshes=meshes,
         generation=generation,
+        task_ids=task_ids,
+        plan=plan,
     )
     return mapping, ports
 

@@ -44,7 +44,7 @@ def build_options(config: str | None, task_id: int | None, output: str | None, s
         task=task,
         state=state,
         output=Path(output or spec.output).absolute(),
-        address=spec.hosts[task],
+        address=spec.roster_hosts[task],
         config_path=str(Path(config).absolute()) if config else None,
         started=started_at(os.getpid()) or time.time(),
     )

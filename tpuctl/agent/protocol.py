@@ -109,6 +109,13 @@ class AgentInfo(Record):
     restart_policy: str = "fail"
     restart_timeout: float = 600.0
     max_restarts: int = 3
+    rank: int | None = None
+    """This host's process rank in the generation (spares, policy elastic); None: the same as ``task``."""
+
+    @property
+    def position(self) -> int:
+        """The host's index among the generation's ``hosts`` (its rank)."""
+        return self.task if self.rank is None else self.rank
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -116,6 +123,7 @@ class AgentInfo(Record):
             "pid": self.pid,
             "cluster": self.cluster,
             "task": self.task,
+            "rank": self.rank,
             "address": self.address,
             "num_tasks": self.num_tasks,
             "hosts": list(self.hosts),
@@ -147,12 +155,15 @@ class AgentInfo(Record):
         _check_version(data, source)
         num_tasks = _field(data, "num_tasks", int, source)
         task = _field(data, "task", int, source)
-        if not 0 <= task < num_tasks:
-            raise ProtocolError(f"{source}: task {task} is not one of 0..{num_tasks - 1}", hint=_RESTART_HINT)
+        rank = _optional(data, "rank", int, source)
+        if not 0 <= (task if rank is None else rank) < num_tasks or task < 0:
+            what = f"task {task}" if rank is None else f"rank {rank}"
+            raise ProtocolError(f"{source}: {what} is not one of 0..{num_tasks - 1}", hint=_RESTART_HINT)
         hosts = tuple(str(h) for h in (_optional(data, "hosts", list, source) or ()))
         return cls(
             cluster=_field(data, "cluster", str, source),
             task=task,
+            rank=rank,
             num_tasks=num_tasks,
             coordinator=_field(data, "coordinator", str, source),
             mapping=_field(data, "mapping", str, source),

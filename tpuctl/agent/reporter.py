@@ -13,7 +13,7 @@ import json
 import logging
 import signal
 from collections.abc import Callable
-from typing import IO, TypedDict
+from typing import IO, NotRequired, TypedDict
 
 from tpuctl.errors import TpuctlError, error_payload
 
@@ -47,6 +47,9 @@ class InitSummary(TypedDict):
     mapping: str
     state_dir: str
     pid: int
+    role: NotRequired[str]
+    """``standby`` when this host registered as a spare (or a left-out slice's host) and waits to be chosen."""
+    generation: NotRequired[int]
 
 
 class Reporter:

@@ -26,6 +26,10 @@ from tpuctl.errors import TpuctlError
     type=WholeNumber(min=0),
     help="This host's task id (else TPUCTL_TASK_ID, address match, TPU_WORKER_ID).",
 )
+@click.option(
+    "--spare", is_flag=True,
+    help="This host is one of the spec's spares: it stands by until a lost slice needs it (exit 2 if it is not).",
+)  # fmt: skip
 @click.option("--out", "out", metavar="FILE", help="Where to write the device mapping (default: the spec's output).")
 @click.option("--foreground", is_flag=True, help="Stay attached (for systemd or Kubernetes); log to stderr.")
 @click.option(
@@ -41,6 +45,7 @@ from tpuctl.errors import TpuctlError
 def init(
     config: str | None,
     task_id: int | None,
+    spare: bool,
     out: str | None,
     foreground: bool,
     metrics: str | None,
@@ -59,6 +64,10 @@ def init(
     (naming the hosts still missing); stdout gets a one-line summary. The agent then stays in the
     background (heartbeats, error watch, `tpuctl barrier`) until `tpuctl down`.
 
+    A spare (the spec's spares:, or --spare to insist on it) registers and stands by: init prints that
+    it stands by and exits 0; its agent heartbeats and takes a lost slice's place when the cluster
+    needs it (docs/how-to/elastic.md).
+
     Interrupted before the cluster formed (Ctrl-C, SIGTERM, SIGHUP), init stops this host's agent and
     says so; after, the agent stays (`tpuctl down` stops it).
 
@@ -73,6 +82,10 @@ def init(
         from tpuctl.cli.detect import detected_options
 
         options = detected_options(task_id, out, state_dir)
+    if spare:
+        from tpuctl.spec.detect import check_spare
+
+        check_spare(options.spec, options.task)
     options = observed(options, metrics, log_format, os.environ)
     refuse_if_running(options.state)
     check_tls(options.spec, options.task)  # a certificate or key that cannot work: exit 2 before anything starts
@@ -105,6 +118,12 @@ class _StderrReporter(Reporter):
 
 
 def _summary_line(summary: Mapping[str, object]) -> str:
+    if summary.get("role") == "standby":
+        return (
+            f"tpuctl: cluster {summary.get('cluster')!r}: task {summary.get('task')} ({summary.get('address')}) standing "
+            f"by in generation {summary.get('generation')}: it takes a lost slice's place when the cluster needs it; "
+            f"agent pid {summary.get('pid')}"
+        )
     return (
         f"tpuctl: cluster {summary.get('cluster')!r} up: task {summary.get('task')} of {summary.get('num_hosts')}, "
         f"{summary.get('accelerator')} ({summary.get('topology_name')}), {summary.get('num_local_devices')} local "

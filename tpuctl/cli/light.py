@@ -258,6 +258,8 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
         )
     for ended in result.get("ended", [])[-3:]:
         lines.append(f"  ended      {ended}")
+    if result.get("plan"):
+        lines.append(f"plan         {result['plan']}")
     lines.append(f"health       {health.verdict}")
     lines += [f"             {problem}" for problem in health.problems[:MAX_LISTED_BARRIER_TASKS]]
     if len(health.problems) > MAX_LISTED_BARRIER_TASKS:
@@ -267,18 +269,23 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
     if type(result.get("goodput")) is dict:
         lines.append(goodput_line(result["goodput"]))
     lines.append("")
-    rows = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT")]
-    for task in result.get("tasks", []):
-        rows.append(
-            (
-                str(task.get("task")),
-                str(task.get("state")),
-                str(task.get("address") or "-"),
-                str(task.get("fingerprint") or "-"),
-                heartbeat_text(task),
-            )
+    tasks = result.get("tasks", [])
+    roles = any("role" in task for task in tasks)  # spares or policy elastic: a host's role and rank
+    rows: list[tuple[str, ...]] = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT") + (("ROLE", "RANK") if roles else ())]
+    for task in tasks:
+        row: tuple[str, ...] = (
+            str(task.get("task")),
+            str(task.get("state")),
+            str(task.get("address") or "-"),
+            str(task.get("fingerprint") or "-"),
+            heartbeat_text(task),
         )
+        if roles:
+            rank = task.get("rank")
+            row += (str(task.get("role") or "-"), "-" if rank is None else str(rank))
+        rows.append(row)
     lines += table(rows, widths=CELL_CHARS)
+    lines += _spare_lines(result.get("spares"))
     lines += _rendezvous_lines(result)
     lines += _watchdog_lines(result.get("watchdog"))
     lines += _preemption_lines(result.get("preemption"))
@@ -288,6 +295,25 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
         # each cause is printed once; --format json has its whole text in `error`.
         lines += ["", f"cluster error: {error}"]
     return "\n".join(lines)
+
+
+def _spare_lines(spares: "Any") -> "list[str]":
+    """The standby roster slices (spares, left-out slices) and what each can replace; [] without any."""
+    if not isinstance(spares, list) or not spares:
+        return []
+    lines = ["", "spares"]
+    for spare in spares[:MAX_LISTED_BARRIER_TASKS]:
+        if not isinstance(spare, dict):
+            continue
+        tasks = ", ".join(str(t) for t in (spare.get("tasks") or [])[:8])
+        state = "ready" if spare.get("ready") else "not ready (not every host registered)"
+        replaces = spare.get("replaces") or ("any slice" if spare.get("ready") else "")
+        lines.append(
+            f"  roster slice {spare.get('slice')} (tasks {tasks}): {state}" + (f"; can replace {replaces}" if replaces else "")
+        )
+    if len(spares) > MAX_LISTED_BARRIER_TASKS:
+        lines.append(f"  ... and {len(spares) - MAX_LISTED_BARRIER_TASKS:,} more (--format json lists all)")
+    return lines
 
 
 def _rendezvous_lines(result: "dict[str, Any]") -> "list[str]":

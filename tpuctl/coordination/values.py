@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tpuctl.coordination.plan import Plan, Roster, SliceShape
 from tpuctl.errors import InputError
 from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count, shown
@@ -122,6 +123,10 @@ class RestartPolicy:
     rejoin: bool = False
     timeout: float = 600.0
     max_restarts: int = 3
+    elastic: bool = False
+    """``policy: elastic`` (implies rejoin): a lost slice may be dropped, down to ``min_slices``."""
+    min_slices: int = 0
+    """The fewest slices a generation may have (0: every slice, never shrink)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.timeout) and self.timeout > 0) or self.max_restarts < 0:
@@ -148,6 +153,10 @@ class ServiceConfig:
     """What a task's failure does: end the cluster (default), or end a generation and re-form."""
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     """The spec's watchdog: hang timeout, what a hang does, straggler detection."""
+    roster: Roster | None = None
+    """The spec's hosts then spares, in whole slices (None: ``Roster(active=len(tasks))``)."""
+    slice_shape: SliceShape | None = None
+    """The cluster's slice shape every registration must match (None: not checked)."""
     first_generation: int = 1
     """The generation this service starts at: above the last one when task 0's new process takes over
     after its predecessor died (from its state dir); ``first_generation - 1`` restarts count as used."""
@@ -216,6 +225,10 @@ class Registration:
     previous_credential: bytes = field(default=b"", repr=False)
     """The credential of this host's previous registration (kept in its state dir): proves that the new
     process replaces that registration (the old one fails at once), or that a survivor is itself."""
+    slice_shape: SliceShape | None = None
+    """What the host's backend found about its own slice (None: not said)."""
+    spare: bool = False
+    """``tpuctl init --spare``: the host says it is a spare."""
 
 
 def fingerprint(credential: bytes) -> str:
@@ -239,6 +252,10 @@ class Membership:
     """The service's default barrier timeout (a barrier call without one waits this long)."""
     num_tasks: int = 0
     """How many tasks the cluster has (always set by the service)."""
+    plan: Plan | None = None
+    """The generation's plan (None: generation 1's, every active slice in order)."""
+    standby: bool = False
+    """This host is not a member of the generation it registered into (a spare, a left-out slice)."""
 
     def __post_init__(self) -> None:
         if not self.num_tasks:
@@ -574,6 +591,8 @@ class Reason(enum.Enum):
     """The call is of a generation that ended (or that this coordinator never had: it restarted)."""
     CLUSTER_FAILED = "cluster failed"
     TIMED_OUT = "timed out"
+    SHAPE_MISMATCH = "shape mismatch"
+    """A registration's slice shape differs from the cluster's (every difference named)."""
 
 
 class Refused(Exception):

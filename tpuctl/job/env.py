@@ -7,7 +7,8 @@ Variables, and the rule each follows:
 
 tpuctl
   ``TPUCTL_MAPPING`` (the mapping file, what :func:`tpuctl.load_mapping` reads), ``TPUCTL_TASK_ID``
-  (this host's task), ``TPUCTL_CLUSTER``, ``TPUCTL_GENERATION`` (the cluster generation the mapping and
+  (this host's task: its place in the spec's hosts + spares, for life), ``TPUCTL_RANK`` (its process rank in
+  the generation), ``TPUCTL_CLUSTER``, ``TPUCTL_GENERATION`` (the cluster generation the mapping and
   ports are of; ``tpuctl barrier`` refuses to pass for a generation that is over), ``TPUCTL_STATE_DIR``
   (so ``tpuctl barrier`` inside the job talks to this host's agent). ``tpuctl run --max-restarts`` adds
   ``TPUCTL_RESTART_COUNT`` (0, then how many times it restarted the job, as torchrun's
@@ -46,6 +47,14 @@ PyTorch / PyTorch/XLA (``torch.distributed``'s ``env://``, torch_xla's ``xla://`
   ``TORCHELASTIC_USE_AGENT_STORE`` are removed: inherited, they make torch_xla's ``xla://`` take the job for a
   torchrun worker (a one-chip start-up, or a store that never answers).
 
+Ranks (spares, ``restart: {policy: elastic}``; docs/how-to/elastic.md): a generation is whole slices of the
+spec's hosts and spares, and its mapping lists its members in rank order. Every variable above that says
+"task" follows the *rank*, not the task id: ``JAX_PROCESS_ID``, ``RANK``, ``DTENSOR_CLIENT_ID``, ``TPU_WORKER_ID``
+and ``TPU_WORKER_HOSTNAMES`` (the slice at the host's position), ``MEGASCALE_SLICE_ID`` (that position),
+``MEGASCALE_NUM_SLICES`` (the generation's slice count), ``JAX_COORDINATOR_ADDRESS``, ``MASTER_ADDR`` and
+``MEGASCALE_COORDINATOR_ADDRESS`` (rank 0's host). ``TPUCTL_TASK_ID`` alone stays the host's task id. Without
+spares and elastic shrinking rank = task id. A standby host (not a member) gets no environment.
+
 The job ports come from the agent (``AgentInfo.job_ports``, in ``agent.json``): it reserves them before the mapping
 is written, holding every one open at once, so they differ from each other and from tpuctl's own
 coordinator port even when several simulated hosts share a machine. :func:`port_collisions` checks that
@@ -73,6 +82,7 @@ else:
 
 MAPPING_ENV = "TPUCTL_MAPPING"  # the device mapping file a job loads (tpuctl.load_mapping)
 TASK_ENV = "TPUCTL_TASK_ID"  # the same name `tpuctl init` reads (tpuctl.spec.detect.TASK_ID_ENV)
+RANK_ENV = "TPUCTL_RANK"  # the host's process rank in its generation (= the task id unless spares or elastic)
 CLUSTER_ENV = "TPUCTL_CLUSTER"
 STATE_DIR_ENV = "TPUCTL_STATE_DIR"
 GENERATION_ENV = "TPUCTL_GENERATION"
@@ -237,9 +247,17 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     tpu = mapping.slice
     hosts = [task.address for task in mapping.tasks]
     num_tasks = len(hosts)
-    task = info.task
-    if not 0 <= task < num_tasks:
-        raise StateError(f"the agent's description names task {task!r}; the mapping has tasks 0..{num_tasks - 1}")
+    own = info.task
+    rank = mapping.rank_of(own) if mapping.plan else own  # the generation's process rank (module docstring)
+    if rank is None:
+        raise StateError(
+            f"task {own} is not a member of generation {mapping.generation} (a standby host: a spare, or a host of a "
+            "slice the generation left out); its job waits until the host is chosen",
+            hint="`tpuctl run` waits for that; `tpuctl status` shows each host's role",
+        )
+    if not 0 <= rank < num_tasks:
+        raise StateError(f"the agent's description names task {own!r}; the mapping has tasks 0..{num_tasks - 1}")
+    task = rank
     if info.cluster != mapping.cluster or info.num_tasks != num_tasks or (info.hosts and list(info.hosts) != hosts):
         from tpuctl.messages import sample
 
@@ -275,7 +293,8 @@ def job_environment(info: AgentInfo, mapping: DeviceMapping, *, state_dir: str |
     unset: list[str] = []
     if info.mapping:
         env[MAPPING_ENV] = info.mapping
-    env[TASK_ENV] = str(task)
+    env[TASK_ENV] = str(own)
+    env[RANK_ENV] = str(task)
     env[CLUSTER_ENV] = mapping.cluster
     env[GENERATION_ENV] = str(mapping.generation)
     if state_dir is not None:
@@ -336,6 +355,7 @@ __all__ = [
     "CLUSTER_ENV",
     "GENERATION_ENV",
     "MAPPING_ENV",
+    "RANK_ENV",
     "RESTART_COUNT_ENV",
     "STATE_DIR_ENV",
     "TASK_ENV",

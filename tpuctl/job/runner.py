@@ -276,7 +276,7 @@ class JobRunner:
     @property
     def _rejoin(self) -> bool:
         """The cluster re-forms after a failure (spec ``restart: {policy: rejoin}``)."""
-        return self.info is not None and self.info.restart_policy == "rejoin"
+        return self.info is not None and self.info.restart_policy in ("rejoin", "elastic")
 
     def _next_generation(self, ended: int) -> ErrorReport | None:
         """Wait (up to the restart timeout) for this host's agent, or its successor, to form a generation

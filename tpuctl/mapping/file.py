@@ -93,6 +93,10 @@ def to_json(mapping: DeviceMapping) -> str:
     obj = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
     if not obj["slice"]["chips_per_machine_bounds"]:  # one task per machine: the file an older tpuctl reads too
         del obj["slice"]["chips_per_machine_bounds"]
+    if not obj["plan"]:  # every slice of the spec in order: ranks are task ids, as an older tpuctl reads it
+        del obj["plan"]
+        for task in obj["tasks"]:
+            del task["task_id"]
     return _render(_in_field_order(msg.DESCRIPTOR, obj), "") + "\n"
 
 

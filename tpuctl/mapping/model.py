@@ -78,9 +78,18 @@ class MappedDevice:
 @dataclass(frozen=True)
 class MappedTask:
     id: int
+    """The task's index in the mapping: its process rank in the generation."""
     address: str
     slice: int
     devices: tuple[MappedDevice, ...]
+    task_id: int | None = None
+    """The host's own task id (its place in the spec's hosts + spares) when the generation has a plan of its
+    own (spares, policy elastic); None: the same as ``id``."""
+
+    @property
+    def host_task(self) -> int:
+        """The host's task id in the spec (``TPUCTL_TASK_ID``)."""
+        return self.id if self.task_id is None else self.task_id
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,16 @@ class DeviceMapping:
     generation: int = 1
     """The cluster generation this mapping is of: 1, then one more after every restart (restart policy
     rejoin). A job restarted after a restart reads the new generation's mapping."""
+    plan: tuple[tuple[int, int], ...] = ()
+    """The generation's plan as runs (first roster slice, count), empty for every slice of the spec in order
+    (``tpuctl.coordination.plan``); each task's ``task_id`` then says which host holds that rank."""
+
+    def rank_of(self, task_id: int) -> int | None:
+        """The rank (mapping task index) the host of spec task ``task_id`` holds (None: not a member)."""
+        for task in self.tasks:
+            if task.host_task == task_id:
+                return task.id
+        return None
 
     @property
     def num_tasks(self) -> int:
@@ -221,6 +240,8 @@ def build_mapping(
     created: datetime | float,
     meshes: Sequence[MappedMesh] = (),
     generation: int = 1,
+    task_ids: Sequence[int] | None = None,
+    plan: tuple[tuple[int, int], ...] = (),
 ) -> DeviceMapping:
     """Assemble the mapping every host writes after the merge.
 
@@ -229,7 +250,8 @@ def build_mapping(
     per slice, needed for a multislice); ``created`` is a timezone-aware datetime or POSIX seconds. No
     clock is read here: for byte-identical files on every host, pass a time the cluster agreed on.
     Devices are placed by the core ids the hosts reported, not by the slice model, so a host's task id
-    need not match its position. Raises a ClusterError when the pieces disagree (the checks
+    need not match its position. ``task_ids`` and ``plan``: a generation of a plan of its own (spares, policy
+    elastic): each rank's task id in the spec, and the plan's runs. Raises a ClusterError when the pieces disagree (the checks
     :func:`tpuctl.mapping.file.read_mapping` makes on a file).
     """
     if not 0 <= incarnation < 2**64:
@@ -260,7 +282,8 @@ def build_mapping(
         own = placed[t * per : (t + 1) * per]
         core_ids = merged.core_ids_of_task(t)
         devices = tuple(MappedDevice(d.id, d.coords, d.core, c, d.ordinal) for d, c in zip(own, core_ids, strict=True))
-        tasks.append(MappedTask(t, address, t // slice.hosts_per_slice, devices))
+        host_task = task_ids[t] if task_ids is not None else None
+        tasks.append(MappedTask(t, address, t // slice.hosts_per_slice, devices, host_task))
     mapping = DeviceMapping(
         cluster=cluster,
         incarnation=incarnation,
@@ -272,6 +295,7 @@ def build_mapping(
         topologies=topologies,
         meshes=tuple(meshes),
         generation=generation,
+        plan=plan,
     )
     problems = mapping_problems(mapping)
     if problems:

@@ -66,7 +66,10 @@ def to_proto(mapping: DeviceMapping) -> mapping_pb2.DeviceMapping:
             _pb.Device(id=d.id, coords=d.coords, core=d.core, core_id=d.core_id, ordinal=d.ordinal)
             for d in task.devices
         ]
-        msg.tasks.append(_pb.Task(id=task.id, address=task.address, slice=task.slice, devices=devices))
+        msg.tasks.append(
+            _pb.Task(id=task.id, address=task.address, slice=task.slice, devices=devices, task_id=task.task_id or 0)
+        )
+    msg.plan.extend(_pb.PlanRun(first=first, count=count) for first, count in mapping.plan)
     msg.all_core_ids.extend(mapping.all_core_ids)
     msg.device_counts.extend(mapping.device_counts)
     if len(mapping.topologies) == 1 and tpu.num_slices == 1:
@@ -206,7 +209,7 @@ def from_proto(msg: mapping_pb2.DeviceMapping) -> DeviceMapping:
             )
             for d in task.devices
         )
-        tasks.append(MappedTask(task.id, task.address, task.slice, devices))
+        tasks.append(MappedTask(task.id, task.address, task.slice, devices, task.task_id if msg.plan else None))
     flat_fields = ("mesh_shape", "device_coordinates", "device_coordinates_dims", "topology_proto")
     has_flat = any(getattr(msg, name) for name in flat_fields)
     topologies: tuple[DTensorTopology, ...]
@@ -259,4 +262,5 @@ def from_proto(msg: mapping_pb2.DeviceMapping) -> DeviceMapping:
         meshes=meshes,
         schema_version=msg.schema_version,
         generation=msg.generation or 1,
+        plan=tuple((run.first, run.count) for run in msg.plan),
     )

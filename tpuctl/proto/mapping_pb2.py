@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atpuctl/proto/mapping.proto\x12\ttpuctl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x0c\n\rDeviceMapping\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x05slice\x18\x05 \x01(\x0b\x32#.tpuctl.v1.DeviceMapping.SliceShape\x12,\n\x05tasks\x18\x06 \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Task\x12\x14\n\x0c\x61ll_core_ids\x18\x07 \x03(\r\x12\x15\n\rdevice_counts\x18\x08 \x03(\r\x12\x12\n\nmesh_shape\x18\t \x03(\x05\x12\x1a\n\x12\x64\x65vice_coordinates\x18\n \x03(\x05\x12\x1f\n\x17\x64\x65vice_coordinates_dims\x18\x0b \x03(\x05\x12\x16\n\x0etopology_proto\x18\x0c \x01(\x0c\x12@\n\x10slice_topologies\x18\r \x03(\x0b\x32&.tpuctl.v1.DeviceMapping.SliceTopology\x12-\n\x06meshes\x18\x0e \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Mesh\x12\x12\n\ngeneration\x18\x0f \x01(\r\x1a\xdc\x01\n\nSliceShape\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\x12\x10\n\x08topology\x18\x03 \x03(\r\x12\x1d\n\x15\x63hips_per_host_bounds\x18\x04 \x03(\r\x12\x12\n\nnum_slices\x18\x05 \x01(\r\x12\x13\n\x0b\x64\x65vice_kind\x18\x06 \x01(\t\x12\x10\n\x08megacore\x18\x07 \x01(\x08\x12\x12\n\nwraparound\x18\x08 \x03(\x08\x12 \n\x18\x63hips_per_machine_bounds\x18\t \x03(\r\x1a\x64\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slice\x18\x03 \x01(\r\x12\x30\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x1f.tpuctl.v1.DeviceMapping.Device\x1aT\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0e\n\x06\x63oords\x18\x02 \x03(\r\x12\x0c\n\x04\x63ore\x18\x03 \x01(\r\x12\x0f\n\x07\x63ore_id\x18\x04 \x01(\r\x12\x0f\n\x07ordinal\x18\x05 \x01(\r\x1a\x96\x01\n\rSliceTopology\x12\r\n\x05slice\x18\x01 \x01(\r\x12\r\n\x05tasks\x18\x02 \x03(\r\x12\x12\n\nmesh_shape\x18\x03 \x03(\x05\x12\x1a\n\x12\x64\x65vice_coordinates\x18\x04 \x03(\x05\x12\x1f\n\x17\x64\x65vice_coordinates_dims\x18\x05 \x03(\x05\x12\x16\n\x0etopology_proto\x18\x06 \x01(\x0c\x1a\x95\x02\n\x04Mesh\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\x04\x61xes\x18\x02 \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Axis\x12\x12\n\ndevice_ids\x18\x03 \x03(\r\x12\x11\n\talgorithm\x18\x04 \x01(\t\x12\x11\n\tdcn_shape\x18\x05 \x03(\r\x12\x30\n\x05tasks\x18\x06 \x03(\x0b\x32!.tpuctl.v1.DeviceMapping.MeshTask\x12\x14\n\x0c\x64tensor_mesh\x18\x07 \x01(\t\x12\x19\n\x11\x64tensor_host_mesh\x18\x08 \x01(\t\x12\x35\n\x07quality\x18\t \x03(\x0b\x32$.tpuctl.v1.DeviceMapping.AxisQuality\x1a\"\n\x04\x41xis\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\r\x1a\x32\n\x08MeshTask\x12\x0c\n\x04task\x18\x01 \x01(\r\x12\x18\n\x10local_device_ids\x18\x02 \x03(\r\x1a\x9a\x01\n\x0b\x41xisQuality\x12\x0c\n\x04\x61xis\x18\x01 \x01(\t\x12\x12\n\nneighbours\x18\x02 \x01(\x08\x12\x0c\n\x04ring\x18\x03 \x01(\x08\x12\x0f\n\x07max_hop\x18\x04 \x01(\r\x12\x13\n\x0b\x63losing_hop\x18\x05 \x01(\r\x12\x12\n\nwraparound\x18\x06 \x01(\x08\x12\x11\n\tdcn_steps\x18\x07 \x01(\r\x12\x0e\n\x06reason\x18\x08 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atpuctl/proto/mapping.proto\x12\ttpuctl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\r\n\rDeviceMapping\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12+\n\x07\x63reated\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x05slice\x18\x05 \x01(\x0b\x32#.tpuctl.v1.DeviceMapping.SliceShape\x12,\n\x05tasks\x18\x06 \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Task\x12\x14\n\x0c\x61ll_core_ids\x18\x07 \x03(\r\x12\x15\n\rdevice_counts\x18\x08 \x03(\r\x12\x12\n\nmesh_shape\x18\t \x03(\x05\x12\x1a\n\x12\x64\x65vice_coordinates\x18\n \x03(\x05\x12\x1f\n\x17\x64\x65vice_coordinates_dims\x18\x0b \x03(\x05\x12\x16\n\x0etopology_proto\x18\x0c \x01(\x0c\x12@\n\x10slice_topologies\x18\r \x03(\x0b\x32&.tpuctl.v1.DeviceMapping.SliceTopology\x12-\n\x06meshes\x18\x0e \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Mesh\x12\x12\n\ngeneration\x18\x0f \x01(\r\x12.\n\x04plan\x18\x10 \x03(\x0b\x32 .tpuctl.v1.DeviceMapping.PlanRun\x1a\xdc\x01\n\nSliceShape\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\x12\x10\n\x08topology\x18\x03 \x03(\r\x12\x1d\n\x15\x63hips_per_host_bounds\x18\x04 \x03(\r\x12\x12\n\nnum_slices\x18\x05 \x01(\r\x12\x13\n\x0b\x64\x65vice_kind\x18\x06 \x01(\t\x12\x10\n\x08megacore\x18\x07 \x01(\x08\x12\x12\n\nwraparound\x18\x08 \x03(\x08\x12 \n\x18\x63hips_per_machine_bounds\x18\t \x03(\r\x1au\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05slice\x18\x03 \x01(\r\x12\x30\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x1f.tpuctl.v1.DeviceMapping.Device\x12\x0f\n\x07task_id\x18\x05 \x01(\r\x1a\'\n\x07PlanRun\x12\r\n\x05\x66irst\x18\x01 \x01(\r\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x1aT\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0e\n\x06\x63oords\x18\x02 \x03(\r\x12\x0c\n\x04\x63ore\x18\x03 \x01(\r\x12\x0f\n\x07\x63ore_id\x18\x04 \x01(\r\x12\x0f\n\x07ordinal\x18\x05 \x01(\r\x1a\x96\x01\n\rSliceTopology\x12\r\n\x05slice\x18\x01 \x01(\r\x12\r\n\x05tasks\x18\x02 \x03(\r\x12\x12\n\nmesh_shape\x18\x03 \x03(\x05\x12\x1a\n\x12\x64\x65vice_coordinates\x18\x04 \x03(\x05\x12\x1f\n\x17\x64\x65vice_coordinates_dims\x18\x05 \x03(\x05\x12\x16\n\x0etopology_proto\x18\x06 \x01(\x0c\x1a\x95\x02\n\x04Mesh\x12\x0c\n\x04name\x18\x01 \x01(\t\x12+\n\x04\x61xes\x18\x02 \x03(\x0b\x32\x1d.tpuctl.v1.DeviceMapping.Axis\x12\x12\n\ndevice_ids\x18\x03 \x03(\r\x12\x11\n\talgorithm\x18\x04 \x01(\t\x12\x11\n\tdcn_shape\x18\x05 \x03(\r\x12\x30\n\x05tasks\x18\x06 \x03(\x0b\x32!.tpuctl.v1.DeviceMapping.MeshTask\x12\x14\n\x0c\x64tensor_mesh\x18\x07 \x01(\t\x12\x19\n\x11\x64tensor_host_mesh\x18\x08 \x01(\t\x12\x35\n\x07quality\x18\t \x03(\x0b\x32$.tpuctl.v1.DeviceMapping.AxisQuality\x1a\"\n\x04\x41xis\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\r\x1a\x32\n\x08MeshTask\x12\x0c\n\x04task\x18\x01 \x01(\r\x12\x18\n\x10local_device_ids\x18\x02 \x03(\r\x1a\x9a\x01\n\x0b\x41xisQuality\x12\x0c\n\x04\x61xis\x18\x01 \x01(\t\x12\x12\n\nneighbours\x18\x02 \x01(\x08\x12\x0c\n\x04ring\x18\x03 \x01(\x08\x12\x0f\n\x07max_hop\x18\x04 \x01(\r\x12\x13\n\x0b\x63losing_hop\x18\x05 \x01(\r\x12\x12\n\nwraparound\x18\x06 \x01(\x08\x12\x11\n\tdcn_steps\x18\x07 \x01(\r\x12\x0e\n\x06reason\x18\x08 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tpuctl.proto.mapping_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEVICEMAPPING']._serialized_start=75
-  _globals['_DEVICEMAPPING']._serialized_end=1667
-  _globals['_DEVICEMAPPING_SLICESHAPE']._serialized_start=581
-  _globals['_DEVICEMAPPING_SLICESHAPE']._serialized_end=801
-  _globals['_DEVICEMAPPING_TASK']._serialized_start=803
-  _globals['_DEVICEMAPPING_TASK']._serialized_end=903
-  _globals['_DEVICEMAPPING_DEVICE']._serialized_start=905
-  _globals['_DEVICEMAPPING_DEVICE']._serialized_end=989
-  _globals['_DEVICEMAPPING_SLICETOPOLOGY']._serialized_start=992
-  _globals['_DEVICEMAPPING_SLICETOPOLOGY']._serialized_end=1142
-  _globals['_DEVICEMAPPING_MESH']._serialized_start=1145
-  _globals['_DEVICEMAPPING_MESH']._serialized_end=1422
-  _globals['_DEVICEMAPPING_AXIS']._serialized_start=1424
-  _globals['_DEVICEMAPPING_AXIS']._serialized_end=1458
-  _globals['_DEVICEMAPPING_MESHTASK']._serialized_start=1460
-  _globals['_DEVICEMAPPING_MESHTASK']._serialized_end=1510
-  _globals['_DEVICEMAPPING_AXISQUALITY']._serialized_start=1513
-  _globals['_DEVICEMAPPING_AXISQUALITY']._serialized_end=1667
+  _globals['_DEVICEMAPPING']._serialized_end=1773
+  _globals['_DEVICEMAPPING_SLICESHAPE']._serialized_start=629
+  _globals['_DEVICEMAPPING_SLICESHAPE']._serialized_end=849
+  _globals['_DEVICEMAPPING_TASK']._serialized_start=851
+  _globals['_DEVICEMAPPING_TASK']._serialized_end=968
+  _globals['_DEVICEMAPPING_PLANRUN']._serialized_start=970
+  _globals['_DEVICEMAPPING_PLANRUN']._serialized_end=1009
+  _globals['_DEVICEMAPPING_DEVICE']._serialized_start=1011
+  _globals['_DEVICEMAPPING_DEVICE']._serialized_end=1095
+  _globals['_DEVICEMAPPING_SLICETOPOLOGY']._serialized_start=1098
+  _globals['_DEVICEMAPPING_SLICETOPOLOGY']._serialized_end=1248
+  _globals['_DEVICEMAPPING_MESH']._serialized_start=1251
+  _globals['_DEVICEMAPPING_MESH']._serialized_end=1528
+  _globals['_DEVICEMAPPING_AXIS']._serialized_start=1530
+  _globals['_DEVICEMAPPING_AXIS']._serialized_end=1564
+  _globals['_DEVICEMAPPING_MESHTASK']._serialized_start=1566
+  _globals['_DEVICEMAPPING_MESHTASK']._serialized_end=1616
+  _globals['_DEVICEMAPPING_AXISQUALITY']._serialized_start=1619
+  _globals['_DEVICEMAPPING_AXISQUALITY']._serialized_end=1773
 # @@protoc_insertion_point(module_scope)

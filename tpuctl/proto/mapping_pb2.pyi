@@ -110,12 +110,15 @@ class DeviceMapping(_message.Message):
         ADDRESS_FIELD_NUMBER: _builtins.int
         SLICE_FIELD_NUMBER: _builtins.int
         DEVICES_FIELD_NUMBER: _builtins.int
+        TASK_ID_FIELD_NUMBER: _builtins.int
         id: _builtins.int
         """Task (process) index across all slices."""
         address: _builtins.str
         """The host's name or address as the cluster spec gives it."""
         slice: _builtins.int
         """Slice index (0 unless multislice)."""
+        task_id: _builtins.int
+        """The host's task id in the spec's hosts + spares (meaningful when plan is set; else the same as id)."""
         @_builtins.property
         def devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.Device]:
             """The task's devices in local ordinal order."""
@@ -127,10 +130,32 @@ class DeviceMapping(_message.Message):
             address: _builtins.str = ...,
             slice: _builtins.int = ...,
             devices: _abc.Iterable[Global___DeviceMapping.Device] | None = ...,
+            task_id: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "devices", b"devices", "id", b"id", "slice", b"slice"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "devices", b"devices", "id", b"id", "slice", b"slice", "task_id", b"task_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class PlanRun(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        FIRST_FIELD_NUMBER: _builtins.int
+        COUNT_FIELD_NUMBER: _builtins.int
+        first: _builtins.int
+        """The first roster slice of the run and how many consecutive ones."""
+        count: _builtins.int
+        def __init__(
+            self,
+            *,
+            first: _builtins.int = ...,
+            count: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "first", b"first"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -385,6 +410,7 @@ class DeviceMapping(_message.Message):
     SLICE_TOPOLOGIES_FIELD_NUMBER: _builtins.int
     MESHES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
     schema_version: _builtins.int
     """1 for this schema."""
     cluster: _builtins.str
@@ -436,6 +462,13 @@ class DeviceMapping(_message.Message):
     def meshes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.Mesh]:
         """The meshes the cluster spec declares (`meshes:`), in spec order; see Mesh."""
 
+    @_builtins.property
+    def plan(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceMapping.PlanRun]:
+        """The generation's plan (spares and policy elastic): the roster slices at its positions, as runs of
+        consecutive ones (empty: every slice of the spec in order, generation 1's plan). A task's id is then its
+        rank in the generation; Task.task_id is the host's own task id (its place in the spec's hosts + spares).
+        """
+
     def __init__(
         self,
         *,
@@ -454,10 +487,11 @@ class DeviceMapping(_message.Message):
         slice_topologies: _abc.Iterable[Global___DeviceMapping.SliceTopology] | None = ...,
         meshes: _abc.Iterable[Global___DeviceMapping.Mesh] | None = ...,
         generation: _builtins.int = ...,
+        plan: _abc.Iterable[Global___DeviceMapping.PlanRun] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "slice", b"slice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_core_ids", b"all_core_ids", "cluster", b"cluster", "created", b"created", "device_coordinates", b"device_coordinates", "device_coordinates_dims", b"device_coordinates_dims", "device_counts", b"device_counts", "generation", b"generation", "incarnation", b"incarnation", "mesh_shape", b"mesh_shape", "meshes", b"meshes", "schema_version", b"schema_version", "slice", b"slice", "slice_topologies", b"slice_topologies", "tasks", b"tasks", "topology_proto", b"topology_proto"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_core_ids", b"all_core_ids", "cluster", b"cluster", "created", b"created", "device_coordinates", b"device_coordinates", "device_coordinates_dims", b"device_coordinates_dims", "device_counts", b"device_counts", "generation", b"generation", "incarnation", b"incarnation", "mesh_shape", b"mesh_shape", "meshes", b"meshes", "plan", b"plan", "schema_version", b"schema_version", "slice", b"slice", "slice_topologies", b"slice_topologies", "tasks", b"tasks", "topology_proto", b"topology_proto"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -202,26 +202,29 @@ def identify(
 def _identify(
     spec: ClusterSpec, *, task_id: int | None, environ: Mapping[str, str], local_names: Set[str]
 ) -> TaskIdentity:
-    count = len(spec.hosts)
+    roster = spec.roster_hosts  # hosts, then spares: a spare's task id is len(hosts) + its position in spares
+    count = len(roster)
     last = count - 1
     if task_id is not None:
         if not 0 <= task_id <= last:
+            spares = f" and {len(spec.spares)} spares" if spec.spares else ""
             raise InputError(
-                f"--task-id {task_id} is out of range: {spec.source} has {count} hosts, tasks 0 to {last}",
-                hint="the task id is the host's position in hosts, counting from 0",
+                f"--task-id {task_id} is out of range: {spec.source} has {len(spec.hosts)} hosts{spares}, "
+                f"tasks 0 to {last}",
+                hint="the task id is the host's position in hosts (then spares), counting from 0",
             )
         return TaskIdentity(task_id, "--task-id")
     from_env = _env_int(environ, TASK_ID_ENV, 0, last, f"a task id of {spec.source}")
     if from_env is not None:
         return TaskIdentity(from_env, f"{TASK_ID_ENV}={from_env}")
-    matches = matching_tasks(spec.hosts, local_names)
+    matches = matching_tasks(roster, local_names)
     if len(matches) == 1:
-        return TaskIdentity(matches[0], f"this host is hosts[{matches[0]}] ({spec.hosts[matches[0]]})")
+        return TaskIdentity(matches[0], f"this host is {_roster_entry(spec, matches[0])} ({roster[matches[0]]})")
     slice_task = _task_from_tpu_env(spec.slice, environ)
     if len(matches) > 1:
         if slice_task is not None and slice_task.task_id in matches:
             return slice_task  # several TPU processes on this machine: the worker id tells them apart
-        listed = ", ".join(f"task {t} ({spec.hosts[t]})" for t in matches)
+        listed = ", ".join(f"task {t} ({roster[t]})" for t in matches)
         raise InputError(
             f"this host matches several hosts of {spec.source}: {listed}",
             hint=f"several tasks share this machine; {_TASK_HINT}",
@@ -235,6 +238,28 @@ def _identify(
         f"cannot tell which of the {count} hosts of {spec.source} this is: none of this host's names "
         f"({names}) is in hosts, and TPU_WORKER_ID is not set",
         hint=_TASK_HINT,
+    )
+
+
+def _roster_entry(spec: ClusterSpec, task: int) -> str:
+    """``hosts[3]`` or ``spares[1]``: where the spec names task ``task``."""
+    active = len(spec.hosts)
+    return f"hosts[{task}]" if task < active else f"spares[{task - active}]"
+
+
+def check_spare(spec: ClusterSpec, task: int) -> None:
+    """``tpuctl init --spare``: InputError (exit 2) unless task ``task`` is one of the spec's spares."""
+    if spec.is_spare(task):
+        return
+    active = len(spec.hosts)
+    if not spec.spares:
+        spares = "the spec names no spares"
+    else:
+        spares = f"its spares are tasks {active} to {active + len(spec.spares) - 1} ({spec.spares[0]}, ...)"
+    raise InputError(
+        f"--spare, but this host is task {task} ({spec.hosts[task]}), one of the cluster's hosts (tasks 0 to "
+        f"{active - 1}); {spares}",
+        hint="run init without --spare on a host of hosts:, or list this host under spares: (docs/how-to/elastic.md)",
     )
 
 

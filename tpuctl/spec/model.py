@@ -21,6 +21,8 @@ A spec, in full::
     output: /run/tpuctl/mapping.json
     auth: {token_file: /etc/tpuctl/token}
     restart: {policy: rejoin, timeout: 10m, max: 3}   # default policy fail: a failed host ends the cluster
+    # restart: {policy: elastic, min_slices: 2}        # lose whole slices down to min_slices (spec/elastic.py)
+    # spares: [10.0.1.1, 10.0.1.2]                     # standby hosts, whole slices (needs rejoin or elastic)
     watchdog: {hang_timeout: 10m, on_hang: warn}      # spec/watchdog.py: read and checked; being wired in
     metrics: {port: 8491}          # spec/metrics.py: /metrics for Prometheus on every host (off by default)
     log_format: json               # text (the default) or json: the agent log, one JSON object a line
@@ -144,7 +146,7 @@ class AuthSpec:
     tls: TlsSpec | None = None
 
 
-RESTART_POLICIES = ("fail", "rejoin")
+RESTART_POLICIES = ("fail", "rejoin", "elastic")
 MAX_RESTARTS = 1000
 """Most restarts ``restart.max`` may allow (each ended generation's cause is kept, one line each)."""
 
@@ -153,15 +155,24 @@ MAX_RESTARTS = 1000
 class RestartSpec:
     """What a host's failure does: ``fail`` ends the cluster (the default); ``rejoin`` ends the cluster's
     generation and waits up to ``timeout`` seconds for every host to register into the next one (the
-    failed host's `tpuctl init` run again), at most ``max_restarts`` times."""
+    failed host's `tpuctl init` run again, or a spare slice in its slice's place), at most ``max_restarts``
+    times; ``elastic`` is rejoin that may also go on without a lost slice (down to ``min_slices``) and grows
+    back when it returns (docs/how-to/elastic.md)."""
 
     policy: str = "fail"
     timeout: float = 600.0
     max_restarts: int = 3
+    min_slices: int = 0
+    """Policy elastic: the fewest slices a generation may have (0: the spec's ``num_slices``, never shrink)."""
 
     @property
     def rejoin(self) -> bool:
-        return self.policy == "rejoin"
+        """The cluster re-forms after a failure: policy rejoin or elastic."""
+        return self.policy in ("rejoin", "elastic")
+
+    @property
+    def elastic(self) -> bool:
+        return self.policy == "elastic"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +184,8 @@ class ClusterSpec:
     backend: Backend
     hosts: tuple[str, ...]
     """One per task; task id = position; ``hosts[0]`` runs the coordination service."""
+    spares: tuple[str, ...] = ()
+    """Standby hosts, whole slices, task ids ``len(hosts)`` on: each spare slice can take a lost slice's place."""
     coordinator: CoordinatorSpec = CoordinatorSpec()
     barrier_timeout: float = 600.0
     meshes: tuple[MeshSpec, ...] = ()
@@ -196,13 +209,27 @@ class ClusterSpec:
         address = self.coordinator_address
         return f"[{address}]:{self.coordinator.port}" if ":" in address else f"{address}:{self.coordinator.port}"
 
+    @property
+    def roster_hosts(self) -> tuple[str, ...]:
+        """Every host the spec names, by task id: ``hosts`` then ``spares``."""
+        return self.hosts + self.spares
+
+    @property
+    def min_slices(self) -> int:
+        """The fewest slices a generation may have (``num_slices`` unless policy elastic says fewer)."""
+        return self.restart.min_slices or self.slice.num_slices
+
+    def is_spare(self, task: int) -> bool:
+        return task >= len(self.hosts)
+
     def describe(self) -> str:
         """``pod-a v4-32 (2x2x4), 4 hosts, backend sim``."""
         tpu = self.slice
         slices = f" x {tpu.num_slices} slices" if tpu.num_slices > 1 else ""
+        spares = f" + {plural(len(self.spares), 'spare')}" if self.spares else ""
         return (
             f"{self.cluster} {tpu.accelerator_type} ({tpu.topology_str}){slices}, "
-            f"{plural(len(self.hosts), 'host')}, backend {self.backend}"
+            f"{plural(len(self.hosts), 'host')}{spares}, backend {self.backend}"
         )
 
 
@@ -284,7 +311,7 @@ def topology_problem(exc: TopologyError) -> str:
 TOP_KEYS = (
     "cluster", "accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind",
     "backend", "hosts", "coordinator", "barrier_timeout", "meshes", "output", "auth", "restart",
-    "watchdog", "metrics", "log_format", "preemption",
+    "watchdog", "metrics", "log_format", "preemption", "spares",
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
@@ -303,6 +330,8 @@ _UNKNOWN_HINTS = {
     "token_file": "it belongs under auth: (auth: {token_file: ...})",
     "max_restarts": "it belongs under restart: (restart: {policy: rejoin, max: 3})",
     "restart_timeout": "it belongs under restart: (restart: {policy: rejoin, timeout: 10m})",
+    "min_slices": "it belongs under restart: (restart: {policy: elastic, min_slices: 2})",
+    "spare": suggestion("spares"),
     "hang_timeout": "it belongs under watchdog: (watchdog: {hang_timeout: 10m})",
     "on_hang": "it belongs under watchdog: (watchdog: {on_hang: warn})",
     **{k: f"it belongs under coordinator: (coordinator: {{{k}: ...}})" for k in COORDINATOR_KEYS},
@@ -535,8 +564,8 @@ def _tls(ck: Checker, node: Node) -> TlsSpec | None:
     return TlsSpec(cert, key, ca, paths.get("client_cert"), paths.get("client_key"), server_name)
 
 
-def _restart(ck: Checker, node: Node) -> RestartSpec | None:
-    keys = ck.mapping(node, "restart", ("policy", "timeout", "max"))
+def _restart(ck: Checker, node: Node, tpu: TpuSlice | None = None) -> RestartSpec | None:
+    keys = ck.mapping(node, "restart", ("policy", "timeout", "max", "min_slices"))
     if keys is None:
         return None
     default = RestartSpec()
@@ -544,13 +573,77 @@ def _restart(ck: Checker, node: Node) -> RestartSpec | None:
     if "policy" in keys:
         policy = ck.choice(
             keys["policy"], "restart.policy", RESTART_POLICIES, "a restart policy",
-            hint=lambda word: "expected fail or rejoin" + suggestion_for(word, RESTART_POLICIES),
+            hint=lambda word: "expected fail, rejoin or elastic" + suggestion_for(word, RESTART_POLICIES),
         )  # fmt: skip
     timeout = ck.duration(keys["timeout"], "restart.timeout", RESTART_TIMEOUT) if "timeout" in keys else default.timeout
     most = ck.integer(keys["max"], "restart.max", 1, MAX_RESTARTS) if "max" in keys else default.max_restarts
-    if policy is None or timeout is None or most is None:
+    fewest: int | None = 0
+    if "min_slices" in keys:
+        fewest = ck.integer(keys["min_slices"], "restart.min_slices", 1, None)
+        if fewest is not None and policy is not None and policy != "elastic":
+            ck.add(
+                keys["min_slices"], "restart.min_slices",
+                f"is for policy elastic, but the policy is {policy}; expected restart: {{policy: elastic, "
+                f"min_slices: {fewest}}} (a generation may then go on with fewer slices), or no min_slices",
+            )  # fmt: skip
+            fewest = None
+        elif fewest is not None and tpu is not None and not check_min_slices(ck, keys["min_slices"], fewest, tpu):
+            fewest = None
+    if policy is None or timeout is None or most is None or fewest is None:
         return None
-    return RestartSpec(policy, timeout, most)
+    return RestartSpec(policy, timeout, most, fewest)
+
+
+def check_min_slices(ck: Checker, node: Node, fewest: int, tpu: TpuSlice) -> bool:
+    """``restart.min_slices`` against the slice count (1 .. num_slices); False after recording a problem."""
+    if fewest <= tpu.num_slices:
+        return True
+    slices = plural(tpu.num_slices, "slice")
+    ck.add(
+        node, "restart.min_slices",
+        f"{fewest} is more than the cluster's {slices} ({tpu.accelerator_type} x {tpu.num_slices}); "
+        f"expected 1 to {tpu.num_slices} (the fewest slices a generation may go on with)",
+    )  # fmt: skip
+    return False
+
+
+def _spares(
+    ck: Checker, node: Node, tpu: TpuSlice | None, hosts: tuple[str, ...] | None, restart: RestartSpec | None
+) -> tuple[str, ...] | None:
+    """``spares:``: standby hosts, whole slices of the spec's slice, none repeating a host; policy rejoin or elastic."""
+    expected = "a list of standby host names or addresses, whole slices (docs/how-to/elastic.md)"
+    items = ck.sequence(node, "spares", expected)
+    if items is None:
+        return None
+    checked = [ck.host(item, f"spares[{index}]") for index, item in enumerate(items)]
+    seen = {normalize_host(h): f"hosts[{i}]" for i, h in enumerate(hosts or ())}
+    spares: list[str] = []
+    for index, (item, host) in enumerate(zip(items, checked, strict=True)):
+        if host is None:
+            continue
+        key = normalize_host(host)
+        if key in seen:
+            ck.add(item, f"spares[{index}]", f"{host!r} repeats {seen[key]}; expected each spare once, not a host")
+            continue
+        seen[key] = f"spares[{index}]"
+        spares.append(host)
+    ok = len(spares) == len(items)
+    if restart is not None and not restart.rejoin and items:
+        ck.add(
+            node, "spares",
+            f"a spare only takes a lost slice's place when the cluster re-forms, but restart.policy is {restart.policy}; "
+            "expected restart: {policy: rejoin} or {policy: elastic}",
+        )  # fmt: skip
+        ok = False
+    if tpu is not None and items and len(items) % tpu.hosts_per_slice:
+        per = tpu.hosts_per_slice
+        ck.add(
+            node, "spares",
+            f"{plural(len(items), 'entry')}, but a {tpu.accelerator_type} slice has {plural(per, 'host')}; expected whole "
+            f"slices (a multiple of {per}): a slice is replaced whole",
+        )  # fmt: skip
+        ok = False
+    return tuple(spares) if ok else None
 
 
 def suggestion_for(word: str, choices: Sequence[str]) -> str:
@@ -584,7 +677,8 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     meshes = check_meshes(ck, keys["meshes"], tpu) if "meshes" in keys else ()
     output = _file_path(ck, keys["output"], "output", DEFAULT_OUTPUT) if "output" in keys else DEFAULT_OUTPUT
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
-    restart = _restart(ck, keys["restart"]) if "restart" in keys else RestartSpec()
+    restart = _restart(ck, keys["restart"], tpu) if "restart" in keys else RestartSpec()
+    spares = _spares(ck, keys["spares"], tpu, hosts, restart) if "spares" in keys else ()
     rejoin = restart.rejoin if restart is not None else None
     watchdog = check_watchdog(ck, keys["watchdog"], rejoin) if "watchdog" in keys else WatchdogSettings()
     metrics_ok, metrics = check_metrics(ck, keys["metrics"]) if "metrics" in keys else (True, None)
@@ -598,6 +692,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         or tpu is None
         or backend is None
         or hosts is None
+        or spares is None
         or coordinator is None
         or barrier is None
         or meshes is None
@@ -614,6 +709,7 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         slice=tpu,
         backend=cast(Backend, backend),
         hosts=hosts,
+        spares=spares,
         coordinator=coordinator,
         barrier_timeout=barrier,
         meshes=meshes,
