@@ -28,8 +28,9 @@ def test_the_roster_covers_hosts_then_spares() -> None:
     )  # fmt: skip
 
 
-def test_without_spares_min_slices_is_every_slice() -> None:
+def test_without_elastic_the_service_is_told_no_min_slices() -> None:
+    """min_slices means something under policy elastic only (the service refuses it otherwise; 0: never shrink)."""
     text = SPEC.replace("spares: [s0, s1]\n", "").replace("policy: elastic, min_slices: 2", "policy: rejoin")
     config = service_config(check_spec_text(text, "c.yaml").unwrap(), None)
     assert config.roster == Roster(active=6, spares=0, hosts_per_slice=2)
-    assert (config.restart.rejoin, config.restart.elastic, config.restart.min_slices) == (True, False, 3)
+    assert (config.restart.rejoin, config.restart.elastic, config.restart.min_slices) == (True, False, 0)

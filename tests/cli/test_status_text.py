@@ -160,11 +160,38 @@ def test_roles_ranks_the_plan_and_the_spares_when_the_service_sends_them() -> No
     """Spares and policy elastic (issue 26): a ROLE and RANK column, the plan, and a spares section; a
     document without them (an older service) renders as before."""
     tasks = [row(0, role="member", rank=0), row(1, role="standby", rank=None), row(2, role="member", rank=1)]
-    text = render_status(doc(tasks, plan="roster slices 0, 2", spares=[{"slice": 1, "tasks": [1], "ready": True}]))
+    text = render_status(
+        doc(
+            tasks,
+            plan="roster slices 0, 2",
+            spares=[
+                {
+                    "roster_slice": 1,
+                    "tasks": [1, 1],
+                    "spare": False,
+                    "registered": 1,
+                    "ready": True,
+                    "can_replace": "any slice",
+                },
+                {
+                    "roster_slice": 3,
+                    "tasks": [6, 7],
+                    "spare": True,
+                    "registered": 1,
+                    "ready": False,
+                    "can_replace": None,
+                },
+            ],
+        )
+    )
     header = next(line for line in text.splitlines() if line.startswith("TASK"))
     assert header.split() == ["TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT", "ROLE", "RANK"]
     assert [line.split()[-2:] for line in host_rows(text)] == [["member", "0"], ["standby", "-"], ["member", "1"]]
     assert "plan         roster slices 0, 2" in text.splitlines()
-    assert text.splitlines()[-2:] == ["spares", "  roster slice 1 (tasks 1): ready; can replace any slice"]
+    assert text.splitlines()[-3:] == [
+        "spares",
+        "  roster slice 1 (task 1): 1 of 1 hosts standing by; can replace any slice",
+        "  spare slice 3 (tasks 6-7): 1 of 2 hosts standing by; not ready (every host of it must stand by)",
+    ]
     plain = render_status(doc([row(0), row(1)]))
     assert "ROLE" not in plain and "spares" not in plain and "plan " not in plain

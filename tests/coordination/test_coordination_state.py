@@ -536,6 +536,8 @@ def test_status_reports_every_task_by_the_service_clock() -> None:
         "heartbeat_age": None,
         "session_open": False,
         "cause": None,
+        "role": "member",
+        "rank": 2,
     }
     assert document["error"] == "task 1 (127.0.0.2) failed: no heartbeat for 1.2 s (timeout 1 s)"
 

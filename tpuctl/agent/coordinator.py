@@ -40,7 +40,8 @@ def service_config(spec: ClusterSpec, token: str | None, *, first_generation: in
         barrier_timeout=spec.barrier_timeout,
         token=token,
         restart=RestartPolicy(
-            restart.rejoin, restart.timeout, restart.max_restarts, elastic=restart.elastic, min_slices=spec.min_slices
+            restart.rejoin, restart.timeout, restart.max_restarts, elastic=restart.elastic,
+            min_slices=spec.min_slices if restart.elastic else 0,
         ),
         roster=roster_of(spec),
         slice_shape=cluster_shape(spec),

@@ -271,7 +271,9 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
     lines.append("")
     tasks = result.get("tasks", [])
     roles = any("role" in task for task in tasks)  # spares or policy elastic: a host's role and rank
-    rows: list[tuple[str, ...]] = [("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT") + (("ROLE", "RANK") if roles else ())]
+    rows: list[tuple[str, ...]] = [
+        ("TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT") + (("ROLE", "RANK") if roles else ())
+    ]
     for task in tasks:
         row: tuple[str, ...] = (
             str(task.get("task")),
@@ -305,11 +307,15 @@ def _spare_lines(spares: "Any") -> "list[str]":
     for spare in spares[:MAX_LISTED_BARRIER_TASKS]:
         if not isinstance(spare, dict):
             continue
-        tasks = ", ".join(str(t) for t in (spare.get("tasks") or [])[:8])
-        state = "ready" if spare.get("ready") else "not ready (not every host registered)"
-        replaces = spare.get("replaces") or ("any slice" if spare.get("ready") else "")
+        first, last = (list(spare.get("tasks") or []) + [None, None])[:2]
+        tasks = f"task {first}" if first == last else f"tasks {first}-{last}"
+        kind = "spare slice" if spare.get("spare") else "roster slice"
+        hosts = 1 + last - first if isinstance(first, int) and isinstance(last, int) else "?"
+        state = f"{spare.get('registered', '?')} of {hosts} hosts standing by"
+        replaces = spare.get("can_replace")
         lines.append(
-            f"  roster slice {spare.get('slice')} (tasks {tasks}): {state}" + (f"; can replace {replaces}" if replaces else "")
+            f"  {kind} {spare.get('roster_slice')} ({tasks}): {state}"
+            + (f"; can replace {replaces}" if replaces else "; not ready (every host of it must stand by)")
         )
     if len(spares) > MAX_LISTED_BARRIER_TASKS:
         lines.append(f"  ... and {len(spares) - MAX_LISTED_BARRIER_TASKS:,} more (--format json lists all)")
@@ -352,7 +358,13 @@ checks they agree)."""
 def goodput_line(goodput: "dict[str, Any]") -> str:
     """Status's one line of the goodput ledger: ``goodput      62.3 % of 25 min (now: productive, generation 2)``."""
     wall = goodput.get("wall_seconds") or 0
-    span = f"{wall:.0f} s" if wall < 90 else f"{wall / 60:.0f} min" if wall < 5400 else f"{wall // 3600:.0f} h {wall % 3600 // 60:.0f} min"
+    span = (
+        f"{wall:.0f} s"
+        if wall < 90
+        else f"{wall / 60:.0f} min"
+        if wall < 5400
+        else f"{wall // 3600:.0f} h {wall % 3600 // 60:.0f} min"
+    )
     bucket = goodput.get("bucket")
     now = f"now: {BUCKET_LABELS.get(bucket, bucket)}" if bucket else "the cluster is down"
     return f"goodput      {100 * (goodput.get('fraction') or 0):.1f} % of {span} ({now}, generation {goodput.get('generation')})"
@@ -370,7 +382,9 @@ def _watchdog_lines(watchdog: "Any") -> "list[str]":
     ]
     slowest = [h for h in watchdog.get("slowest", []) if type(h) is dict and h.get("step", 0) < steps.get("high", 0)]
     if slowest:
-        behind = ", ".join(f"task {h.get('task')} at {h.get('step', 0):,} ({h.get('step_age', 0):.0f} s ago)" for h in slowest)
+        behind = ", ".join(
+            f"task {h.get('task')} at {h.get('step', 0):,} ({h.get('step_age', 0):.0f} s ago)" for h in slowest
+        )
         lines.append(f"furthest behind: {behind}")
     return lines
 

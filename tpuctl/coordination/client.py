@@ -30,6 +30,7 @@ import grpc
 from tpuctl.coordination import convert
 from tpuctl.coordination.calls import PROGRESS_EVERY_S, RETRY_DELAYS_S, Waiting, finished, progress_interval, report
 from tpuctl.coordination.channel import Channel
+from tpuctl.coordination.plan import SliceShape
 from tpuctl.coordination.session import Session
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
@@ -80,6 +81,10 @@ class Registering(TypedDict, total=False):
     """The last generation this host was in (default: 0, none)."""
     previous_credential: bytes
     """The credential of this host's previous registration."""
+    slice_shape: SliceShape | None
+    """This host's slice as its backend found it (the service refuses one unlike the cluster's)."""
+    spare: bool
+    """This host is one of the spec's spares (``tpuctl init --spare``)."""
     answered_before: bool
     """The coordinator answered this process before (an earlier generation): one that does not answer now
     stopped, and the error says so (``Channel.lost_hint``), not the start-up advice."""
@@ -203,7 +208,11 @@ class CoordinationClient(Channel):
             retry_secret=self._retry_secret[1],
             generation=registering.get("generation", 0),
             previous_credential=registering.get("previous_credential", b""),
+            spare=registering.get("spare", False),
         )
+        shape = registering.get("slice_shape")
+        if shape is not None:
+            request.slice_shape.CopyFrom(convert.slice_shape_pb(shape))
         return task, request
 
     async def _retrying(

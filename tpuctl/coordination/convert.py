@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
+from tpuctl.coordination.plan import Plan, SliceShape
 from tpuctl.coordination.values import (
     MAX_GATHER_WIRE,
     RECENT_FAILURES_KEPT,
@@ -28,6 +29,7 @@ from tpuctl.coordination.values import (
     RegistrationProgress,
     RendezvousKind,
     RendezvousProgress,
+    StandbySlice,
     TaskFailure,
     TaskInfo,
     TaskRef,
@@ -84,6 +86,8 @@ STATUS_CODES: dict[Reason, grpc.StatusCode] = {
     Reason.CLUSTER_FAILED: grpc.StatusCode.ABORTED,
     Reason.TIMED_OUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     Reason.OLD_GENERATION: grpc.StatusCode.OUT_OF_RANGE,
+    Reason.SHAPE_MISMATCH: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.STANDBY: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 _STATES = {
@@ -131,6 +135,7 @@ def cluster_failure_pb(failure: ClusterFailure) -> pb.ClusterFailure:
         generation=failure.generation,
         rejoin=failure.rejoin,
         earlier=failure.earlier,
+        next=failure.next,
     )
 
 
@@ -142,7 +147,25 @@ def cluster_failure(message: pb.ClusterFailure) -> ClusterFailure:
         generation=message.generation or 1,
         rejoin=message.rejoin,
         earlier=message.earlier,
+        next=clip(message.next),
     )
+
+
+def plan_pb(plan: Plan) -> list[pb.PlanRun]:
+    return [pb.PlanRun(first=first, count=n) for first, n in plan.runs]
+
+
+def plan(runs: Sequence[pb.PlanRun]) -> Plan | None:
+    """A plan from its runs (None: none sent). A malformed one is the coordinator's bug: InputError."""
+    return Plan(tuple((r.first, r.count) for r in runs)) if runs else None
+
+
+def slice_shape_pb(shape: SliceShape) -> pb.SliceShape:
+    return pb.SliceShape(accelerator=shape.accelerator, topology=shape.topology, hosts_per_slice=shape.hosts_per_slice)
+
+
+def slice_shape(message: pb.SliceShape) -> SliceShape:
+    return SliceShape(clip(message.accelerator, 64), clip(message.topology, 64), message.hosts_per_slice)
 
 
 # --- registration ------------------------------------------------------------------------------------
@@ -162,6 +185,8 @@ def registration(request: pb.RegisterTaskRequest, *, peer: str, credential: byte
         credential=credential,
         generation=request.generation,
         previous_credential=request.previous_credential,
+        slice_shape=slice_shape(request.slice_shape) if request.HasField("slice_shape") else None,
+        spare=request.spare,
     )
 
 
@@ -175,6 +200,8 @@ def register_response(membership: Membership, *, with_tasks: bool) -> pb.Registe
         default_barrier_timeout_seconds=membership.barrier_timeout,
         num_tasks=membership.num_tasks,
         generation=membership.generation,
+        plan=plan_pb(membership.plan) if membership.plan is not None else (),
+        standby=membership.standby,
     )
 
 
@@ -195,6 +222,8 @@ def membership(response: pb.RegisterTaskResponse, task: TaskRef) -> Membership:
         heartbeat_timeout=response.heartbeat_timeout_seconds,
         barrier_timeout=response.default_barrier_timeout_seconds,
         num_tasks=response.num_tasks,
+        plan=plan(response.plan),
+        standby=response.standby,
     )
 
 
@@ -293,9 +322,19 @@ def status_response(status: ClusterStatus) -> pb.GetStatusResponse:
             cause=task.cause,
             fingerprint=task.fingerprint,
             session_open=task.session_open,
+            role=task.role,
         )  # no incarnation: it makes a registration's retry idempotent, so it stays the task's own
         if task.seconds_since_heartbeat is not None:
             entry.seconds_since_heartbeat = task.seconds_since_heartbeat
+        if task.rank is not None:
+            entry.rank = task.rank
+    if status.plan is not None:
+        response.plan.extend(plan_pb(status.plan))
+    for spare in status.spares:
+        response.spares.add(
+            roster_slice=spare.roster_slice, first_task=spare.first_task, hosts=spare.hosts,
+            registered=spare.registered, spare=spare.spare,
+        )  # fmt: skip
     if status.failure is not None:
         response.failure.CopyFrom(cluster_failure_pb(status.failure))
     for barrier in status.barriers:
@@ -351,6 +390,8 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
             cause=t.cause,
             fingerprint=t.fingerprint,
             session_open=t.session_open,
+            role=t.role or "member",
+            rank=t.rank if t.HasField("rank") else None,
         )
         for t in response.tasks
     )
@@ -372,6 +413,10 @@ def cluster_status(response: pb.GetStatusResponse) -> ClusterStatus:
         failed_barriers=_failed_barriers(response),
         goodput=goodput(response.goodput) if response.HasField("goodput") else None,
         preemption=preemption_view(response.preemption) if response.HasField("preemption") else None,
+        plan=plan(response.plan),
+        spares=tuple(
+            StandbySlice(s.roster_slice, s.first_task, s.hosts, s.registered, s.spare) for s in response.spares
+        ),
     )
 
 

@@ -64,16 +64,21 @@ class Generations:
         """What ended ``generation`` (None: it is the current one, or this service never had it)."""
         return self._ended.get(generation)
 
-    def end(self, failures: Sequence[TaskFailure], *, shutdown: bool, final: bool = False) -> ClusterFailure:
+    def end(
+        self, failures: Sequence[TaskFailure], *, shutdown: bool, final: bool = False, next: str = ""
+    ) -> ClusterFailure:
         """The first failures of the formed current generation: its end, a restart (``rejoin``, recorded
         here; the caller starts the next generation) while policy rejoin has restarts left, else the
         cluster's final failure, naming what ended the earlier generations. ``final``: no restart
-        whatever the policy (the watchdog's ``on_hang: fail``)."""
+        whatever the policy (the watchdog's ``on_hang: fail``); ``next``: how the next generation forms, when
+        it is not simply the same hosts again (``ClusterFailure.next``); with no failures, the generation
+        ends to grow."""
         policy = self.policy
         rejoin = policy.rejoin and not shutdown and not final and self.restarts < policy.max_restarts
         end = ClusterFailure(
             tuple(failures[:SAMPLE]), len(failures), shutdown=shutdown, generation=self.current, rejoin=rejoin,
             earlier="" if rejoin else self.earlier(exhausted=policy.rejoin and not shutdown),
+            next=next if rejoin else "",
         )  # fmt: skip
         if rejoin:
             self._ended[self.current] = end

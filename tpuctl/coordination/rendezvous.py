@@ -1,4 +1,9 @@
-"""Barriers and gathers: counted rendezvous of every task of the cluster.
+"""Barriers and gathers: counted rendezvous of every member of the cluster's generation.
+
+Hosts are counted by *index*: their rank in the generation (``tasks`` is the members in rank order; a
+member's ``TaskInfo`` keeps its task id, so every message names hosts by task id). The state translates
+a caller's task id to its rank at its edge; a gather's values are by rank; ``last_arrivals`` and the
+open instances' arrivals are by task id.
 
 Pure: no grpc, no asyncio, no clock. Calls are counted per (kind, name, task) and instances are numbered
 per series (kind, name): a task's call joins the instance after the one its previous call joined, so in a
@@ -203,7 +208,7 @@ class Rendezvous:
                 kind == "barrier" and previous is not None and not instance.after_failure
                 and not name.startswith(RESERVED_PREFIX)
             ):  # fmt: skip
-                self.last_arrivals.append((task_id, now - previous))
+                self.last_arrivals.append((self._tasks[task_id].task_id, now - previous))
         return barrier
 
     def outcome(self, barrier: BarrierId, *, failure: ClusterFailure | None, now: float) -> int | Gathered | Pending:
@@ -314,14 +319,15 @@ class Rendezvous:
             max(0.0, instance.deadline - now),
         )
 
-    def task_left(self, task: TaskInfo, *, now: float) -> None:
-        """``task`` disconnected: the open instances still waiting for it cannot pass."""
+    def task_left(self, rank: int, *, now: float) -> None:
+        """The member of rank ``rank`` disconnected: the open instances still waiting for it cannot pass."""
+        task = self._tasks[rank]
         for barrier in list(self._open):
             instance = self._instances[barrier]
             self._counters.touched += 1
             if self._time_out_if_late(barrier, instance, now) is None:
                 assert instance.missing is not None
-                if task.task_id in instance.missing:
+                if rank in instance.missing:
                     verdict = self._disconnected_verdict(barrier, [task], 1)
                     self._decide(barrier, instance, verdict, self._missing(instance), reason="host left", at=now)
 
@@ -337,7 +343,7 @@ class Rendezvous:
             if instance.decided or missing is None or len(missing) == len(self._tasks):
                 continue
             absent = set(missing)
-            arrived = tuple(i for i in range(len(self._tasks)) if i not in absent)
+            arrived = tuple(self._tasks[i].task_id for i in range(len(self._tasks)) if i not in absent)
             self._counters.touched += len(self._tasks)
             found.append(
                 OpenBarrier(barrier.name, barrier.instance, arrived, max(0.0, instance.deadline - now), barrier.kind)

@@ -213,7 +213,7 @@ class CoordinationServicer:
             peer,
             self._state.status_fingerprint(request.task_id),
         )
-        key = f"register+tasks/{membership.generation}" if request.with_tasks else f"register/{membership.generation}"
+        key = f"register{'+tasks' if request.with_tasks else ''}{'+standby' if membership.standby else ''}/{membership.generation}"
         shared = self._shared.share(key, lambda: convert.register_response(membership, with_tasks=request.with_tasks))
         return membership, shared + convert.credential_answer(membership.task.credential)
 
@@ -229,9 +229,9 @@ class CoordinationServicer:
             return Pending(min(answer_by, now + left))
 
         if await self._wait(REGISTRATION, check):
-            total = len(self._state.tasks)
+            total = self._state.member_count
             return self._shared.share(
-                "registered",
+                f"registered/{total}",
                 lambda: pb.WaitForAllTasksResponse(complete=True, registered=total, total=total),
             )
         self.counters.built += 1

@@ -36,17 +36,31 @@ Semantics, and where they differ from TSL (the coordination service TensorFlow a
   answers contains another task's credential or incarnation (status has a fingerprint), and no refusal
   echoes them.
 
+* Members and standby (``planning.py``, ``ServiceConfig.roster``): a generation is whole roster slices by
+  position (its plan; generation 1's is the identity). A registrant outside the plan is *standby*
+  (``Membership.standby``): connected and heartbeating, but its failure only takes it out of standby, and
+  its task-scoped calls other than heartbeats, error polls, registration and leaving are refused
+  (``STANDBY``). Registration, barriers and gathers count members only, by rank (the rendezvous runs in
+  rank space; messages name task ids). When a formed generation ends by member failures, the next plan
+  puts the lowest-numbered ready standby roster slice in each lost position, drops the rest under policy
+  elastic (down to ``min_slices``) or keeps them (waits), and keeps every lost position unless the
+  surviving members are a majority of the generation's. An elastic generation short of slices ends to
+  grow when a roster slice outside it is complete (every host standing by).
+
 Cost: every call is O(1) or O(its answer); only ``status`` lists every task, and starting a generation
-visits every task once. ``counters`` counts the work.
+visits every task once; planning the next one is O(roster slices). ``counters`` counts the work.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 
 from tpuctl.coordination.figures import BarrierWaits, HostFigures, host_figures
 from tpuctl.coordination.generations import Generations
 from tpuctl.coordination.kv import KeyValueStore
+from tpuctl.coordination.plan import Plan
+from tpuctl.coordination.planning import Placement, plan_grown, plan_next
 from tpuctl.coordination.rendezvous import Rendezvous
 from tpuctl.coordination.tasks import TaskRecord, TaskTable, elsewhere, observed_address, registered_by
 from tpuctl.coordination.taskset import Missing
@@ -72,6 +86,7 @@ from tpuctl.coordination.values import (
     RendezvousKind,
     RendezvousProgress,
     ServiceConfig,
+    StandbySlice,
     TaskFailure,
     TaskInfo,
     TaskRef,
@@ -115,7 +130,16 @@ class CoordinationState:
         self.service_incarnation = service_incarnation
         self.counters = Counters()
         self.tasks = tuple(TaskInfo(i, spec.address) for i, spec in enumerate(config.tasks))
-        """Every task of the cluster, by id (one shared tuple)."""
+        """Every task of the cluster, by id (one shared tuple): the roster, spares included."""
+        self.roster = config.roster
+        self.placement = Placement(self.roster.identity(), self.roster, self.tasks)
+        """The current generation's plan, indexed (members by rank, a task id's rank)."""
+        self._connected = array("i", [0]) * self.roster.roster_slices
+        """Connected hosts of each roster slice in the current generation."""
+        self._ready: set[int] = set()
+        """Roster slices outside the current plan whose every host is connected: ready standby slices."""
+        self._held = ""
+        """Why the majority rule kept the lost positions of the generation before (for the restart timeout)."""
         self._table = TaskTable(self.tasks, self.counters, heartbeat_timeout=config.heartbeat_timeout)
         self.generations = Generations(
             config.first_generation, config.restart, service_incarnation=service_incarnation
@@ -125,11 +149,13 @@ class CoordinationState:
         self._restart_deadline: float | None = None
         """When the current generation must have formed (restarts only; generation 1 has the register timeout)."""
         self._register_deadline: float | None = None
-        self._unregistered = Missing(len(self._table))
+        self._unregistered = Missing(self.placement.member_count)
+        """Members not registered yet, by rank."""
         self._registration_verdict: Verdict | None = None
         self.keepalive_window = self._table.keepalive_window
         """How long before a session's end its task was last vouched for at the latest."""
         self._disconnected: set[int] = set()
+        """Members that left (policy fail), by rank."""
         self._failure: ClusterFailure | None = None
         self._told: set[int] = set()
         """Tasks with nothing left to hear about the cluster's error: answered it (a refused registration,
@@ -144,7 +170,7 @@ class CoordinationState:
         self.barrier_waits = BarrierWaits()
         """The job's barriers and gathers as they pass or fail, all generations (for metrics)."""
         self._rendezvous = Rendezvous(
-            self.tasks, self.counters, self._woken, generation=self.generation, waits=self.barrier_waits
+            self.placement.members, self.counters, self._woken, generation=self.generation, waits=self.barrier_waits
         )
         self._took_part: set[int] = set()
         """Tasks that called a barrier or gather of the current generation (its core-ID merge, at least)."""
@@ -156,8 +182,18 @@ class CoordinationState:
 
     @property
     def registration_complete(self) -> bool:
-        """Every task of the current generation has registered."""
+        """Every member of the current generation has registered."""
         return not self._unregistered
+
+    @property
+    def plan(self) -> Plan:
+        """The current generation's plan."""
+        return self.placement.plan
+
+    @property
+    def member_count(self) -> int:
+        """Members of the current generation (what registration, barriers and gathers count)."""
+        return self.placement.member_count
 
     @property
     def generation(self) -> int:
@@ -170,13 +206,18 @@ class CoordinationState:
         return self._formed and self._failure is None
 
     def live_task(self, caller: TaskRef) -> TaskInfo:
-        """The caller's task, when the caller is its live process in the current generation; refused
-        otherwise, naming why (another generation, failed, disconnected). O(1)."""
-        return self._live(caller).info
+        """The caller's task, when the caller is its live process and a member of the current generation;
+        refused otherwise, naming why (another generation, failed, disconnected, standing by). O(1)."""
+        return self._member(caller)[0].info
 
     def is_live(self, task_id: int) -> bool:
-        """Task ``task_id`` is connected in the current generation (not waiting, failed or gone). O(1)."""
-        return 0 <= task_id < len(self._table) and self._table.records[task_id].state is TaskState.CONNECTED
+        """Task ``task_id`` is a connected member of the current generation (not waiting, failed, gone or
+        standing by). O(1)."""
+        return (
+            0 <= task_id < len(self._table)
+            and self._table.records[task_id].state is TaskState.CONNECTED
+            and self.placement.rank_of(task_id) is not None
+        )
 
     @property
     def kv_version(self) -> int:
@@ -210,6 +251,7 @@ class CoordinationState:
                 hint="every host must use the same cluster spec; check the coordinator address and port",
             )
         task = self._task(registration.task_id)
+        self._check_shape(registration)
         if registration.incarnation == 0:
             raise Refused(Reason.INVALID, "incarnation 0 is reserved; a registration needs a random non-zero one")
         if not MIN_RETRY_SECRET <= len(registration.retry_secret) <= MAX_RETRY_SECRET:
@@ -273,7 +315,7 @@ class CoordinationState:
                 )
         task.reserved = False
         self._table.reserved.pop(task.info.task_id)
-        task.state = TaskState.CONNECTED
+        self._set_state(task, TaskState.CONNECTED)
         if task.incarnation != registration.incarnation:
             task.sessions.clear()  # another process's sessions do not vouch for this one
         task.incarnation = registration.incarnation
@@ -285,18 +327,25 @@ class CoordinationState:
             task.credential = registration.credential or self._new_credential()
             task.fingerprint = fingerprint(task.credential)
         self._table.heard_from(task, now)
-        self._disconnected.discard(task.info.task_id)
         self._told.discard(task.info.task_id)
-        if self._unregistered.discard(task.info.task_id) and not self._unregistered:
-            self._formed = True
-            self._restart_deadline = None
-            self._woken.add(REGISTRATION)
+        rank = self.placement.rank_of(task.info.task_id)
+        formed = False
+        if rank is not None:
+            self._disconnected.discard(rank)
+            if self._unregistered.discard(rank) and not self._unregistered:
+                self._formed = formed = True
+                self._restart_deadline = None
+                self._held = ""
+                self._woken.add(REGISTRATION)
         if self._register_deadline is None:
             # A restarted coordinator's cluster re-forms within the restart timeout, a new one registers
             # within the register timeout.
             first = self.generations.first == 1
             self._register_deadline = now + (self.config.register_timeout if first else self.config.restart.timeout)
-        return self._membership(task)
+        membership = self._membership(task)
+        if formed or rank is None:
+            self._grow_if_ready(now)  # a slice became ready standby, or the generation formed short of one
+        return membership
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:
         """Seconds until registration closes while tasks are missing; None once all registered.
@@ -319,9 +368,10 @@ class CoordinationState:
         """How far registration is (the first ``SAMPLE`` missing hosts); raises like
         ``registration_waiting``. O(sample)."""
         left = self.registration_waiting(caller, now=now)
-        total = len(self._table)
+        members = self.placement.members
+        total = len(members)
         missing = len(self._unregistered)
-        sample = tuple(self.tasks[i] for i in self._unregistered.first(SAMPLE))
+        sample = tuple(members[i] for i in self._unregistered.first(SAMPLE))
         self.counters.touched += len(sample) + 1
         return RegistrationProgress(total - missing, total, sample, left or 0.0, missing)
 
@@ -377,7 +427,7 @@ class CoordinationState:
     ) -> tuple[TaskFailure, ...]:
         """The caller's own fatal error; with ``shutdown``, a deliberate shutdown of the whole cluster (the
         cluster's error then says so in ``ClusterFailure.shutdown``, which hosts test instead of the text)."""
-        task = self._live(caller)
+        task, _ = self._member(caller)
         if shutdown:
             return self._fail(
                 [(task, f"shut the cluster down: {clip(cause) or 'no reason given'}")], shutdown=True, now=now
@@ -392,16 +442,19 @@ class CoordinationState:
         if task.state in (TaskState.DISCONNECTED, TaskState.FAILED) and self._table.holds(task, caller):
             return  # a retry, or a failed task leaving: its failure stands
         self._live(caller)
-        if self.config.restart.rejoin and self._failure is None:
+        rank = self.placement.rank_of(task.info.task_id)
+        if (self.config.restart.rejoin or rank is None) and self._failure is None:
             # Under policy rejoin a host that leaves ends a formed generation (the rest re-form without
-            # waiting for a barrier to time out); while forming, it is only missing again.
+            # waiting for a barrier to time out); while forming, it is only missing again. A standby host
+            # leaving only stops standing by.
             self._fail([(task, "left the cluster (its agent disconnected: `tpuctl down`, or a signal)")], now=now)
             return
-        task.state = TaskState.DISCONNECTED
+        self._set_state(task, TaskState.DISCONNECTED)
         self._table.by_heartbeat.pop(task.info.task_id)
-        self._disconnected.add(task.info.task_id)
         self._told.add(task.info.task_id)
-        self._rendezvous.task_left(task.info, now=now)
+        if rank is not None:
+            self._disconnected.add(rank)
+            self._rendezvous.task_left(rank, now=now)
 
     def poll_error(self, caller: TaskRef, *, now: float) -> ClusterFailure | None:
         """The cluster's error, if any (the same object every time). A task declared failed may still
@@ -477,8 +530,11 @@ class CoordinationState:
             raise self._table.stale(task, caller)
         if not self._table.holds(task, caller):
             raise self._table.not_permitted(task)
-        left = task.info if task.info.task_id in self._disconnected else None
-        return self._rendezvous.withdraw(barrier, caller.task_id, failure=self._failure, left=left, now=now)
+        rank = self.placement.rank_of(task.info.task_id)
+        if rank is None:
+            raise self._standby(task)
+        left = task.info if rank in self._disconnected else None
+        return self._rendezvous.withdraw(barrier, rank, failure=self._failure, left=left, now=now)
 
     def call_outcome(
         self, caller: TaskRef, name: str, request_id: int, *, kind: RendezvousKind = "barrier", now: float
@@ -487,9 +543,9 @@ class CoordinationState:
         before the answer came): None if it no longer counts, else its instance's outcome (a failure
         raises). Request ids are per session, and a session is one registration: the caller's
         incarnation with the id names one call. O(1)."""
-        self._live(caller)
+        _, rank = self._member(caller)
         return self._rendezvous.call_outcome(
-            kind, caller.task_id, name, (caller.incarnation, request_id) if request_id else None,
+            kind, rank, name, (caller.incarnation, request_id) if request_id else None,
             failure=self._failure, now=now,
         )  # fmt: skip
 
@@ -497,8 +553,8 @@ class CoordinationState:
         self, caller: TaskRef, name: str, *, kind: RendezvousKind = "barrier", now: float
     ) -> RendezvousProgress | None:
         """Where the caller's latest call to barrier (or gather) ``name`` stands. O(sample)."""
-        self._live(caller)
-        return self._rendezvous.progress(kind, caller.task_id, name, now=now)
+        _, rank = self._member(caller)
+        return self._rendezvous.progress(kind, rank, name, now=now)
 
     @property
     def gather_value_limit(self) -> int:
@@ -512,7 +568,7 @@ class CoordinationState:
     ) -> None:
         """Set ``key``, charged to ``caller``'s quota (the executor always names one: a write is
         task-scoped; None is a write of the service's own, counted in the total only)."""
-        owner = None if caller is None else self._live(caller).info.task_id
+        owner = None if caller is None else self._member(caller)[0].info.task_id
         self._kv.set(key, value, allow_overwrite=allow_overwrite, owner=owner)
         self._woken.add(kv_key(key))
 
@@ -554,8 +610,15 @@ class CoordinationState:
 
     def status(self, *, now: float) -> ClusterStatus:
         """Every task, the open barriers and the recently failed ones: the one O(tasks) answer."""
-        tasks = self._table.status(now)
+        tasks = self._table.status(now, self.placement.rank_of)
         barriers = self._rendezvous.open_instances(now=now)  # decides those past their deadline first
+        roster, placement = self.roster, self.placement
+        spares = tuple(
+            StandbySlice(s, s * roster.per_slice, roster.per_slice, self._connected[s], roster.is_spare(s * roster.per_slice))
+            for s in range(roster.roster_slices)
+            if not placement.is_member_slice(s)
+        )
+        self.counters.touched += roster.roster_slices
         return ClusterStatus(
             self.config.cluster,
             self.service_incarnation,
@@ -566,6 +629,8 @@ class CoordinationState:
             generation=self.generation,
             forming=bool(self._unregistered) and self._failure is None,
             ended=self.generations.history(),
+            plan=self.plan,
+            spares=spares,
         )
 
     # --- internals ---------------------------------------------------------------------------------
@@ -574,11 +639,11 @@ class CoordinationState:
         self, kind: RendezvousKind, caller: TaskRef, name: str, timeout: float, value: bytes | None, now: float,
         request_id: int,
     ) -> BarrierId:  # fmt: skip
-        self._live(caller)
+        _, rank = self._member(caller)
         self._took_part.add(caller.task_id)
         return self._rendezvous.arrive(
             kind,
-            caller.task_id,
+            rank,
             name,
             timeout,
             value,
@@ -616,6 +681,65 @@ class CoordinationState:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has disconnected")
         return task
 
+    def _member(self, caller: TaskRef) -> tuple[TaskRecord, int]:
+        """The caller's record and rank if it is the connected process of a member; refuses otherwise."""
+        task = self._live(caller)
+        rank = self.placement.rank_of(task.info.task_id)
+        if rank is None:
+            raise self._standby(task)
+        return task, rank
+
+    def _standby(self, task: TaskRecord) -> Refused:
+        what = "a spare" if self.roster.is_spare(task.info.task_id) else "standing by (its slice is not in the generation)"
+        return Refused(
+            Reason.STANDBY,
+            f"{task.info} is {what} in generation {self.generation} ({self.plan.describe()}): only the "
+            "generation's members may call barriers, gathers, key-value writes and error reports",
+            hint="a standby host's agent waits until a generation takes it; run the job on the members",
+        )
+
+    def _check_shape(self, registration: Registration) -> None:
+        """Refuse a registration whose slice is not shaped like the cluster's, or that claims to be a spare
+        while the spec says otherwise, naming what differs."""
+        roster, task_id = self.roster, registration.task_id
+        if registration.spare and not roster.is_spare(task_id):
+            spares = (
+                f"tasks {roster.active}..{roster.size - 1}" if roster.spares else "none (the spec names no spares)"
+            )
+            raise Refused(
+                Reason.INVALID,
+                f"task {task_id} registered as a spare (`tpuctl init --spare`), but it is one of the cluster's "
+                f"hosts (tasks 0..{roster.active - 1}); the spec's spares: {spares}",
+                hint="drop --spare on this host, or check its task id",
+            )
+        mine, cluster = registration.slice_shape, self.config.slice_shape
+        if mine is None or cluster is None:
+            return
+        differences = mine.differences(cluster)
+        if differences:
+            raise Refused(
+                Reason.SHAPE_MISMATCH,
+                f"{self.tasks[task_id]}: its slice is not shaped like the cluster's: " + "; ".join(differences),
+                hint="a host (a spare above all) must be on a slice like the cluster's: same accelerator type, "
+                "topology and hosts per slice; check the host's TPU or the spec's tpu section",
+            )
+
+    def _set_state(self, task: TaskRecord, state: TaskState) -> None:
+        """Change ``task``'s state, keeping its roster slice's count of connected hosts (and the ready
+        standby slices) current. O(1)."""
+        was = task.state
+        task.state = state
+        if (was is TaskState.CONNECTED) == (state is TaskState.CONNECTED):
+            return
+        roster_slice = task.info.task_id // self.roster.per_slice
+        self._connected[roster_slice] += 1 if state is TaskState.CONNECTED else -1
+        if self.placement.is_member_slice(roster_slice):
+            return
+        if self._connected[roster_slice] == self.roster.per_slice:
+            self._ready.add(roster_slice)
+        else:
+            self._ready.discard(roster_slice)
+
     def _membership(self, task: TaskRecord) -> Membership:
         return Membership(
             task=TaskRef(task.info.task_id, task.incarnation, task.credential, self.generation),
@@ -624,6 +748,8 @@ class CoordinationState:
             heartbeat_timeout=self.config.heartbeat_timeout,
             barrier_timeout=self.config.barrier_timeout,
             num_tasks=len(self.tasks),
+            plan=self.plan,
+            standby=self.placement.rank_of(task.info.task_id) is None,
         )
 
     def _registration_closed(self, now: float) -> bool:
@@ -637,9 +763,10 @@ class CoordinationState:
         # the verdict is built once.
         if self._registration_verdict is None:
             missing = len(self._unregistered)
-            sample = [self.tasks[i] for i in self._unregistered.first(SAMPLE)]
+            members = self.placement.members
+            sample = [members[i] for i in self._unregistered.first(SAMPLE)]
             self.counters.touched += len(sample) + 1
-            total = len(self._table)
+            total = len(members)
             self._registration_verdict = Verdict(
                 Reason.TIMED_OUT,
                 f"registration timed out after {self.config.register_timeout:.1f} s: {count(total - missing)} "
@@ -657,7 +784,7 @@ class CoordinationState:
             return ()
         records = self._table.records
         chosen = [records[t] for t in tasks if 0 <= t < len(records)] or list(records)
-        live = [r for r in chosen if r.state is TaskState.CONNECTED]
+        live = [r for r in chosen if r.state is TaskState.CONNECTED and self.placement.rank_of(r.info.task_id) is not None]
         return self._fail([(r, f"hung: {clip(cause)}") for r in live], now=now, final=final)
 
     def take_last_arrivals(self) -> list[tuple[int, float]]:
@@ -673,33 +800,74 @@ class CoordinationState:
         Returns the new failures."""
         failures = []
         seen = []
+        standby = []
+        lost: dict[int, int] = {}
+        """Positions that lost members, and how many each."""
+        per = self.roster.per_slice
         for task, cause in failed:
             cause += elsewhere(task)
-            seen.append((task.info.task_id, self._table.last_seen(task, now)))
-            task.state = TaskState.FAILED
+            self._set_state(task, TaskState.FAILED)
             task.cause = cause
             self._told.add(task.info.task_id)
             self._table.by_heartbeat.pop(task.info.task_id)
+            rank = self.placement.rank_of(task.info.task_id)
+            if rank is None:  # standing by: it only stops standing by
+                standby.append(TaskFailure(task.info, cause))
+                continue
+            seen.append((task.info.task_id, self._table.last_seen(task, now)))
+            lost[rank // per] = lost.get(rank // per, 0) + 1
             failures.append(TaskFailure(task.info, cause))
         if not failures:
-            return ()
+            return tuple(standby)
         if self._failure is None:
             policy = self.config.restart
             if policy.rejoin and not shutdown and not self._formed:
                 # Still forming: the failed registrants are only missing again (their slots are free).
-                for lost in failures:
-                    self._missing_again(self._table.records[lost.task.task_id])
-                return tuple(failures)
-            end = self.generations.end(failures, shutdown=shutdown, final=final)
+                for gone in failures:
+                    self._missing_again(self._table.records[gone.task.task_id])
+                return tuple(failures + standby)
+            following = None
+            if policy.rejoin and not shutdown and not final:
+                ready = sorted(self._ready)
+                self.counters.touched += len(self.placement) + len(ready)
+                following = plan_next(self.placement, lost, ready, policy, generation=self.generation + 1)
+            end = self.generations.end(
+                failures, shutdown=shutdown, final=final, next=following.note if following is not None else ""
+            )
             self.failed_since = None if shutdown else min(t for _, t in seen)
             self.failed_seen = dict(seen[:SAMPLE])
             if end.rejoin:
-                self._start_generation(self.generation + 1, now)
+                assert following is not None
+                self._start_generation(self.generation + 1, now, following.plan)
+                self._held = following.held
             else:
                 self._failure = end
         self._wake_everyone = True
         self._woken.add(ERRORS)
-        return tuple(failures)
+        return tuple(failures + standby)
+
+    def _grow_if_ready(self, now: float) -> None:
+        """Under policy elastic, end a formed generation that is short of slices when a roster slice outside
+        it is ready (every host standing by), while restarts are left: the next one grows. O(1) unless it
+        ends the generation (then O(roster slices))."""
+        policy = self.config.restart
+        if not (
+            policy.elastic
+            and self._ready
+            and self.formed
+            and len(self.placement) < self.roster.num_slices
+            and self.generations.restarts < policy.max_restarts
+        ):
+            return
+        ready = sorted(self._ready)
+        self.counters.touched += len(self.placement) + len(ready)
+        grown = plan_grown(self.placement, ready, generation=self.generation + 1)
+        end = self.generations.end((), shutdown=False, next=grown.note)
+        assert end.rejoin
+        self.failed_since, self.failed_seen = None, {}
+        self._start_generation(self.generation + 1, now, grown.plan)
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
 
     # --- generations -------------------------------------------------------------------------------
 
@@ -718,20 +886,29 @@ class CoordinationState:
 
     def _fresh(self) -> bool:
         """No task has registered with this service yet."""
-        return not self.generations.any_ended and len(self._unregistered) == len(self._table) and self._register_deadline is None
+        return (
+            not self.generations.any_ended
+            and len(self._unregistered) == self.placement.member_count
+            and self._register_deadline is None
+        )
 
     def _restart_at(self, generation: int) -> None:
         self.generations.current = generation
         self._rendezvous = Rendezvous(
-            self.tasks, self.counters, self._woken, generation=generation, waits=self.barrier_waits
+            self.placement.members, self.counters, self._woken, generation=generation, waits=self.barrier_waits
         )
         self._took_part = set()
 
-    def _start_generation(self, generation: int, now: float) -> None:
-        """Generation ``generation`` starts forming: every task must register into it. O(tasks), once."""
+    def _start_generation(self, generation: int, now: float, plan: Plan) -> None:
+        """Generation ``generation`` starts forming with ``plan``: every member must register into it (every
+        other host may, standing by). O(tasks), once."""
         self._table.new_generation()
+        self.placement = Placement(plan, self.roster, self.tasks)
+        self._connected = array("i", [0]) * self.roster.roster_slices  # every task is waiting again
+        self._ready = set()
+        self.counters.touched += self.roster.roster_slices
         self._disconnected.clear()
-        self._unregistered = Missing(len(self._table))
+        self._unregistered = Missing(self.placement.member_count)
         self._formed = False
         self._restart_deadline = now + self.config.restart.timeout
         self._registration_verdict = None
@@ -739,10 +916,12 @@ class CoordinationState:
         self._kv = KeyValueStore(self.counters, self.config.kv_limits, version=self._kv.version + 1)
 
     def _missing_again(self, task: TaskRecord) -> None:
-        task.state = TaskState.WAITING
+        self._set_state(task, TaskState.WAITING)
         task.reserved = False
         self._table.reserved.pop(task.info.task_id)
-        self._unregistered.add(task.info.task_id)
+        rank = self.placement.rank_of(task.info.task_id)
+        assert rank is not None  # only members are missing
+        self._unregistered.add(rank)
 
     def _release(self, tasks: list[TaskRecord], now: float) -> bool:
         """Free the places of reserved survivors silent for longer than the heartbeat timeout: they died
@@ -763,12 +942,15 @@ class CoordinationState:
         if deadline is None or now < deadline or self._failure is not None or not self._unregistered:
             return
         missing = len(self._unregistered)
-        sample = [self._table.records[i] for i in self._unregistered.first(SAMPLE)]
+        members = self.placement.members
+        sample = [self._table.records[members[i].task_id] for i in self._unregistered.first(SAMPLE)]
         self.counters.touched += len(sample) + 1
         cause = (
             f"did not rejoin generation {self.generation} within the restart timeout "
             f"({self.config.restart.timeout:g} s)"
         )
+        if self._held:
+            cause += f"; {self._held} (a network partition?)"
         for task in sample:
             task.cause = cause
         self._failure = ClusterFailure(

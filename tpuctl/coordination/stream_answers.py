@@ -159,9 +159,9 @@ class StreamAnswers:
         try:
             left = self._state.registration_waiting(waiter.caller, now=now)
             if left is None:
-                total = len(self._state.tasks)
+                total = self._state.member_count
                 complete = self._shared.share(
-                    "registered/stream",
+                    f"registered/stream/{total}",
                     lambda: pb.HeartbeatResponse(
                         registration=pb.WaitForAllTasksResponse(complete=True, registered=total, total=total)
                     ),

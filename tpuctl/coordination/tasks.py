@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tpuctl.coordination.values import (
@@ -261,12 +261,14 @@ class TaskTable:
         self.reserved = reserved
         self.by_heartbeat = Silences()
 
-    def status(self, now: float) -> tuple[TaskStatus, ...]:
+    def status(self, now: float, rank_of: Callable[[int], int | None] = lambda task_id: task_id) -> tuple[TaskStatus, ...]:
         """Every task's row as status shows it. O(tasks). A task with an open session has sent no heartbeat
         since (the keepalive pings are its heartbeat, answered in gRPC's transport, which says nothing of
         them but closing the connection when one goes unanswered): its age is the most the last answered
-        ping can be old, one keepalive window."""
+        ping can be old, one keepalive window. ``rank_of``: each task's rank in the current generation (None:
+        not a member; then its role is ``standby`` while connected, else ``out``)."""
         self.counters.touched += len(self.records)
+        ranks = [rank_of(t.info.task_id) for t in self.records]
         return tuple(
             TaskStatus(
                 task=t.info,
@@ -282,8 +284,10 @@ class TaskTable:
                 cause=t.cause,
                 fingerprint=t.fingerprint,
                 session_open=bool(t.sessions),
+                role="member" if rank is not None else "standby" if t.state is TaskState.CONNECTED else "out",
+                rank=rank,
             )
-            for t in self.records
+            for t, rank in zip(self.records, ranks, strict=True)
         )
 
     # --- identity: constant-time comparisons, refusals that never show the task's secrets ---------------

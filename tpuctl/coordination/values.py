@@ -21,7 +21,7 @@ from tpuctl.preemption.notice import PreemptionView
 from tpuctl.watchdog.judge import WatchdogView
 from tpuctl.watchdog.settings import WatchdogSettings
 
-PROTOCOL_VERSION = 16
+PROTOCOL_VERSION = 17
 """The coordination protocol this tpuctl speaks (``coordination.proto``). The service refuses a
 registration of another version, so every host must run the same tpuctl; bumped when a change to the
 proto would be misread by an older peer."""
@@ -124,13 +124,18 @@ class RestartPolicy:
     timeout: float = 600.0
     max_restarts: int = 3
     elastic: bool = False
-    """``policy: elastic`` (implies rejoin): a lost slice may be dropped, down to ``min_slices``."""
+    """``policy: elastic`` (implies ``rejoin``): a generation that lost a slice no spare replaces forms
+    with the remaining slices, down to ``min_slices``, and grows back when a dropped slice is complete."""
     min_slices: int = 0
-    """The fewest slices a generation may have (0: every slice, never shrink)."""
+    """The fewest slices an elastic generation may have (0: the cluster's ``num_slices``: never shrink)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.timeout) and self.timeout > 0) or self.max_restarts < 0:
             raise InputError(f"restart policy: timeout {self.timeout!r} and max {self.max_restarts!r} must be positive")
+        if self.min_slices < 0 or (self.min_slices and not self.elastic):
+            raise InputError(f"restart policy: min_slices {self.min_slices!r} needs policy elastic and a count >= 1")
+        if self.elastic:
+            object.__setattr__(self, "rejoin", True)
 
 
 @dataclass(frozen=True)
@@ -153,13 +158,15 @@ class ServiceConfig:
     """What a task's failure does: end the cluster (default), or end a generation and re-form."""
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     """The spec's watchdog: hang timeout, what a hang does, straggler detection."""
-    roster: Roster | None = None
-    """The spec's hosts then spares, in whole slices (None: ``Roster(active=len(tasks))``)."""
-    slice_shape: SliceShape | None = None
-    """The cluster's slice shape every registration must match (None: not checked)."""
     first_generation: int = 1
     """The generation this service starts at: above the last one when task 0's new process takes over
     after its predecessor died (from its state dir); ``first_generation - 1`` restarts count as used."""
+    roster: Roster = field(default=None)  # type: ignore[assignment]
+    """The spec's hosts then spares, in whole slices (``plan.py``); ``tasks`` lists all of them. Unset:
+    ``Roster(active=len(tasks))``, one slice and no spares (every host is a member of every generation)."""
+    slice_shape: SliceShape | None = None
+    """The cluster's slices' shape: a registration that brings another one is refused (``SHAPE_MISMATCH``).
+    None: not checked."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -167,6 +174,17 @@ class ServiceConfig:
             problems.append("cluster name is empty")
         if not self.tasks:
             problems.append("the cluster has no tasks")
+        elif self.roster is None:
+            object.__setattr__(self, "roster", Roster(active=len(self.tasks)))
+        elif self.roster.size != len(self.tasks):
+            problems.append(
+                f"the roster has {self.roster.size} hosts ({self.roster.active} and {self.roster.spares} spares), "
+                f"the task list {len(self.tasks)}"
+            )
+        if self.roster is not None and self.restart.min_slices > self.roster.num_slices:
+            problems.append(
+                f"restart min_slices {self.restart.min_slices} is more than the cluster's {self.roster.num_slices} slices"
+            )
         if self.first_generation < 1:
             problems.append(f"first_generation must be 1 or more, got {self.first_generation!r}")
         for name in ("heartbeat_timeout", "register_timeout", "barrier_timeout"):
@@ -226,9 +244,9 @@ class Registration:
     """The credential of this host's previous registration (kept in its state dir): proves that the new
     process replaces that registration (the old one fails at once), or that a survivor is itself."""
     slice_shape: SliceShape | None = None
-    """What the host's backend found about its own slice (None: not said)."""
+    """What the host's backend found about its own slice (None: not known, not checked)."""
     spare: bool = False
-    """``tpuctl init --spare``: the host says it is a spare."""
+    """The host says it is one of the spec's spares (``tpuctl init --spare``): refused unless it is."""
 
 
 def fingerprint(credential: bytes) -> str:
@@ -251,11 +269,14 @@ class Membership:
     barrier_timeout: float
     """The service's default barrier timeout (a barrier call without one waits this long)."""
     num_tasks: int = 0
-    """How many tasks the cluster has (always set by the service)."""
+    """How many tasks the cluster has, spares included (always set by the service)."""
     plan: Plan | None = None
-    """The generation's plan (None: generation 1's, every active slice in order)."""
+    """The generation's plan: which roster slices are its slices, by position (``plan.py``; the host's
+    rank is ``plan.rank_of(task_id, roster)``). Always set by the service; None only in a value built
+    by hand."""
     standby: bool = False
-    """This host is not a member of the generation it registered into (a spare, a left-out slice)."""
+    """This host is not a member of the generation it registered into (a spare, a survivor of a replaced
+    slice, a host of a dropped slice): it heartbeats and waits for a generation that needs it."""
 
     def __post_init__(self) -> None:
         if not self.num_tasks:
@@ -361,6 +382,10 @@ class ClusterFailure:
     earlier: str = ""
     """What ended the earlier generations, and why this failure is final (empty in generation 1 of a
     cluster that never restarts); bounded text."""
+    next: str = ""
+    """With ``rejoin``: how the next generation forms when it is not simply the same hosts again, e.g.
+    ``generation 4 forms with spare slice 3 (tasks 6, 7) in place of slice 1`` (bounded text). Alone,
+    without failures: the generation ended to grow (a dropped slice is complete again)."""
 
     def __post_init__(self) -> None:
         if self.total < len(self.failures):
@@ -372,6 +397,8 @@ class ClusterFailure:
             if self.earlier:  # what ended the earlier generations: history, labelled as such
                 return f"{text} (in generation {self.generation}; earlier: {self.earlier})"
             return f"{text} (in generation {self.generation})" if self.generation > 1 else text
+        if not self.failures and self.next:  # not a failure: it ended to grow
+            return f"generation {self.generation} is over: {self.next}"
         if self.total == 1 and len(self.failures) == 1:
             (failure,) = self.failures
             text = f"{failure.task} failed: {failure.cause}"
@@ -380,6 +407,8 @@ class ClusterFailure:
             more = self.total - len(self.failures)
             tail = "" if more <= 0 else f"; ... and {count(more)} more; {ALL_HOSTS_HINT}"
             text = f"{count(self.total)} tasks failed: {listed}{tail}"
+        if self.rejoin and self.next:
+            return f"{text}; generation {self.generation} is over: {self.next}"
         if self.rejoin:
             return f"{text}; generation {self.generation} is over, the cluster re-forms as generation {self.generation + 1}"
         if self.earlier:
@@ -411,6 +440,40 @@ class TaskStatus:
     """8 hex digits of a hash of the registration's credential (not a secret); empty while waiting."""
     session_open: bool = False
     """Its session stream is open: the service's keepalive pings on its connection vouch for it."""
+    role: str = "member"
+    """``member`` (in the current generation's plan), ``standby`` (registered, not in it) or ``out``
+    (neither: not registered, failed or gone)."""
+    rank: int | None = None
+    """Its process rank in the current generation (None: not a member)."""
+
+
+@dataclass(frozen=True)
+class StandbySlice:
+    """A roster slice that is not in the current generation (a spare slice, a replaced or dropped one)."""
+
+    roster_slice: int
+    first_task: int
+    hosts: int
+    registered: int
+    """Hosts of it registered and connected (standing by)."""
+    spare: bool
+    """A spare slice of the spec (else one of its hosts' slices, replaced or dropped)."""
+
+    @property
+    def ready(self) -> bool:
+        """Every host of it stands by: it can take any lost slice's place (its shape was checked when
+        each host registered)."""
+        return self.registered == self.hosts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "roster_slice": self.roster_slice,
+            "tasks": [self.first_task, self.first_task + self.hosts - 1],
+            "spare": self.spare,
+            "registered": self.registered,
+            "ready": self.ready,
+            "can_replace": "any slice" if self.ready else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -489,6 +552,10 @@ class ClusterStatus:
     """The goodput ledger's one line (the fraction, the current bucket)."""
     preemption: PreemptionView | None = None
     """The latest preemption notices and their agreement on a checkpoint step, once a host raised one."""
+    plan: Plan | None = None
+    """The current generation's plan (None: an answer without one)."""
+    spares: tuple[StandbySlice, ...] = ()
+    """Roster slices not in the current generation, and how many of their hosts stand by."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready document with stable keys; 64-bit incarnations as decimal strings (JSON readers
@@ -512,9 +579,15 @@ class ClusterStatus:
                     "heartbeat_age": t.seconds_since_heartbeat,
                     "session_open": t.session_open,
                     "cause": t.cause or None,
+                    "role": t.role,
+                    "rank": t.rank,
                 }
                 for t in self.tasks
             ],
+            "plan": None if self.plan is None else {
+                "slices": len(self.plan), "runs": [list(r) for r in self.plan.runs], "description": self.plan.describe()
+            },
+            "spares": [s.as_dict() for s in self.spares],
             "error": None if self.failure is None else str(self.failure),
             "barriers": [
                 {
@@ -591,8 +664,10 @@ class Reason(enum.Enum):
     """The call is of a generation that ended (or that this coordinator never had: it restarted)."""
     CLUSTER_FAILED = "cluster failed"
     TIMED_OUT = "timed out"
-    SHAPE_MISMATCH = "shape mismatch"
-    """A registration's slice shape differs from the cluster's (every difference named)."""
+    SHAPE_MISMATCH = "slice shape mismatch"
+    """A host's slice is not shaped like the cluster's (accelerator type, topology, hosts per slice)."""
+    STANDBY = "standby"
+    """The call needs a member of the generation; the caller stands by (a spare, or a slice not in it)."""
 
 
 class Refused(Exception):

@@ -56,6 +56,15 @@ OUT_OF_RANGE, naming both); a registration brings the last generation it was par
 credential (a survivor re-registering, a host's new process replacing its dead predecessor); barrier and
 gather counts and key-value entries are per generation. A heartbeat to a restarted coordinator is
 refused OUT_OF_RANGE as well.
+
+Members and standby (v17): the cluster's tasks are its roster, the spec's hosts then its spares, in whole
+slices. A generation is whole roster slices by position (its `Plan`, sent as runs); a host's rank in it
+is its place in the plan (ranks `p * hosts_per_slice ..` for the slice at position p). A registrant not
+in the plan stands by (`RegisterTaskResponse.standby`): it heartbeats, but its barrier, gather, key-value
+write and error-report calls are refused FAILED_PRECONDITION, and its failure ends no generation.
+Registration counts, barriers and gathers are over members only (a gather's values are in rank order).
+A registration whose slice shape differs from the cluster's is refused INVALID_ARGUMENT, naming what
+differs.
 """
 
 from collections import abc as _abc
@@ -206,6 +215,7 @@ class ClusterFailure(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     REJOIN_FIELD_NUMBER: _builtins.int
     EARLIER_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """How many tasks failed in that first batch (0: as many as listed)."""
     shutdown: _builtins.bool
@@ -216,6 +226,10 @@ class ClusterFailure(_message.Message):
     """The cluster re-forms as generation + 1 (restart policy rejoin with restarts left); false: final."""
     earlier: _builtins.str
     """A final failure after restarts: what ended the earlier generations, and why no restart is left."""
+    next: _builtins.str
+    """With rejoin: how the next generation forms when it is not the same hosts again (a spare slice in a
+    lost one's place, a slice dropped, a slice joining); without failures: the generation ended to grow.
+    """
     @_builtins.property
     def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]:
         """At most the first 10 of them."""
@@ -229,14 +243,68 @@ class ClusterFailure(_message.Message):
         generation: _builtins.int = ...,
         rejoin: _builtins.bool = ...,
         earlier: _builtins.str = ...,
+        next: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier", b"earlier", "failures", b"failures", "generation", b"generation", "rejoin", b"rejoin", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier", b"earlier", "failures", b"failures", "generation", b"generation", "next", b"next", "rejoin", b"rejoin", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterFailure: _TypeAlias = ClusterFailure  # noqa: Y015
+
+@_typing.final
+class PlanRun(_message.Message):
+    """One run of a generation's plan: `count` consecutive positions holding roster slices `first ..`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    first: _builtins.int
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        first: _builtins.int = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "first", b"first"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanRun: _TypeAlias = PlanRun  # noqa: Y015
+
+@_typing.final
+class SliceShape(_message.Message):
+    """What a host's backend found about its own TPU slice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCELERATOR_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
+    HOSTS_PER_SLICE_FIELD_NUMBER: _builtins.int
+    accelerator: _builtins.str
+    """e.g. "v4-16"."""
+    topology: _builtins.str
+    """e.g. "2x2x2"."""
+    hosts_per_slice: _builtins.int
+    def __init__(
+        self,
+        *,
+        accelerator: _builtins.str = ...,
+        topology: _builtins.str = ...,
+        hosts_per_slice: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator", b"accelerator", "hosts_per_slice", b"hosts_per_slice", "topology", b"topology"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SliceShape: _TypeAlias = SliceShape  # noqa: Y015
 
 @_typing.final
 class RegisterTaskRequest(_message.Message):
@@ -251,6 +319,8 @@ class RegisterTaskRequest(_message.Message):
     RETRY_SECRET_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     PREVIOUS_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    SLICE_SHAPE_FIELD_NUMBER: _builtins.int
+    SPARE_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     cluster_name: _builtins.str
     task_id: _builtins.int
@@ -270,6 +340,12 @@ class RegisterTaskRequest(_message.Message):
     the live registration's credential replaces it (the old one fails at once: "restarted"); a survivor
     of the last generation proves with it (or its incarnation and retry secret) that it is itself.
     """
+    spare: _builtins.bool
+    """The host says it is one of the spec's spares (`tpuctl init --spare`): refused if it is not."""
+    @_builtins.property
+    def slice_shape(self) -> Global___SliceShape:
+        """The host's slice as its backend found it (unset: not checked)."""
+
     def __init__(
         self,
         *,
@@ -282,12 +358,16 @@ class RegisterTaskRequest(_message.Message):
         retry_secret: _builtins.bytes = ...,
         generation: _builtins.int = ...,
         previous_credential: _builtins.bytes = ...,
+        slice_shape: Global___SliceShape | None = ...,
+        spare: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape", "slice_shape", b"slice_shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_name", b"cluster_name", "generation", b"generation", "hostname", b"hostname", "incarnation", b"incarnation", "previous_credential", b"previous_credential", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape", "cluster_name", b"cluster_name", "generation", b"generation", "hostname", b"hostname", "incarnation", b"incarnation", "previous_credential", b"previous_credential", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "slice_shape", b"slice_shape", "spare", b"spare", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__slice_shape: _TypeAlias = _typing.Literal["slice_shape"]  # noqa: Y015
+    _WhichOneofArgType__slice_shape: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slice_shape) -> _WhichOneofReturnType__slice_shape | None: ...
 
 Global___RegisterTaskRequest: _TypeAlias = RegisterTaskRequest  # noqa: Y015
 
@@ -302,6 +382,8 @@ class RegisterTaskResponse(_message.Message):
     NUM_TASKS_FIELD_NUMBER: _builtins.int
     CREDENTIAL_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
+    STANDBY_FIELD_NUMBER: _builtins.int
     service_incarnation: _builtins.int
     """Random per service start: a changed value means the coordinator restarted."""
     heartbeat_timeout_seconds: _builtins.float
@@ -313,9 +395,15 @@ class RegisterTaskResponse(_message.Message):
     """
     generation: _builtins.int
     """The generation this registration is of: every later task-scoped call carries it in `TaskRef`."""
+    standby: _builtins.bool
+    """This host is not a member of the generation: it stands by."""
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
         """Every task of the cluster, by id; only when the request set `with_tasks`."""
+
+    @_builtins.property
+    def plan(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanRun]:
+        """The generation's plan: the roster slices at its positions, as runs (O(1 + changes), never O(hosts))."""
 
     def __init__(
         self,
@@ -327,10 +415,12 @@ class RegisterTaskResponse(_message.Message):
         num_tasks: _builtins.int = ...,
         credential: _builtins.bytes = ...,
         generation: _builtins.int = ...,
+        plan: _abc.Iterable[Global___PlanRun] | None = ...,
+        standby: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "generation", b"generation", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "service_incarnation", b"service_incarnation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "default_barrier_timeout_seconds", b"default_barrier_timeout_seconds", "generation", b"generation", "heartbeat_timeout_seconds", b"heartbeat_timeout_seconds", "num_tasks", b"num_tasks", "plan", b"plan", "service_incarnation", b"service_incarnation", "standby", b"standby", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1681,6 +1771,8 @@ class TaskStatus(_message.Message):
     CAUSE_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     SESSION_OPEN_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
     hostname: _builtins.str
     peer: _builtins.str
@@ -1698,6 +1790,10 @@ class TaskStatus(_message.Message):
     seconds_since_heartbeat is the most the last answered ping can be old (one keepalive window), not
     a measured age.
     """
+    role: _builtins.str
+    """"member" (in the generation's plan), "standby" (registered, not in it) or "out"."""
+    rank: _builtins.int
+    """Its rank in the generation (members only)."""
     @_builtins.property
     def task(self) -> Global___TaskInfo: ...
     def __init__(
@@ -1711,16 +1807,58 @@ class TaskStatus(_message.Message):
         cause: _builtins.str = ...,
         fingerprint: _builtins.str = ...,
         session_open: _builtins.bool = ...,
+        role: _builtins.str = ...,
+        rank: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rank", b"_rank", "_seconds_since_heartbeat", b"_seconds_since_heartbeat", "rank", b"rank", "seconds_since_heartbeat", b"seconds_since_heartbeat", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "seconds_since_heartbeat", b"seconds_since_heartbeat", "session_open", b"session_open", "state", b"state", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rank", b"_rank", "_seconds_since_heartbeat", b"_seconds_since_heartbeat", "cause", b"cause", "fingerprint", b"fingerprint", "hostname", b"hostname", "peer", b"peer", "rank", b"rank", "role", b"role", "seconds_since_heartbeat", b"seconds_since_heartbeat", "session_open", b"session_open", "state", b"state", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__rank: _TypeAlias = _typing.Literal["rank"]  # noqa: Y015
+    _WhichOneofArgType__rank: _TypeAlias = _typing.Literal["_rank", b"_rank"]  # noqa: Y015
     _WhichOneofReturnType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["seconds_since_heartbeat"]  # noqa: Y015
     _WhichOneofArgType__seconds_since_heartbeat: _TypeAlias = _typing.Literal["_seconds_since_heartbeat", b"_seconds_since_heartbeat"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rank) -> _WhichOneofReturnType__rank | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__seconds_since_heartbeat) -> _WhichOneofReturnType__seconds_since_heartbeat | None: ...
 
 Global___TaskStatus: _TypeAlias = TaskStatus  # noqa: Y015
+
+@_typing.final
+class StandbySlice(_message.Message):
+    """A roster slice not in the current generation: a spare slice, or a replaced or dropped one."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROSTER_SLICE_FIELD_NUMBER: _builtins.int
+    FIRST_TASK_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    SPARE_FIELD_NUMBER: _builtins.int
+    roster_slice: _builtins.int
+    first_task: _builtins.int
+    hosts: _builtins.int
+    registered: _builtins.int
+    """Hosts of it registered and connected; all of them: it can replace any lost slice."""
+    spare: _builtins.bool
+    """A spare slice of the spec."""
+    def __init__(
+        self,
+        *,
+        roster_slice: _builtins.int = ...,
+        first_task: _builtins.int = ...,
+        hosts: _builtins.int = ...,
+        registered: _builtins.int = ...,
+        spare: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_task", b"first_task", "hosts", b"hosts", "registered", b"registered", "roster_slice", b"roster_slice", "spare", b"spare"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StandbySlice: _TypeAlias = StandbySlice  # noqa: Y015
 
 @_typing.final
 class GetStatusRequest(_message.Message):
@@ -1845,6 +1983,8 @@ class GetStatusResponse(_message.Message):
     FAILED_BARRIERS_FIELD_NUMBER: _builtins.int
     GOODPUT_FIELD_NUMBER: _builtins.int
     PREEMPTION_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
+    SPARES_FIELD_NUMBER: _builtins.int
     cluster_name: _builtins.str
     service_incarnation: _builtins.int
     protocol_version: _builtins.int
@@ -1877,6 +2017,14 @@ class GetStatusResponse(_message.Message):
     def preemption(self) -> Global___PreemptionStatus:
         """The latest preemption notices and their agreement, once a host raised one."""
 
+    @_builtins.property
+    def plan(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanRun]:
+        """The current generation's plan, as runs."""
+
+    @_builtins.property
+    def spares(self) -> _containers.RepeatedCompositeFieldContainer[Global___StandbySlice]:
+        """The roster slices not in the current generation, and how many of their hosts stand by."""
+
     def __init__(
         self,
         *,
@@ -1893,10 +2041,12 @@ class GetStatusResponse(_message.Message):
         failed_barriers: _abc.Iterable[Global___FailedBarrier] | None = ...,
         goodput: Global___GoodputSummary | None = ...,
         preemption: Global___PreemptionStatus | None = ...,
+        plan: _abc.Iterable[Global___PlanRun] | None = ...,
+        spares: _abc.Iterable[Global___StandbySlice] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_preemption", b"_preemption", "_watchdog", b"_watchdog", "failure", b"failure", "goodput", b"goodput", "preemption", b"preemption", "watchdog", b"watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_preemption", b"_preemption", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "goodput", b"goodput", "preemption", b"preemption", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure", b"_failure", "_goodput", b"_goodput", "_preemption", b"_preemption", "_watchdog", b"_watchdog", "barriers", b"barriers", "cluster_name", b"cluster_name", "ended", b"ended", "failed_barriers", b"failed_barriers", "failure", b"failure", "forming", b"forming", "generation", b"generation", "goodput", b"goodput", "plan", b"plan", "preemption", b"preemption", "protocol_version", b"protocol_version", "service_incarnation", b"service_incarnation", "spares", b"spares", "tasks", b"tasks", "watchdog", b"watchdog"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure: _TypeAlias = _typing.Literal["failure"]  # noqa: Y015
     _WhichOneofArgType__failure: _TypeAlias = _typing.Literal["_failure", b"_failure"]  # noqa: Y015

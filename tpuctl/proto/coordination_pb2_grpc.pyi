@@ -56,6 +56,15 @@ OUT_OF_RANGE, naming both); a registration brings the last generation it was par
 credential (a survivor re-registering, a host's new process replacing its dead predecessor); barrier and
 gather counts and key-value entries are per generation. A heartbeat to a restarted coordinator is
 refused OUT_OF_RANGE as well.
+
+Members and standby (v17): the cluster's tasks are its roster, the spec's hosts then its spares, in whole
+slices. A generation is whole roster slices by position (its `Plan`, sent as runs); a host's rank in it
+is its place in the plan (ranks `p * hosts_per_slice ..` for the slice at position p). A registrant not
+in the plan stands by (`RegisterTaskResponse.standby`): it heartbeats, but its barrier, gather, key-value
+write and error-report calls are refused FAILED_PRECONDITION, and its failure ends no generation.
+Registration counts, barriers and gathers are over members only (a gather's values are in rank order).
+A registration whose slice shape differs from the cluster's is refused INVALID_ARGUMENT, naming what
+differs.
 """
 
 from collections import abc as _abc
