@@ -34,7 +34,9 @@ def spec_text(extra: str, *, accelerator: str = "v4-16", slices: int = 2, hosts:
         (6, 2, (0, 2, 4)),
     ],
 )
-def test_the_default_standby_list_spreads_over_the_slices(num_hosts: int, per_slice: int, expected: tuple[int, ...]) -> None:
+def test_the_default_standby_list_spreads_over_the_slices(
+    num_hosts: int, per_slice: int, expected: tuple[int, ...]
+) -> None:
     assert default_successors(num_hosts, per_slice) == expected
 
 
@@ -49,7 +51,9 @@ def test_the_default_standby_list_spreads_over_the_slices(num_hosts: int, per_sl
         ((4, 2), 2, (4, 2)),
     ],
 )
-def test_every_survivor_computes_the_same_order(successors: tuple[int, ...], lost: int, expected: tuple[int, ...]) -> None:
+def test_every_survivor_computes_the_same_order(
+    successors: tuple[int, ...], lost: int, expected: tuple[int, ...]
+) -> None:
     assert succession_order(successors, lost) == expected
 
 

@@ -151,6 +151,9 @@ class ServiceConfig:
     first_generation: int = 1
     """The generation this service starts at: above the last one when task 0's new process takes over
     after its predecessor died (from its state dir); ``first_generation - 1`` restarts count as used."""
+    coordinator_task: int = 0
+    """The task whose host runs this service: task 0, or a successor that took over after the coordinator's
+    host was lost (``coordinator.successors``); messages name it."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -160,6 +163,8 @@ class ServiceConfig:
             problems.append("the cluster has no tasks")
         if self.first_generation < 1:
             problems.append(f"first_generation must be 1 or more, got {self.first_generation!r}")
+        if not 0 <= self.coordinator_task < max(1, len(self.tasks)):
+            problems.append(f"coordinator_task {self.coordinator_task!r} is not a task of the cluster")
         for name in ("heartbeat_timeout", "register_timeout", "barrier_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
