@@ -109,3 +109,23 @@ def test_a_successor_that_cannot_bind_hands_over_to_the_next(make_cluster) -> No
     assert again is not None and len(set(again)) == 1
     status = json.loads(c.tpuctl("status", "--json", task=3).out)
     assert status["coordinator"] == f"{c.hosts[1]}:{c.port}", status
+
+
+def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_successor(make_cluster) -> None:
+    """Task 0 frozen (SIGSTOP) longer than the heartbeat timeout: task 2 serves generation 2; when task 0
+    resumes, its own generation ends, it finds task 2's service and joins it as a worker (no second cluster)."""
+    c = two_slices(make_cluster)
+    c.up()
+    pid = c.agent_pid(0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    c.wait_for_log(0, "took the coordination service over at generation 2; joining it", timeout=20)
+    wait_until(lambda: mappings_at(c, 2, range(4)) is not None, 30, "generation 2 everywhere", logs=c.logs)
+    again = mappings_at(c, 2, range(4))
+    assert again is not None and len(set(again)) == 1
+    wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
+    status = json.loads(c.tpuctl("status", "--json", task=0).out)
+    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == 2, status

@@ -287,6 +287,7 @@ class Agent:
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
         self.client = connect(spec, token, target=self.coordinator_target)
+        self.client.coordinator_task = self.coordinator_task
         await self._form(first=True)
         self._ready = True
         self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
@@ -440,7 +441,7 @@ class Agent:
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
-        if end.coordinator_lost and self.spec.successors:
+        if end.coordinator_lost and any(t != self.coordinator_task for t in self.spec.successors):
             self._lost_coordinator = end  # the next registration goes to the successor (``_succeed``)
         if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
             wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
@@ -551,6 +552,7 @@ class Agent:
             await server.stop(grace=FAILED_STOP_GRACE_S)
         if found.target != self.coordinator_target or self.client is None:
             old, self.client = self.client, connect(self.spec, self._token, target=found.target)
+            self.client.coordinator_task = found.task
             if old is not None:
                 with contextlib.suppress(BaseException):
                     await old.close()
@@ -806,9 +808,7 @@ class Agent:
                 cause = f"the coordinator restarted: {exc.message}"
                 return GenerationEnd(generation, True, ClusterError(cause), (Failure(serving, coordinator, cause),))
             if isinstance(exc, CoordinatorUnreachable):
-                cause = (
-                    f"the coordinator, task {serving}, at {self.coordinator_target} stopped answering: {exc.message}"
-                )
+                cause = f"the coordinator at {self.coordinator_target} (task {serving}) stopped answering: {exc.message}"
                 failures = (Failure(serving, coordinator, cause),)
                 return GenerationEnd(generation, True, ClusterError(cause), failures, coordinator_lost=True)
         return GenerationEnd(generation, False, exc)
