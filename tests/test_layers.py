@@ -45,6 +45,7 @@ CORE = (
     "tpuctl.spec.model",
     "tpuctl.spec.checker",
     "tpuctl.spec.meshes",
+    "tpuctl.spec.successors",
     "tpuctl.coordination.state",
     "tpuctl.coordination.values",
     "tpuctl.coordination.taskset",

@@ -329,3 +329,22 @@ def test_a_host_that_lost_a_frozen_coordinator_and_registers_again_ends_the_form
     # A retry of a registration into a generation (the answer lost) stays a retry.
     assert rejoin(state, refs[1], 5.2) == rejoin(state, refs[1], 5.3)
     assert state.generation == 2
+
+
+def test_a_successors_service_names_its_own_task_as_the_coordinator() -> None:
+    """Task 2 took the service over after task 0's host was lost (``coordinator.successors``): it starts
+    at the next generation, the survivors register with the generation they left, and its messages name
+    task 2, not task 0, as the coordinator."""
+    state = new_state(4, restart=REJOIN, first_generation=2, coordinator_task=2)
+    refs = [state.register(registration(t, 100 + t, generation=1), now=0.0).task for t in range(4)]
+    assert state.generation == 2 and all(r.generation == 2 for r in refs)
+    assert state.registration_waiting(refs[0], now=0.0) is None
+    assert "generation 1 ended before this coordinator started (task 2 took the service over)" in (
+        state.generations.earlier()
+    )
+    for ref in refs:
+        state.barrier_arrive(ref, "merged", 10.0, now=1.0)
+    rejoin(state, refs[1], 5.0)  # task 1 lost contact with task 2's service and came back
+    ended = state.generations.ended(2)
+    assert ended is not None
+    assert "left generation 2: it lost contact with the coordinator, task 2 (127.0.0.3)" in str(ended)

@@ -33,13 +33,15 @@ def spec_text(
     register_timeout: str = "30s",
     barrier_timeout: str = "30s",
     job_ports: str = "",
+    successors: str = "",
     extra: str = "",
 ) -> str:
     host_lines = "\n".join(f"  - {h}" for h in hosts)
     return (
         f"cluster: {cluster}\naccelerator: {accelerator}\nbackend: sim\nhosts:\n{host_lines}\n"
         f"coordinator: {{port: {port}, heartbeat_interval: {heartbeat}, heartbeat_timeout: {heartbeat_timeout}, "
-        f"register_timeout: {register_timeout}{', job_ports: ' + job_ports if job_ports else ''}}}\n"
+        f"register_timeout: {register_timeout}{', job_ports: ' + job_ports if job_ports else ''}"
+        f"{', successors: ' + successors if successors else ''}}}\n"
         f"barrier_timeout: {barrier_timeout}\n{extra}"
     )
 

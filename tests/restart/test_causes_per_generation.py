@@ -82,7 +82,8 @@ def test_a_coordinator_that_died_gets_its_own_hint_and_status_still_lists_every_
 
 
 def test_a_worker_init_hears_at_once_when_the_coordinator_dies_while_the_next_generation_forms(make_cluster):
-    c: LocalCluster = make_cluster("v4-32", **{**REJOIN, "register_timeout": "15s"})
+    # Task 0 coordinates for life (``successors: [0]``): nobody takes over (tests/restart/test_coordinator_moves.py).
+    c: LocalCluster = make_cluster("v4-32", **{**REJOIN, "register_timeout": "15s", "successors": "[0]"})
     c.up()
     for victim in (2, 3):  # task 3 stays away: generation 2 keeps forming
         os.kill(c.agent_pid(victim), signal.SIGKILL)

@@ -26,7 +26,7 @@ FROZEN_S = 5.0  # heartbeat timeout 3 s, + 2
 
 
 def test_a_coordinator_frozen_past_the_heartbeat_timeout_re_forms_the_cluster_when_it_resumes(make_cluster) -> None:
-    c = make_cluster("v4-32", **SPEC)
+    c = make_cluster("v4-32", **SPEC, successors="[0]")  # task 0 for life (a successor: test_coordinator_moves.py)
     c.up()
     pid = c.agent_pid(0)
     os.kill(pid, signal.SIGSTOP)

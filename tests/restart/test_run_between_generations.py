@@ -142,7 +142,7 @@ def test_a_generation_ending_between_the_formed_word_and_the_job_env_waits_for_t
 def test_status_while_re_forming_with_the_coordinator_down_says_so(make_cluster) -> None:
     import json
 
-    c = make_cluster("v4-16", **REJOIN)
+    c = make_cluster("v4-16", **REJOIN, successors="[0]")  # task 0 for life: nobody takes over
     c.up()
     os.kill(c.agent_pid(0), signal.SIGKILL)
     c.wait_for_log(1, "re-forming as the next generation", 15)

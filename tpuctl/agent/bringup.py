@@ -62,6 +62,7 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
+from tpuctl.agent.succession import Found, discover, probe, wait_for_service
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -150,6 +151,10 @@ class Agent:
         from tpuctl.spec.elastic import host_shape
 
         self.shape = host_shape(self.spec, hostenv.environ())  # what this host's backend reports about its slice
+        self.coordinator_task = 0  # the task whose host serves the cluster now (a successor, once it moved)
+        self.coordinator_target = self.spec.coordinator_target
+        self._token: str | None = None
+        self._lost_coordinator: GenerationEnd | None = None  # the coordinator's host was lost: find its successor
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -265,7 +270,7 @@ class Agent:
         self._main_task = asyncio.current_task()
         spec, task = self.spec, self.task
         self.reporter.phase("registering", spec.coordinator.register_timeout)
-        token = load_token(spec)
+        token = self._token = load_token(spec)
         previous = self.options.state.read_registration(spec.cluster, task)
         if previous is not None:  # a dead agent's registration: this process replaces it
             self._last_generation, self._previous_credential = previous
@@ -273,7 +278,14 @@ class Agent:
             from tpuctl.metrics.agent import serve_agent_metrics  # prometheus_client: only with metrics on
 
             self._metrics = await serve_agent_metrics(self)
-        if task == 0:
+        found = await discover(spec, token) if spec.successors else None  # the coordinator may have moved
+        if found is not None:
+            self.coordinator_task, self.coordinator_target = found.task, found.target
+            self.reporter.progress(
+                f"task {task}: the cluster's coordinator is task {found.task} ({found.target}) at generation "
+                f"{found.generation}; joining it"
+            )
+        elif task == 0:
             first = self._last_generation + 1 if spec.restart.rejoin and self._last_generation else 1
             self._server = await start_service(
                 spec, token, first_generation=first, journal=Path(self.options.state.goodput_journal),
@@ -281,7 +293,8 @@ class Agent:
             )  # fmt: skip
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
-        self.client = connect(spec, token)
+        self.client = connect(spec, token, target=self.coordinator_target)
+        self.client.coordinator_task = self.coordinator_task
         await self._form(first=True)
         self._ready = True
         self._tasks.append(asyncio.create_task(self._watch_state_dir(), name="watch-state-dir"))
@@ -318,6 +331,11 @@ class Agent:
     async def _form_once(self, *, first: bool) -> GenerationEnd | None:
         """One generation's bring-up: None once it formed, else why it ended first."""
         spec, task = self.spec, self.task
+        if self._lost_coordinator is not None:
+            lost, self._lost_coordinator = self._lost_coordinator, None
+            await self._succeed(lost)
+        elif not first and self._server is not None and self.coordinator_task == task and spec.successors:
+            await self._step_down_if_moved()
         wait = spec.coordinator.register_timeout if first else spec.restart.timeout
         # Registered on the session's stream: it heartbeats from then on, since waiting for late hosts can
         # take longer than the heartbeat timeout.
@@ -397,7 +415,7 @@ class Agent:
         self.generation_spec, self.rank = spec, rank
         g = f" (generation {generation})" if generation > 1 else ""
         self.reporter.phase("waiting for every host", wait)
-        self.reporter.progress(f"task {task}: registered with {spec.coordinator_target}{g}; waiting for every host")
+        self.reporter.progress(f"task {task}: registered with {self.coordinator_target}{g}; waiting for every host")
         waiting_since = time.monotonic()
         await gen.session.wait_for_all(
             timeout=wait,
@@ -475,6 +493,8 @@ class Agent:
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
         log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        if end.coordinator_lost and any(t != self.coordinator_task for t in self.spec.successors):
+            self._lost_coordinator = end  # the next registration goes to the successor (``_succeed``)
         if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
             wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
             self.reporter.phase("registering", wait)
@@ -513,6 +533,103 @@ class Agent:
                     await self._tell_the_cluster(exc)  # this host's own failure (a full state dir): every peer hears it
                     self._fail(exc)
                 return
+
+    # --- a coordinator that moves (``coordinator.successors``; :mod:`tpuctl.agent.succession`) ------------
+
+    async def _succeed(self, end: GenerationEnd) -> None:
+        """The coordinator's host was lost in generation ``end.generation``: find who serves the next one.
+        Every survivor tries the same order (the successors after the lost one, it last), each candidate for
+        the heartbeat timeout; the first candidate that is this host starts the service on its own address
+        at the next generation (one that cannot bind hands over to the next). Bounded by the restart timeout."""
+        from tpuctl.spec.successors import succession_order
+
+        spec, task, lost = self.spec, self.task, self.coordinator_task
+        order = succession_order(spec.successors, lost)
+        per = spec.coordinator.heartbeat_timeout
+        started = time.monotonic()
+        deadline = started + spec.restart.timeout
+        self.reporter.progress(
+            f"task {task}: the coordinator, task {lost} ({self.coordinator_target}), is lost; looking for its "
+            f"successor (tasks {', '.join(map(str, order))}, up to {per:g} s each)"
+        )
+        while True:
+            for candidate in order:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterError(
+                        f"task {task}: no coordinator answered within the restart timeout ({spec.restart.timeout:g} s) "
+                        f"after the coordinator, task {lost}, was lost (tried tasks {', '.join(map(str, order))})",
+                        hint="check the successors' agent logs; `tpuctl init` on any host of the cluster looks "
+                        "for the live coordinator first",
+                    )
+                if candidate == task and self._server is None and not await self._serve(end.generation + 1, lost):
+                    continue
+                where = spec.coordinator_target_at(candidate)
+                found = await wait_for_service(spec, self._token, candidate, min(per, left))
+                if found is not None:
+                    await self._move_to(found)
+                    self.reporter.progress(
+                        f"task {task}: the coordinator is now task {found.task} ({found.target}, generation "
+                        f"{found.generation}), {time.monotonic() - started:.1f} s after the loss was judged"
+                    )
+                    return
+                self.reporter.progress(f"task {task}: task {candidate} ({where}) did not answer within {per:g} s; "
+                                       "trying the next successor")  # fmt: skip
+
+    async def _serve(self, first: int, lost: int) -> bool:
+        """Start the coordination service on this host's address at generation ``first`` (a successor taking
+        over from task ``lost``); False, said, when it cannot (the port is taken, TLS files missing)."""
+        spec, task = self.spec, self.task
+        try:
+            self._server = await start_service(
+                spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task
+            )  # fmt: skip
+        except (TpuctlError, OSError) as exc:
+            why = exc.message if isinstance(exc, TpuctlError) else str(exc)
+            log.warning("task %d: cannot take the coordination service over: %s", task, why)
+            self.reporter.progress(
+                f"task {task}: cannot serve as the coordinator: {why}; handing over to the next successor"
+            )
+            return False
+        self.reporter.progress(
+            f"task {task}: coordination service listening on {spec.coordinator_target_at(task)} at generation "
+            f"{first} (taking over from task {lost})"
+        )
+        return True
+
+    async def _move_to(self, found: Found) -> None:
+        """Talk to the service ``found`` from now on (this host's own service, if it is another, stops)."""
+        if found.task != self.task and self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace=FAILED_STOP_GRACE_S)
+        if found.target != self.coordinator_target or self.client is None:
+            old, self.client = self.client, connect(self.spec, self._token, target=found.target)
+            self.client.coordinator_task = found.task
+            if old is not None:
+                with contextlib.suppress(BaseException):
+                    await old.close()
+        self.coordinator_task, self.coordinator_target = found.task, found.target
+        self.notify()
+
+    async def _step_down_if_moved(self) -> None:
+        """This host serves, and its generation ended: when a successor took over meanwhile (this host was
+        frozen or cut off longer than the heartbeat timeout), its service at the same or a later generation
+        wins, and this host joins it as a worker. O(successors) probes, refused at once when nobody serves."""
+        from tpuctl.agent.succession import candidates
+
+        assert self._server is not None
+        own = self._server.service.state.generation
+        others = [t for t in candidates(self.spec) if t != self.task]
+        answers = await asyncio.gather(*(probe(self.spec, self._token, t) for t in others))
+        ahead = [a for a in answers if a is not None and a.generation >= own]
+        if not ahead:
+            return
+        found = max(ahead, key=lambda a: a.generation)
+        log.warning("task %d: task %d serves the cluster at generation %d (this host's service is at %d): "
+                    "joining it as a worker", self.task, found.task, found.generation, own)  # fmt: skip
+        self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination service "
+                               f"over at generation {found.generation}; joining it")  # fmt: skip
+        await self._move_to(found)
 
     def _watch_metadata(self) -> None:
         """The GCE metadata server's preemption and maintenance notices, where a watch belongs
@@ -722,7 +839,7 @@ class Agent:
         error, and every error under policy fail, is final."""
         membership = gen.membership
         generation = membership.generation
-        coordinator = self.spec.hosts[0]
+        coordinator, serving = self.spec.hosts[self.coordinator_task], self.coordinator_task
         if self.spec.restart.rejoin and isinstance(exc, ClusterError):
             if not isinstance(exc, CoordinatorUnreachable):
                 assert self.client is not None  # made before the first generation
@@ -741,10 +858,11 @@ class Agent:
                         return self._failure_end(failure)
             if isinstance(exc, GenerationOver):
                 cause = f"the coordinator restarted: {exc.message}"
-                return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
+                return GenerationEnd(generation, True, ClusterError(cause), (Failure(serving, coordinator, cause),))
             if isinstance(exc, CoordinatorUnreachable):
-                cause = f"the coordinator at {self.spec.coordinator_target} stopped answering: {exc.message}"
-                return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
+                cause = f"the coordinator at {self.coordinator_target} (task {serving}) stopped answering: {exc.message}"
+                failures = (Failure(serving, coordinator, cause),)
+                return GenerationEnd(generation, True, ClusterError(cause), failures, coordinator_lost=True)
         return GenerationEnd(generation, False, exc)
 
     def _own_failure(self, exc: OSError) -> StateError:
@@ -888,7 +1006,7 @@ class Agent:
             address=self.options.address,
             num_tasks=len(spec.hosts),
             hosts=tuple(spec.hosts),
-            coordinator=spec.coordinator_target,
+            coordinator=self.coordinator_target,
             accelerator=spec.slice.accelerator_type,
             topology=spec.slice.topology_str,
             mapping=str(self.options.output),
@@ -927,7 +1045,7 @@ class Agent:
             "topology_name": spec.slice.topology_str,
             "num_devices": spec.slice.num_devices,
             "num_local_devices": spec.slice.devices_per_host,
-            "coordinator": spec.coordinator_target,
+            "coordinator": self.coordinator_target,
             "mapping": str(self.options.output),
             "state_dir": str(self.options.state.path),
             "pid": os.getpid(),

@@ -285,16 +285,18 @@ class LocalCommands:
 def known_tasks(info: AgentInfo, failures: Sequence[Failure], unreachable: str) -> list[dict[str, object]]:
     """Every host as this agent knows it when the coordinator does not answer (``tpuctl status`` lists
     every host, not a header without rows): its address from the spec; a host the cluster's failure
-    named (``failures``), ``failed`` with its cause; task 0, the coordinator, ``unreachable`` with the
+    named (``failures``), ``failed`` with its cause; the coordinator (task 0, or the successor serving) ``unreachable`` with the
     cause ``unreachable``; every other ``unknown`` (only the coordinator knew). O(hosts), as the
     coordinator's answer is."""
     failed = {f.task: f.cause for f in failures}
+    served_at = info.coordinator.rpartition(":")[0].strip("[]")  # a successor's address, once it moved
+    coordinator = next((t for t, address in enumerate(info.hosts) if address == served_at), 0)
     rows: list[dict[str, object]] = []
     for task, address in enumerate(info.hosts):
         state, cause = "unknown", None
         if task in failed:
             state, cause = "failed", failed[task]
-        elif task == 0:
+        elif task == coordinator:
             state, cause = "unreachable", unreachable
         rows.append(
             {

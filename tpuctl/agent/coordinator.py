@@ -25,7 +25,9 @@ def load_token(spec: ClusterSpec) -> str | None:
     return read_token(spec.auth.token_file)
 
 
-def service_config(spec: ClusterSpec, token: str | None, *, first_generation: int = 1) -> ServiceConfig:
+def service_config(
+    spec: ClusterSpec, token: str | None, *, first_generation: int = 1, coordinator_task: int = 0
+) -> ServiceConfig:
     """The coordination service's configuration for the spec: every roster host (hosts, then spares), the
     roster's slices and the cluster's slice shape (a spare must match it), the restart policy."""
     from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
@@ -47,6 +49,7 @@ def service_config(spec: ClusterSpec, token: str | None, *, first_generation: in
         slice_shape=cluster_shape(spec),
         first_generation=first_generation,
         watchdog=spec.watchdog,
+        coordinator_task=coordinator_task,
     )
 
 
@@ -57,14 +60,16 @@ async def start_service(
     first_generation: int = 1,
     journal: Path | None = None,
     started: float | None = None,
+    task: int = 0,
 ) -> CoordinationServer:
     """Task 0's coordination service for the spec's cluster, listening at the spec's address. ``journal``: the
     goodput ledger's journal (task 0's state dir), continued when the service starts above generation 1;
-    ``started``: when task 0's init started (wall seconds; default: now), the ledger's start."""
+    ``started``: when task 0's init started (wall seconds; default: now), the ledger's start. ``task``: the
+    task serving it (a successor, after the coordinator's host was lost: on its own address, same port)."""
     from tpuctl.coordination.ledger import ServiceLedger
     from tpuctl.coordination.server import start_server
 
-    config = service_config(spec, token, first_generation=first_generation)
+    config = service_config(spec, token, first_generation=first_generation, coordinator_task=task)
     tls = spec.auth.tls if spec.auth is not None else None
     server_tls = None
     if tls is not None:
@@ -79,20 +84,21 @@ async def start_service(
         journal_path=journal,
     )  # fmt: skip
     return await start_server(
-        config, host=spec.coordinator_address, port=spec.coordinator.port, tls=server_tls, freeze_heap=True,
-        ledger=ledger,
+        config, host=spec.coordinator_address if task == 0 else spec.hosts[task], port=spec.coordinator.port,
+        tls=server_tls, freeze_heap=True, ledger=ledger,
     )  # fmt: skip
 
 
-def connect(spec: ClusterSpec, token: str | None) -> CoordinationClient:
-    """This host's client of the spec's coordinator."""
+def connect(spec: ClusterSpec, token: str | None, *, target: str | None = None) -> CoordinationClient:
+    """This host's client of the spec's coordinator (``target``: of the one serving at that address instead,
+    a successor's)."""
     from tpuctl.coordination.client import CoordinationClient  # grpc: imported when the agent runs
 
     tls = spec.auth.tls if spec.auth is not None else None
     # Keepalive pings at the heartbeat interval: with the spec's defaults (5 s, 30 s) they vouch for the
     # coordinator, and the session sends no heartbeat messages.
     return CoordinationClient(
-        spec.coordinator_target, token=token, tls=client_tls(tls), keepalive=spec.coordinator.heartbeat_interval
+        target or spec.coordinator_target, token=token, tls=client_tls(tls), keepalive=spec.coordinator.heartbeat_interval
     )
 
 

@@ -33,6 +33,8 @@ class GenerationEnd:
     """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
     failures: tuple[Failure, ...] = ()
     shutdown: bool = False
+    coordinator_lost: bool = False
+    """The coordinator stopped answering (under ``coordinator.successors`` a successor takes over)."""
 
 
 class HistoryRow(TypedDict):

@@ -75,6 +75,9 @@ class Channel:
     the service's default timeout. ``keepalive``: seconds between the channel's keepalive pings (None or
     0: none)."""
 
+    coordinator_task: int = 0
+    """The task whose host serves at ``target`` (a successor's, once the coordinator moved): hints name it."""
+
     def __init__(
         self,
         target: str,
@@ -184,14 +187,15 @@ class Channel:
         text = exc.message.lower()
         if "refused" in text or "reset by peer" in text:
             return (
-                f"the coordinator answered before; now its host refuses connections on {self.target}: task 0's "
-                "agent died or restarted. Check task 0's agent log; `tpuctl init` on task 0 brings it back "
+                f"the coordinator answered before; now its host refuses connections on {self.target}: task "
+                f"{self.coordinator_task}'s agent died or restarted. Check its agent log; `tpuctl init` on task "
+                f"{self.coordinator_task} brings it back "
                 "(restart policy rejoin re-forms the cluster, else restart every host)"
             )
         return (
             f"the coordinator answered before; now nothing comes back from {self.target}, not even a refusal: "
-            "task 0's host is cut off from this one (a network partition), frozen or down. Check the network "
-            "between the hosts and task 0's host"
+            f"task {self.coordinator_task}'s host is cut off from this one (a network partition), frozen or down. "
+            f"Check the network between the hosts and task {self.coordinator_task}'s host"
         )
 
     def restart_error(self, now: int, was: int) -> ClusterError:

@@ -518,10 +518,12 @@ class CoordinationClient(Channel):
         response = await self._call(self.stub.KeyValueDir, request, f"list {prefix!r}", self.rpc_timeout)
         return [(entry.key, bytes(entry.value)) for entry in response.entries]
 
-    async def status(self) -> ClusterStatus:
+    async def status(self, *, brief: bool = False, timeout: float | None = None) -> ClusterStatus:
         """Every task's state, the cluster's error and the open barriers (O(hosts): the one call that
-        lists every host). Needs no registration."""
-        response = await self._call(self.stub.GetStatus, pb.GetStatusRequest(), "GetStatus", self.rpc_timeout)
+        lists every host). Needs no registration. ``brief``: only the cluster's name, the service
+        incarnation and the generation (no task listed, O(1): a probe for a live coordinator)."""
+        request = pb.GetStatusRequest(brief=brief)
+        response = await self._call(self.stub.GetStatus, request, "GetStatus", timeout or self.rpc_timeout)
         return convert.cluster_status(response)
 
     async def goodput(self) -> str:

@@ -40,13 +40,15 @@ from tpuctl.coordination.values import (
 class Generations:
     """The current generation of one coordination service and the ends of the earlier ones."""
 
-    def __init__(self, first: int, policy: RestartPolicy, *, service_incarnation: int) -> None:
+    def __init__(self, first: int, policy: RestartPolicy, *, service_incarnation: int, coordinator_task: int = 0) -> None:
         self.current = first
         """The current generation: 1, then one more after every restart."""
         self.first = first
         """The generation this service started at (above 1: task 0 restarted and a host remembered)."""
         self.policy = policy
         self.service_incarnation = service_incarnation
+        self.coordinator_task = coordinator_task
+        """The task whose host runs this service (a successor's, after the coordinator's host was lost)."""
         self._ended: dict[int, ClusterFailure] = {}
         """What ended each earlier generation of this service (at most ``restart.max_restarts``)."""
 
@@ -105,7 +107,8 @@ class Generations:
         if self.first > 1:
             before = self.first - 1
             span = "generation 1" if before == 1 else f"generations 1 to {before}"
-            parts.insert(0, f"{span} ended before this coordinator started (task 0 restarted)")
+            why = "task 0 restarted" if self.coordinator_task == 0 else f"task {self.coordinator_task} took the service over"
+            parts.insert(0, f"{span} ended before this coordinator started ({why})")
         if exhausted:
             parts.append(f"no restarts left ({self.restarts} of {self.policy.max_restarts} used)")
         return clip("; ".join(parts), 2000)

@@ -43,6 +43,7 @@ from tpuctl.coordination.stream_answers import StreamAnswers
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
     ERRORS,
+    PROTOCOL_VERSION,
     REGISTRATION,
     SAMPLE,
     BarrierId,
@@ -444,6 +445,13 @@ class CoordinationServicer:
     @_refusals_as_status
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> Answer:
         now = self._clock()
+        if request.brief:  # a probe for a live coordinator (``agent/succession.py``): O(1)
+            self.counters.built += 1
+            return pb.GetStatusResponse(
+                cluster_name=self._state.config.cluster, service_incarnation=self._state.service_incarnation,
+                protocol_version=PROTOCOL_VERSION, generation=self._state.generation,
+                forming=not self._state.registration_complete and self._state.failure is None,
+            )  # fmt: skip
         status = self._state.status(now=now)
         self.counters.built += 1 + len(status.tasks)
         response = convert.status_response(status)

@@ -142,8 +142,9 @@ class CoordinationState:
         """Why the majority rule kept the lost positions of the generation before (for the restart timeout)."""
         self._table = TaskTable(self.tasks, self.counters, heartbeat_timeout=config.heartbeat_timeout)
         self.generations = Generations(
-            config.first_generation, config.restart, service_incarnation=service_incarnation
-        )
+            config.first_generation, config.restart, service_incarnation=service_incarnation,
+            coordinator_task=config.coordinator_task,
+        )  # fmt: skip
         self._formed = False
         """Every task registered into the current generation (from then on a failure ends it)."""
         self._restart_deadline: float | None = None
@@ -287,7 +288,8 @@ class CoordinationState:
                 )
             if same:  # the process gave the generation up: it lost a coordinator that froze or was cut off
                 cause = (
-                    f"left generation {self.generation}: it lost contact with the coordinator, {self.tasks[0]}, "
+                    f"left generation {self.generation}: it lost contact with the coordinator, "
+                    f"{self.tasks[self.config.coordinator_task]}, "
                     "and registered again"
                 )
             else:  # the host's new process, holding its predecessor's credential: the old registration is dead

@@ -167,6 +167,9 @@ class ServiceConfig:
     slice_shape: SliceShape | None = None
     """The cluster's slices' shape: a registration that brings another one is refused (``SHAPE_MISMATCH``).
     None: not checked."""
+    coordinator_task: int = 0
+    """The task whose host runs this service: task 0, or a successor that took over after the coordinator's
+    host was lost (``coordinator.successors``); messages name it."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -187,6 +190,8 @@ class ServiceConfig:
             )
         if self.first_generation < 1:
             problems.append(f"first_generation must be 1 or more, got {self.first_generation!r}")
+        if not 0 <= self.coordinator_task < max(1, len(self.tasks)):
+            problems.append(f"coordinator_task {self.coordinator_task!r} is not a task of the cluster")
         for name in ("heartbeat_timeout", "register_timeout", "barrier_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

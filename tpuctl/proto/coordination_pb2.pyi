@@ -1864,12 +1864,20 @@ Global___StandbySlice: _TypeAlias = StandbySlice  # noqa: Y015
 class GetStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    BRIEF_FIELD_NUMBER: _builtins.int
+    brief: _builtins.bool
+    """Only who serves and where it stands: cluster_name, service_incarnation, protocol_version, generation,
+    forming (O(1) bytes, no task listed). A host starting `tpuctl init` probes the coordinator's possible
+    addresses (task 0's and the successors') with it, to join a coordinator that moved.
+    """
     def __init__(
         self,
+        *,
+        brief: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brief", b"brief"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,6 +15,7 @@ A spec, in full::
     backend: sim                   # sim | tensorflow | jax
     hosts: [10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4]   # task id = position
     coordinator: {port: 8490, heartbeat_interval: 5s, heartbeat_timeout: 30s, register_timeout: 5m}
+    # coordinator: {successors: [0, 2, 4]}         # policy rejoin: who takes over a lost coordinator (spec/successors.py)
     barrier_timeout: 10m
     meshes:
       - {name: dp_mp, shape: {data: 4, model: 4}, mode: ring}
@@ -62,6 +63,7 @@ from tpuctl.spec.checker import node_from as node_from
 from tpuctl.spec.meshes import check_meshes
 from tpuctl.spec.metrics import DEFAULT_LOG_FORMAT, MetricsSpec, check_log_format, check_metrics
 from tpuctl.spec.preemption import check_preemption
+from tpuctl.spec.successors import check_successors, default_successors
 from tpuctl.spec.watchdog import check_watchdog
 from tpuctl.tpu.hardware import find_generation
 from tpuctl.tpu.slice import TpuSlice, resolve_slice
@@ -116,6 +118,9 @@ class CoordinatorSpec:
     job_ports: tuple[int, int] | None = None
     """Inclusive port range the jobs' own runtimes get their ports from (DTensor's server on every host,
     JAX's coordinator on task 0), for pods behind a firewall; default: any free port."""
+    successors: tuple[int, ...] | None = None
+    """The standby list: the tasks that take the service over when the coordinator's host is lost (policy
+    rejoin; :mod:`tpuctl.spec.successors`); None: the default (``ClusterSpec.successors``)."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,22 @@ class ClusterSpec:
     def is_spare(self, task: int) -> bool:
         return task >= len(self.hosts)
 
+    @property
+    def successors(self) -> tuple[int, ...]:
+        """The coordinator's standby list under policy rejoin (empty under policy fail: nobody takes over)."""
+        if not self.restart.rejoin:
+            return ()
+        if self.coordinator.successors is not None:
+            return self.coordinator.successors
+        return default_successors(len(self.hosts), self.slice.hosts_per_slice)
+
+    def coordinator_target_at(self, task: int) -> str:
+        """``host:port`` of the service when task ``task`` runs it (task 0: ``coordinator_target``)."""
+        if task == 0:
+            return self.coordinator_target
+        address = self.hosts[task]
+        return f"[{address}]:{self.coordinator.port}" if ":" in address else f"{address}:{self.coordinator.port}"
+
     def describe(self) -> str:
         """``pod-a v4-32 (2x2x4), 4 hosts, backend sim``."""
         tpu = self.slice
@@ -315,7 +336,9 @@ TOP_KEYS = (
 )  # fmt: skip
 TOP_SUMMARY = "cluster, accelerator, backend, hosts, ..."
 SLICE_KEYS = ("accelerator", "generation", "topology", "chips_per_host", "num_slices", "megacore", "device_kind")
-COORDINATOR_KEYS = ("address", "port", "heartbeat_interval", "heartbeat_timeout", "register_timeout", "job_ports")
+COORDINATOR_KEYS = (
+    "address", "port", "heartbeat_interval", "heartbeat_timeout", "register_timeout", "job_ports", "successors",
+)  # fmt: skip
 _PORT_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$", re.ASCII)
 _REQUIRED = {
     "cluster": "a cluster name, e.g. cluster: pod-a",
@@ -458,7 +481,7 @@ _WAIT_BOUNDS: dict[str, Bounds] = {
 }
 
 
-def _coordinator(ck: Checker, node: Node) -> CoordinatorSpec | None:
+def _coordinator(ck: Checker, node: Node, num_hosts: int | None, rejoin: bool | None) -> CoordinatorSpec | None:
     keys = ck.mapping(node, "coordinator", COORDINATOR_KEYS)
     if keys is None:
         return None
@@ -480,11 +503,14 @@ def _coordinator(ck: Checker, node: Node) -> CoordinatorSpec | None:
         )
         return None
     job_ports = _port_range(ck, keys["job_ports"], "coordinator.job_ports") if "job_ports" in keys else None
+    successors = check_successors(ck, keys["successors"], num_hosts, rejoin) if "successors" in keys else None
+    if "successors" in keys and successors is None:
+        return None
     if port is None or interval is None or timeout is None or register is None or ("address" in keys and not address):
         return None
     if "job_ports" in keys and job_ports is None:
         return None
-    return CoordinatorSpec(port, interval, timeout, register, address, job_ports)
+    return CoordinatorSpec(port, interval, timeout, register, address, job_ports, successors)
 
 
 def _port_range(ck: Checker, node: Node, path: str) -> tuple[int, int] | None:
@@ -670,7 +696,6 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
         ck.add(keys["backend"], "backend", problem)
         backend = None
     hosts = _hosts(ck, keys["hosts"], tpu) if "hosts" in keys else None
-    coordinator = _coordinator(ck, keys["coordinator"]) if "coordinator" in keys else CoordinatorSpec()
     barrier = (
         ck.duration(keys["barrier_timeout"], "barrier_timeout", BARRIER_TIMEOUT) if "barrier_timeout" in keys else 600.0
     )
@@ -680,6 +705,8 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     restart = _restart(ck, keys["restart"], tpu) if "restart" in keys else RestartSpec()
     spares = _spares(ck, keys["spares"], tpu, hosts, restart) if "spares" in keys else ()
     rejoin = restart.rejoin if restart is not None else None
+    count = len(hosts) if hosts is not None else None
+    coordinator = _coordinator(ck, keys["coordinator"], count, rejoin) if "coordinator" in keys else CoordinatorSpec()
     watchdog = check_watchdog(ck, keys["watchdog"], rejoin) if "watchdog" in keys else WatchdogSettings()
     metrics_ok, metrics = check_metrics(ck, keys["metrics"]) if "metrics" in keys else (True, None)
     log_format = check_log_format(ck, keys["log_format"]) if "log_format" in keys else DEFAULT_LOG_FORMAT

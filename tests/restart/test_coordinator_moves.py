@@ -1,0 +1,131 @@
+"""A coordinator that can move (``coordinator.successors``, policy rejoin), on real processes: 2 slices of
+2 hosts (v4-16, num_slices 2) on loopback, whose default standby list is tasks 0, 2, 1.
+
+* kill -9 of task 0's agent: task 2 serves generation 2 on its own address within the heartbeat timeout
+  + 2 s of the kill, tasks 1 and 3 register with it; ``tpuctl init`` on task 0 again finds it (the higher
+  generation) and joins as a worker; generation 2 forms with every mapping byte-identical, and status
+  names task 2's address as the coordinator.
+* task 2's port taken by another process: task 2 hands over, and task 1 (the next successor) serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+from harness import wait_until
+from harness.clusters import LocalCluster, spec_text
+
+from tpuctl.sim.cluster import loopback_hosts
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_TIMEOUT_S = 3.0
+SPEC = {
+    "heartbeat": "500ms", "heartbeat_timeout": "3s", "register_timeout": "30s", "barrier_timeout": "30s",
+    "extra": "restart: {policy: rejoin, timeout: 30s, max: 5}\n",
+}  # fmt: skip
+
+
+def two_slices(make_cluster) -> LocalCluster:
+    """4 hosts: v4-16 (2 hosts a slice), num_slices 2 (the harness writes one slice: the spec is rewritten)."""
+    c: LocalCluster = make_cluster("v4-16", **SPEC)
+    c.num_hosts = 4
+    c.hosts = loopback_hosts(4)
+    text = spec_text("v4-16", c.hosts, c.port, **SPEC)
+    c.spec.write_text(text.replace("accelerator: v4-16\n", "accelerator: v4-16\nnum_slices: 2\n"))
+    return c
+
+
+def serving(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def mappings_at(c: LocalCluster, generation: int, tasks: range) -> list[bytes] | None:
+    found = []
+    for task in tasks:
+        try:
+            data = c.mapping(task).read_bytes()
+        except OSError:
+            return None
+        if json.loads(data)["generation"] != generation:
+            return None
+        found.append(data)
+    return found
+
+
+def test_task_2_takes_over_from_a_killed_task_0_which_comes_back_as_a_worker(make_cluster) -> None:
+    c = two_slices(make_cluster)
+    c.up()
+    first = c.mapping(0).read_bytes()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    killed = time.monotonic()
+    wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", interval=0.05, logs=c.logs)
+    took = time.monotonic() - killed
+    assert took <= HEARTBEAT_TIMEOUT_S + 2.0, f"task 2 served {took:.1f} s after the kill\n{c.logs()}"
+    for task in (1, 3):
+        c.wait_for_log(task, f"registered with {c.hosts[2]}:{c.port} (generation 2)", timeout=15)
+    c.wait_for_log(2, "at generation 2 (taking over from task 0)", timeout=5)
+
+    c.start_init(0, label="init-again-0")
+    back = c.wait_init("init-again-0", 60)
+    assert back.code == 0, c.logs()
+    assert f"the cluster's coordinator is task 2 ({c.hosts[2]}:{c.port}) at generation 2; joining it" in back.err
+    assert not serving(c.hosts[0], c.port), "task 0 started a second service"
+    wait_until(lambda: mappings_at(c, 2, range(4)) is not None, 30, "generation 2 everywhere", logs=c.logs)
+    again = mappings_at(c, 2, range(4))
+    assert again is not None and len(set(again)) == 1, "the hosts' mappings differ"
+    assert json.loads(again[0])["generation"] == 2 and json.loads(first)["generation"] == 1
+    for task in (0, 1, 3):
+        status = json.loads(c.tpuctl("status", "--json", task=task).out)
+        assert status["coordinator"] == f"{c.hosts[2]}:{c.port}", status
+        assert status["generation"] == 2 and not status["forming"], status
+
+
+def test_a_successor_that_cannot_bind_hands_over_to_the_next(make_cluster) -> None:
+    c = two_slices(make_cluster)
+    c.up()
+    with socket.socket() as squatter:  # task 2's port on task 2's address, taken
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind((c.hosts[2], c.port))
+        squatter.listen(1)
+        os.kill(c.agent_pid(0), signal.SIGKILL)
+        c.wait_for_log(2, "cannot serve as the coordinator", timeout=HEARTBEAT_TIMEOUT_S + 10)
+        # Every survivor tries task 2 for the heartbeat timeout, then task 1, which serves.
+        wait_until(lambda: serving(c.hosts[1], c.port), 2 * HEARTBEAT_TIMEOUT_S + 10, "task 1 to serve", logs=c.logs)
+        c.wait_for_log(1, "at generation 2 (taking over from task 0)", timeout=5)
+        for task in (2, 3):
+            c.wait_for_log(task, f"registered with {c.hosts[1]}:{c.port} (generation 2)", timeout=2 * HEARTBEAT_TIMEOUT_S + 10)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0", 60).code == 0, c.logs()
+    wait_until(lambda: mappings_at(c, 2, range(4)) is not None, 30, "generation 2 everywhere", logs=c.logs)
+    again = mappings_at(c, 2, range(4))
+    assert again is not None and len(set(again)) == 1
+    status = json.loads(c.tpuctl("status", "--json", task=3).out)
+    assert status["coordinator"] == f"{c.hosts[1]}:{c.port}", status
+
+
+def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_successor(make_cluster) -> None:
+    """Task 0 frozen (SIGSTOP) longer than the heartbeat timeout: task 2 serves generation 2; when task 0
+    resumes, its own generation ends, it finds task 2's service and joins it as a worker (no second cluster)."""
+    c = two_slices(make_cluster)
+    c.up()
+    pid = c.agent_pid(0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    c.wait_for_log(0, "took the coordination service over at generation 2; joining it", timeout=20)
+    wait_until(lambda: mappings_at(c, 2, range(4)) is not None, 30, "generation 2 everywhere", logs=c.logs)
+    again = mappings_at(c, 2, range(4))
+    assert again is not None and len(set(again)) == 1
+    wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
+    status = json.loads(c.tpuctl("status", "--json", task=0).out)
+    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == 2, status
