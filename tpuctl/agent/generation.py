@@ -33,6 +33,9 @@ class GenerationEnd:
     """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
     failures: tuple[Failure, ...] = ()
     shutdown: bool = False
+    again: bool = False
+    """Not an end: the service dropped this host's registration while the generation formed (silent for
+    the heartbeat timeout: frozen, cut off); it registers into the same generation again."""
 
 
 class HistoryRow(TypedDict):
@@ -54,6 +57,8 @@ class Generation:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     pending: Path | None = None
     """The mapping written but not yet committed (the generation has not formed)."""
+    all_registered: bool = False
+    """Every host registered into this generation (this host's wait for them returned)."""
 
     @property
     def membership(self) -> Membership:
