@@ -736,9 +736,7 @@ class Agent:
         return write_error(self.options.state, os.fsdecode(exc.filename), exc)
 
     def _fail(self, exc: TpuctlError) -> None:
-        # ``_form`` keeps the cluster's final error as it raises it (so it is not reported back to the
-        # cluster as this host's own): that one is still to be logged and waited on here
-        if not self.failed.is_set() and self.cluster_error in (None, exc):
+        if self.cluster_error is None:
             self.cluster_error = exc
             self.failed_at = time.time()
             self.notify()
