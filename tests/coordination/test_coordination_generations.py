@@ -169,6 +169,32 @@ def test_a_registrant_that_fails_while_its_generation_forms_is_only_missing_agai
     assert state.registration_waiting(refs[0], now=0.6) is None
 
 
+@pytest.mark.parametrize("path", ["heartbeat", "expire"])
+def test_a_registrant_dropped_while_its_generation_forms_is_told_so_and_takes_its_place_again(path: str) -> None:
+    """Soak seeds 30019, 30042: a host frozen for the heartbeat timeout right after it registered into a
+    generation that was still forming. Its own calls must say it was dropped (its agent registers again),
+    not that it "was declared failed" (a final word) or "has not registered"; the same process registering
+    again makes the generation form."""
+    state = new_state(4, restart=REJOIN)
+    refs = register(state, range(3))
+    for ref in refs[:2]:
+        state.heartbeat(ref, now=0.8)
+    if path == "expire":
+        state.expire(now=1.5)
+    with pytest.raises(Refused) as excinfo:
+        state.heartbeat(refs[2], now=1.5)
+    reason, message = refusal(excinfo)
+    assert reason is Reason.NOT_CONNECTED, message
+    assert message.startswith("task 2 (127.0.0.3) was dropped from generation 1 while it formed: no heartbeat for ")
+    with pytest.raises(Refused) as excinfo:
+        state.poll_error(refs[2], now=1.6)
+    assert refusal(excinfo) == (Reason.NOT_CONNECTED, message)
+    assert state.generation == 1 and state.failure is None
+    again = state.register(registration(2, generation=1, previous_credential=refs[2].credential), now=1.7).task
+    state.register(registration(3), now=1.8)
+    assert again.generation == 1 and state.registration_waiting(again, now=1.8) is None
+
+
 @pytest.mark.parametrize("policy", [RestartPolicy(), REJOIN], ids=["fail", "rejoin"])
 def test_a_new_process_with_the_credential_reclaims_its_task_at_once(policy: RestartPolicy) -> None:
     state, refs = formed(policy)

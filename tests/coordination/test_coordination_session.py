@@ -640,3 +640,22 @@ def test_an_arrival_whose_stream_was_already_replaced_fails_at_once() -> None:
             await asyncio.wait_for(session.barrier("step", timeout=30.0), 5.0)
 
     run(body())
+
+
+def test_stopping_the_service_with_open_sessions_prints_no_traceback_when_the_loop_ends_right_after(capfd) -> None:
+    """Task 0's agent stops its service (`tpuctl down`) and exits at once: every host's session stream is
+    still open. grpc.aio's task for each call outlived the server's stop by a loop turn, and ``asyncio.run``
+    cancelling it made grpc print ``Traceback ... _schedule_rpc_coro ... CancelledError`` to stderr (the
+    agent log; soak seeds 30000, 30028, 30049)."""
+
+    async def body() -> None:
+        async with serving(make_config(4)) as cluster:
+            opened, _runs = await sessions(cluster)
+            await asyncio.sleep(0.3)  # the streams are open
+            assert all(s._opened.is_set() for s in opened)
+            await cluster.server.stop(grace=1.0)  # the agent's (``Agent._tear_down``)
+            # the loop ends right here (asyncio.run cancels what is left), as when an agent exits
+
+    asyncio.run(body())
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "CancelledError" not in err, err

@@ -314,7 +314,13 @@ class Agent:
     async def _form(self, *, first: bool) -> None:
         """Register and bring up a generation; again while generations end before they form. Raises the
         final error (and this host's own failures)."""
-        for _ in range(self.spec.restart.max_restarts + 2):  # every retry is a restart the service counts
+        # Every retry is a restart the service counts; a registration dropped while the generation formed
+        # (``GenerationEnd.again``) is not, but each one took a heartbeat timeout of silence: at most so
+        # many fit in the time the generation has to form.
+        spec = self.spec
+        wait = spec.coordinator.register_timeout if first else spec.restart.timeout
+        again = int(wait / spec.coordinator.heartbeat_timeout) + 1
+        for _ in range(spec.restart.max_restarts + 2 + again):
             end = await self._form_once(first=first)
             if end is None:
                 return
@@ -325,6 +331,9 @@ class Agent:
                 self.failures = end.failures
                 self.cluster_error = end.error
                 raise end.error
+            if end.again:
+                await self._register_again(end)
+                continue
             await self._leave_generation(end)
         raise ClusterError(f"task {self.task}: generations kept ending before they formed")
 
@@ -424,6 +433,7 @@ class Agent:
             ),
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
+        gen.all_registered = True
         gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{generation}"))
         self.reporter.phase("merging core IDs", probe_limit(spec) + spec.barrier_timeout)
         mapping, job_ports = await merge(
@@ -510,6 +520,21 @@ class Agent:
             remove(self.options.output)
         if gen is not None:
             gen.pending = None
+
+    async def _register_again(self, end: GenerationEnd) -> None:
+        """The service dropped this host's registration while generation ``end.generation`` formed (silent
+        for the heartbeat timeout: frozen or cut off while waiting for the others): register into it again.
+        Nothing of the generation was done here yet (every host had not registered), so nothing is redone."""
+        log.warning(
+            "task %d: the coordinator dropped this host's registration into generation %d while it formed (%s); "
+            "registering again",
+            self.task,
+            end.generation,
+            end.error.message,
+        )
+        gen = self.current
+        if gen is not None:
+            await gen.stop()
 
     async def _generations(self) -> None:
         """After init: re-form whenever a generation ends and the cluster re-forms; fail when it is final."""
@@ -863,6 +888,12 @@ class Agent:
                 cause = f"the coordinator at {self.coordinator_target} (task {serving}) stopped answering: {exc.message}"
                 failures = (Failure(serving, coordinator, cause),)
                 return GenerationEnd(generation, True, ClusterError(cause), failures, coordinator_lost=True)
+            if not gen.all_registered:
+                # Refused while waiting for the others, and the generation did not end: the service dropped
+                # this registration (silent for the heartbeat timeout while the generation formed: it is
+                # only missing again). Registering again is a retry at worst; the registration's answer
+                # (taken, the cluster failed) is final.
+                return GenerationEnd(generation, True, exc, again=True)
         return GenerationEnd(generation, False, exc)
 
     def _own_failure(self, exc: OSError) -> StateError:

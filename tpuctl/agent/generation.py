@@ -35,6 +35,9 @@ class GenerationEnd:
     shutdown: bool = False
     coordinator_lost: bool = False
     """The coordinator stopped answering (under ``coordinator.successors`` a successor takes over)."""
+    again: bool = False
+    """Not an end: the service dropped this host's registration while the generation formed (silent for
+    the heartbeat timeout: frozen, cut off); it registers into the same generation again."""
 
 
 class HistoryRow(TypedDict):
@@ -56,6 +59,8 @@ class Generation:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     pending: Path | None = None
     """The mapping written but not yet committed (the generation has not formed)."""
+    all_registered: bool = False
+    """Every host registered into this generation (this host's wait for them returned)."""
 
     @property
     def membership(self) -> Membership:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import secrets
@@ -104,10 +105,39 @@ class CoordinationServer:
         return host_port(self.host, self.port)
 
     async def stop(self, grace: float | None = 1.0) -> None:
-        """Stop serving; calls still running after ``grace`` seconds are cancelled."""
+        """Stop serving; calls still running after ``grace`` seconds are cancelled, and their handlers
+        have finished when this returns (``_until_calls_finished``)."""
         await self.service.stop()
         await self._server.stop(grace)
+        await _until_calls_finished()
         log.info("coordination service at %s stopped", self.target)
+
+
+GRPC_CALL_TASK = "_schedule_rpc_coro"
+"""grpc.aio's task for one call: its coroutine's name (grpcio 1.85)."""
+CALLS_FINISH_S = 2.0
+"""The longest ``stop`` waits for the calls' tasks once the server stopped (they take a loop turn or two)."""
+
+
+async def _until_calls_finished(limit: float = CALLS_FINISH_S) -> None:
+    """grpc.aio's server stop returns once its core has ended every call, while the call's own asyncio task
+    (which cancels the handler, then awaits it) still has a loop turn or two to go. Cancelled after that,
+    as when ``asyncio.run`` ends right after the stop (an agent exiting), that task prints its
+    ``CancelledError`` traceback to stderr (grpc's ``traceback.print_exc()``), the agent log: let them finish.
+    Bounded: calls not finished within ``limit`` s are counted in a warning and left."""
+
+    def calls() -> set[asyncio.Task[Any]]:
+        tasks = asyncio.all_tasks()
+        return {t for t in tasks if not t.done() and getattr(t.get_coro(), "__name__", "") == GRPC_CALL_TASK}
+
+    pending = calls()
+    if pending:
+        await asyncio.wait(pending, timeout=limit)
+        left = len(calls())
+        if left:
+            log.warning(
+                "coordination service stop: %d calls had not finished %.1f s after the server stopped", left, limit
+            )
 
 
 async def start_server(

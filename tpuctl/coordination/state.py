@@ -393,6 +393,8 @@ class CoordinationState:
             # Late by its own account: decide now rather than depend on when ``expire`` last ran.
             cause = self._table.silence_cause(task, now)
             self._fail([(task, cause)], now=now)
+            if task.state is TaskState.WAITING:  # the generation was forming: only missing again
+                raise self._dropped(task, cause)
             raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {cause}")
         self._table.heard_from(task, now)
         return self.service_incarnation
@@ -672,6 +674,8 @@ class CoordinationState:
         if caller.generation != self.generation:
             raise self.generations.other(caller)
         if task.state is TaskState.WAITING:
+            if task.cause and task.incarnation == caller.incarnation and self._table.holds(task, caller):
+                raise self._dropped(task, task.cause)  # this generation's registrant, failed while it formed
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has not registered", hint="register first")
         if task.incarnation != caller.incarnation:
             raise self._table.stale(task, caller)
@@ -741,6 +745,13 @@ class CoordinationState:
             self._ready.add(roster_slice)
         else:
             self._ready.discard(roster_slice)
+
+    def _dropped(self, task: TaskRecord, cause: str) -> Refused:
+        return Refused(
+            Reason.NOT_CONNECTED,
+            f"{task.info} was dropped from generation {self.generation} while it formed: {cause}",
+            hint="its agent registers again by itself",
+        )
 
     def _membership(self, task: TaskRecord) -> Membership:
         return Membership(
