@@ -109,6 +109,11 @@ class GenerationOver(ClusterError):
     restarted): the caller must register into the current one."""
 
 
+class StandbyError(ClusterError):
+    """This host stands by (a spare, or a host of a slice the generation left out): it has no job environment
+    and takes part in no barrier until a generation takes it in (exit 3, as the cluster's state)."""
+
+
 class DeadlineError(TpuctlError):
     """A wait ran past its deadline (registration, barrier, key-value get)."""
 

@@ -60,7 +60,7 @@ from tpuctl.agent.merge import commit, local_core_ids, merge, probe_limit, remov
 from tpuctl.agent.notices import Notices
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
-from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
+from tpuctl.agent.protocol import MEMBER, NO_JOB_PORTS, STANDBY, AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
 from tpuctl.agent.succession import Found, discover, probe, wait_for_service
 from tpuctl.errors import (
@@ -69,6 +69,7 @@ from tpuctl.errors import (
     DeadlineError,
     GenerationOver,
     InterruptError,
+    StandbyError,
     StateError,
     TlsRefused,
     TpuctlError,
@@ -452,11 +453,7 @@ class Agent:
         self.info = self._info(job_ports)
         self.options.state.write_info(self.info)
         self.job_env = self._job_env(self.info, mapping)
-        if self._control is None:
-            await self.progress.open()
-            control = await serve(Path(self.options.state.socket), LocalCommands(self, self.options.state.path).handle)
-            self._control = asyncio.create_task(_serve_forever(control), name="control")
-            self._tasks.append(self._control)
+        await self._serve_local_commands()
         self.reporter.phase("the final barrier", spec.barrier_timeout)
         await gen.session.barrier(INIT_DONE_BARRIER, timeout=spec.barrier_timeout)
         self.cluster_formed = True  # from here on an interrupted init leaves this agent up (``init_gone``)
@@ -484,6 +481,15 @@ class Agent:
         self.cluster_formed = True  # init reports it stands by and exits: this agent is the cluster's from here
         gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{gen.number}"))
         plan = gen.membership.plan
+        if plan is not None:  # the generation's members (agent.json lists them, as a member's does)
+            from tpuctl.spec.elastic import for_plan
+
+            self.generation_spec = for_plan(self.spec, plan)
+        self.rank = self.task
+        # `tpuctl status`, `down` and `run` find this agent; `env` and `barrier` say it stands by (StandbyError)
+        self.info = self._info(NO_JOB_PORTS, role=STANDBY)
+        self.options.state.write_info(self.info)
+        await self._serve_local_commands()
         where = f" ({plan.describe()})" if plan is not None else ""
         self.reporter.progress(
             f"task {self.task}: standing by in generation {gen.number}{where}: this host takes a lost slice's place "
@@ -491,6 +497,14 @@ class Agent:
         )
         log.info("task %d: standing by in generation %d%s", self.task, gen.number, where)
         self.notify()
+
+    async def _serve_local_commands(self) -> None:
+        """From this host's first generation on (a member's mapping written, or standing by): the control socket."""
+        if self._control is None:
+            await self.progress.open()
+            control = await serve(Path(self.options.state.socket), LocalCommands(self, self.options.state.path).handle)
+            self._control = asyncio.create_task(_serve_forever(control), name="control")
+            self._tasks.append(self._control)
 
     async def _leave_generation(self, end: GenerationEnd) -> None:
         """Generation ``end.generation`` is over: stop its work, remove its mapping, say so."""
@@ -927,6 +941,8 @@ class Agent:
                 "is re-forming",
                 hint="`tpuctl run --max-restarts N` restarts the job once the next generation formed",
             )
+        if self.standby:
+            raise self.standing_by(f"barrier {name!r}: ", lacks="no job and takes part in no barrier")
         if generation and generation != self.generation:
             ahead = generation > self.generation  # not a generation of this agent's: another cluster's variables?
             raise GenerationOver(
@@ -962,6 +978,16 @@ class Agent:
             )
         assert gen.ended.done()
         raise GenerationOver(f"generation {gen.ended.result().generation} is over: {gen.ended.result().error.message}")
+
+    def standing_by(self, what: str = "", *, lacks: str = "no job environment") -> StandbyError:
+        """This host stands by: ``what`` (a barrier; "": the job environment) has no answer here."""
+        kind = "a spare" if self.spec.is_spare(self.task) else "a host the generation left out"
+        return StandbyError(
+            f"{what}task {self.task} ({self.options.address}) is {kind} standing by in generation {self.generation}; "
+            f"it has {lacks} until it takes a place",
+            hint="`tpuctl run` waits for this host to take a place, then starts the job; `tpuctl status` shows each "
+            "host's role",
+        )
 
     async def dump(self, timeout: float) -> str:
         """``tpuctl dump``: every host's stacks, the coordinator's report (a JSON document)."""
@@ -1020,6 +1046,7 @@ class Agent:
             generation=self.generation if rejoining is None else rejoining.generation,
             rejoining=rejoining is not None,
             formed=rejoining is None and self.formed == self.generation and self.formed > 0,
+            standby=rejoining is None and self.standby,
             ended=rejoining.error.message if rejoining is not None else None,
             history=tuple(self.history),
             preemption=self.notices.record,
@@ -1027,9 +1054,10 @@ class Agent:
 
     # --- descriptions ----------------------------------------------------------------------------
 
-    def _info(self, job_ports: JobPorts) -> AgentInfo:
+    def _info(self, job_ports: JobPorts, role: str = MEMBER) -> AgentInfo:
         spec = self.generation_spec  # the generation's hosts in rank order (the spec's own without a plan)
         return AgentInfo(
+            role=role,
             pid=os.getpid(),
             cluster=spec.cluster,
             task=self.task,

@@ -28,6 +28,7 @@ from tpuctl.errors import (
     DeadlineError,
     GenerationOver,
     InputError,
+    StandbyError,
     StateError,
     TpuctlError,
 )
@@ -73,6 +74,10 @@ class ServedAgent(Protocol):
         ...
 
     def error_report(self) -> ErrorReport: ...
+
+    def standing_by(self, what: str = "", *, lacks: str = "no job environment") -> StandbyError:
+        """The error to answer with while this host stands by (not a member of its generation)."""
+        ...
 
     async def barrier(self, name: str, timeout: float, generation: int = 0) -> int: ...
 
@@ -139,6 +144,8 @@ class LocalCommands:
                     "the cluster is re-forming",
                     hint="`tpuctl run --max-restarts N` waits for the next generation and restarts the job",
                 )
+            if report.standby:
+                raise agent.standing_by()
             env = agent.job_env
             return {} if env is None else env.to_message()
         # Op.WAIT_ERROR: a long-poll for `tpuctl run`: returns when the cluster is down (errs, shuts down, this
@@ -257,6 +264,7 @@ class LocalCommands:
             "restart_policy": info.restart_policy,
             "generation": agent.generation,  # this agent's (while re-forming: the one that ended)
             "heartbeat_timeout": info.heartbeat_timeout,  # for the health verdict
+            "role": info.role,  # this host's: member, or standby (a spare, a host of a slice left out)
         }
         if report.rejoining:
             base["rejoining"] = f"generation {report.generation} ended: {report.ended}"

@@ -79,6 +79,12 @@ class JobPorts(Record):
     """torch.distributed's store port (``MASTER_PORT``, on task 0's host)."""
 
 
+NO_JOB_PORTS = JobPorts(dtensor=(), jax=0, torch=0)
+"""A standby host's: it reserves none until it takes a place."""
+MEMBER, STANDBY = "member", "standby"
+"""A host's role in its generation (``AgentInfo.role``, status's ``role``)."""
+
+
 class AgentInfo(Record):
     """``agent.json``: what a running agent is (cluster, task, coordinator, mapping, job ports)."""
 
@@ -111,6 +117,14 @@ class AgentInfo(Record):
     max_restarts: int = 3
     rank: int | None = None
     """This host's process rank in the generation (spares, policy elastic); None: the same as ``task``."""
+    role: str = MEMBER
+    """``member``, or ``standby``: a host registered into ``generation`` without being one of its members (a
+    spare, a host of a slice the generation left out). A standby description has no rank, no job ports and no
+    mapping yet; ``hosts`` are the generation's members."""
+
+    @property
+    def standby(self) -> bool:
+        return self.role == STANDBY
 
     @property
     def position(self) -> int:
@@ -124,6 +138,7 @@ class AgentInfo(Record):
             "cluster": self.cluster,
             "task": self.task,
             "rank": self.rank,
+            "role": self.role,
             "address": self.address,
             "num_tasks": self.num_tasks,
             "hosts": list(self.hosts),
@@ -156,7 +171,11 @@ class AgentInfo(Record):
         num_tasks = _field(data, "num_tasks", int, source)
         task = _field(data, "task", int, source)
         rank = _optional(data, "rank", int, source)
-        if not 0 <= (task if rank is None else rank) < num_tasks or task < 0:
+        role = _optional(data, "role", str, source) or MEMBER
+        if role not in (MEMBER, STANDBY):
+            raise ProtocolError(f"{source}: role {_short(role)}; expected {MEMBER!r} or {STANDBY!r}", hint=_RESTART_HINT)
+        standby = role == STANDBY  # not one of the generation's members: no rank, no job ports yet
+        if task < 0 or (not standby and not 0 <= (task if rank is None else rank) < num_tasks):
             what = f"task {task}" if rank is None else f"rank {rank}"
             raise ProtocolError(f"{source}: {what} is not one of 0..{num_tasks - 1}", hint=_RESTART_HINT)
         hosts = tuple(str(h) for h in (_optional(data, "hosts", list, source) or ()))
@@ -167,7 +186,8 @@ class AgentInfo(Record):
             num_tasks=num_tasks,
             coordinator=_field(data, "coordinator", str, source),
             mapping=_field(data, "mapping", str, source),
-            job_ports=_job_ports(data.get("job_ports"), num_tasks, source),
+            job_ports=NO_JOB_PORTS if standby else _job_ports(data.get("job_ports"), num_tasks, source),
+            role=role,
             pid=_optional(data, "pid", int, source),
             address=str(data.get("address") or ""),
             hosts=hosts,
@@ -260,6 +280,9 @@ class ErrorReport(Record):
     """What ended the generation, while re-forming."""
     history: tuple[Mapping[str, object], ...] = ()
     """Every generation this agent took part in: ``generation``, ``formed``/``ended`` (epoch s), ``cause``."""
+    standby: bool = False
+    """This host stands by in ``generation`` (a spare, or a host of a slice the generation left out): no job
+    runs here until a later generation takes it in (``formed`` then)."""
     preemption: Mapping[str, object] | None = None
     """The latest preemption notice this host heard and its agreement (``tpuctl.agent.notices.Notices.record``):
     ``generation``, ``task``, ``source``, ``reason``, ``deadline`` (epoch s), ``state``, ``step``, ``why``."""
@@ -302,6 +325,7 @@ class ErrorReport(Record):
             "generation": self.generation,
             "rejoining": self.rejoining,
             "formed": self.formed,
+            "standby": self.standby,
             "ended": self.ended,
             "history": [dict(h) for h in self.history],
             "error": self.error,
@@ -336,6 +360,7 @@ class ErrorReport(Record):
             generation=int(_optional(data, "generation", int, source) or 0),
             rejoining=bool(data.get("rejoining")),
             formed=bool(data.get("formed")),
+            standby=bool(data.get("standby")),
             ended=_optional(data, "ended", str, source),
             history=tuple(h for h in (_optional(data, "history", list, source) or ()) if isinstance(h, dict)),
             preemption=_optional(data, "preemption", dict, source),

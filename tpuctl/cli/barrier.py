@@ -37,7 +37,7 @@ def barrier(name: str, timeout: str | None, quiet: bool, state_dir: str | None) 
     again and its next call joins it. A round that passed first stays passed.
 
     Exit codes: 0 passed, 2 bad name or timeout, 3 a host failed or left (or the coordinator is
-    unreachable), 4 timed out (the round, or this call's --timeout), 5 no agent runs for this
+    unreachable, or this host is a spare standing by: it takes part in no barrier), 4 timed out (the round, or this call's --timeout), 5 no agent runs for this
     state dir.
     """
     return run_barrier(name, timeout, quiet, state_dir)

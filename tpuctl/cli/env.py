@@ -24,6 +24,7 @@ def env(fmt: str, state_dir: str | None) -> int:
       tpuctl env -o json | jq -r .set.JAX_COORDINATOR_ADDRESS
     Variables it does not set are removed (unset lines), so stale ones never reach the job.
     `tpuctl run -- CMD` starts CMD with this environment and also watches the cluster.
-    Exit codes: 0 ok, 3 the cluster is in error, 5 no agent runs for this state dir, 7 bad mapping file.
+    Exit codes: 0 ok, 3 the cluster is in error (or this host is a spare standing by: no job environment
+    until it takes a place), 5 no agent runs for this state dir, 7 bad mapping file.
     """
     return run_env(fmt, state_dir)

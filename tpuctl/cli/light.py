@@ -238,8 +238,11 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
     from tpuctl.messages import CELL_CHARS, table  # status's text alone
 
     health = health or cluster_health(result)
+    here = f"task {result.get('task')}"
+    if result.get("role") == "standby":  # a spare, or a host of a slice the generation left out
+        here += f", standing by in generation {result.get('generation')}: it takes a place when the cluster needs it"
     lines = [
-        f"cluster      {result.get('cluster')}  (this host: task {result.get('task')})",
+        f"cluster      {result.get('cluster')}  (this host: {here})",
         f"coordinator  {result.get('coordinator')}  "
         + (
             f"(service incarnation {result['service_incarnation']})"

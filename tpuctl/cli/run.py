@@ -69,8 +69,12 @@ def run(
     line; PYTHONUNBUFFERED=1 is set for Python jobs) and each line matching REGEX reports its step to
     this host's agent, as tpuctl.job.progress(step) would: the watchdog needs no code change.
 
-    Exit codes: the job's; 2 bad --grace or --progress-regex; 3 cluster failure (job stopped, or not started), 5 no agent, 126/127 CMD
-    cannot be run.
+    On a host that stands by (a spare, or a host of a slice the generation left out), it waits, saying
+    so on stderr, until a generation takes the host in, then starts CMD with that generation's
+    environment; for the spec's restart.timeout at most (then exit 4, CMD not started).
+
+    Exit codes: the job's; 2 bad --grace or --progress-regex; 3 cluster failure (job stopped, or not started), 4 this host
+    stood by for restart.timeout without taking a place, 5 no agent, 126/127 CMD cannot be run.
     """
     seconds = parse_duration_option(grace, "--grace")
     assert seconds is not None

@@ -61,6 +61,7 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
       tpuctl sim up v4-32                  # 4 hosts on 127.0.0.2-5, state dirs {default_root()}/host-N
       tpuctl sim status                    # every host's agent, as the coordinator sees it
       tpuctl sim restart 2                 # host 2 lost and back as a new generation (needs --rejoin)
+      tpuctl sim up v4-16 --num-slices 3 --spares 1   # 3 slices of 2 hosts, one spare slice (tasks 6-7)
       tpuctl sim run -- python job.py      # job.py on every host at once, under `tpuctl run`
       tpuctl status --state-dir {default_root()}/host-2
       tpuctl sim down
@@ -84,8 +85,32 @@ _UP_HELP = f"""Start one `tpuctl init` per host of ACCELERATOR (e.g. v4-32), sho
     help="With ACCELERATOR: the spec gets restart: {policy: rejoin}, so a lost host brought back "
     "(`tpuctl sim restart TASK`) re-forms the cluster as a new generation.",
 )
+@click.option(
+    "--num-slices",
+    type=WholeNumber(1, 64),
+    default=1,
+    show_default=True,
+    help="With ACCELERATOR: this many slices of it (multislice; the spec's num_slices).",
+)
+@click.option(
+    "--spares",
+    type=WholeNumber(0, 64),
+    default=0,
+    show_default=True,
+    help="With ACCELERATOR: this many spare SLICES (standby hosts after the cluster's, started with "
+    "`init --spare`); brings restart: {policy: rejoin}, which spares need.",
+)
 @format_options("text: the topology; json: one document (schema tpuctl.sim.up/v1: root, tasks with state dirs).")
-def up(accelerator: str | None, config: str | None, root: Path | None, hold: bool, rejoin: bool, fmt: str) -> None:
+def up(
+    accelerator: str | None,
+    config: str | None,
+    root: Path | None,
+    hold: bool,
+    rejoin: bool,
+    num_slices: int,
+    spares: int,
+    fmt: str,
+) -> None:
     from tpuctl.agent.statedir import record_sim_root
     from tpuctl.render.text import render_text
     from tpuctl.sim import cluster as sc
@@ -95,19 +120,26 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
     root.mkdir(parents=True, exist_ok=True)
     sc.check_root(root)
     if config:
-        if rejoin:
+        given = [name for name, on in (("--rejoin", rejoin), ("--num-slices", num_slices > 1), ("--spares", spares)) if on]
+        if given:
             raise InputError(
-                "--rejoin goes with ACCELERATOR (a generated spec); a spec of your own says its restart policy",
-                hint="put restart: {policy: rejoin} in the spec",
+                f"{', '.join(given)} go(es) with ACCELERATOR (a generated spec); a spec of your own says its restart "
+                "policy, num_slices and spares",
+                hint="put them in the spec: restart: {policy: rejoin}, num_slices: N, spares: [ADDRESS, ...]",
             )
         spec = load_spec(config)
         spec_path = Path(config).absolute()
     elif accelerator:
         from tpuctl.tpu.slice import resolve_slice
 
-        count = resolve_slice(accelerator=accelerator).num_hosts
-        hosts = sc.loopback_hosts(count)
-        text = sc.sim_spec_text(accelerator, hosts, sc.free_port(hosts[0]), root, rejoin=rejoin)
+        per_slice = resolve_slice(accelerator=accelerator).num_hosts
+        count = per_slice * num_slices
+        addresses = sc.loopback_hosts(count + per_slice * spares)  # the spares' after the cluster's
+        hosts = addresses[:count]
+        text = sc.sim_spec_text(
+            accelerator, hosts, sc.free_port(hosts[0]), root, rejoin=rejoin, num_slices=num_slices,
+            spares=addresses[count:],
+        )  # fmt: skip
         spec_path = root / "cluster.yaml"
         spec = load_spec_text(text, str(spec_path))
         spec_path.write_text(text)
@@ -116,26 +148,32 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
     if spec.backend != "sim":
         raise InputError(f"{spec_path}: backend is {spec.backend!r}; sim up needs backend: sim")
     hosts = list(spec.hosts)
+    standby = list(spec.spares)  # tasks len(hosts).. : they stand by (no mapping, no barrier) until they take a place
     if config and spec.output != DEFAULT_OUTPUT:
         say(
             f"note: {spec_path}'s output: {spec.output} is not used: the {len(hosts)} simulated hosts share this "
             f"machine, so each writes its own mapping file, {root}/host-N/mapping.json"
         )
-    say(f"starting {len(hosts)} hosts of {spec.slice.describe()} under {root}")
+    spare_tasks = _tasks(len(hosts), len(standby))
+    spare_text = f" and {len(standby)} spare host(s) ({spare_tasks})" if standby else ""
+    say(f"starting {len(hosts)} hosts of {spec.slice.describe()}{spare_text} under {root}")
     started = time.monotonic()
     try:
-        procs = sc.start_inits(root, spec_path, len(hosts))
+        procs = sc.start_inits(root, spec_path, len(hosts), len(standby))
         runs = sc.wait_all(procs, INIT_TIMEOUT_S)
-        sc.require_up(runs, hosts, root)
+        sc.require_up(runs, hosts + standby, root)
         elapsed = time.monotonic() - started
         digests = set(sc.mapping_digests(root, len(hosts)))
         if len(digests) != 1:
             raise ClusterError(f"the hosts wrote {len(digests)} different mapping files; they must be identical")
         if fmt == "json":
-            emit(dumps(_up_document(spec.cluster, spec.slice.accelerator_type, root, spec_path, hosts)), None)
+            emit(dumps(_up_document(spec.cluster, spec.slice.accelerator_type, root, spec_path, hosts, standby)), None)
         else:
             click.echo(render_text(spec.slice, hosts))
         say(f"all {len(hosts)} hosts up in {elapsed:.2f} s; every host wrote the same mapping")
+        if standby:
+            say(f"{len(standby)} spare host(s) standing by ({spare_tasks}: {standby[0]} ...): a spare slice takes a "
+                "lost slice's place when the cluster needs it")  # fmt: skip
         barrier_started = time.monotonic()
         barrier_runs = sc.wait_all(sc.start_barriers(root, len(hosts), "sim-up", "60s"), 60.0)
         sc.require_up(barrier_runs, hosts, root)
@@ -156,9 +194,17 @@ def up(accelerator: str | None, config: str | None, root: Path | None, hold: boo
             say(f"stopped {len(stopped)} agents")
 
 
-def _up_document(cluster: str, accelerator: str, root: Path, spec_path: Path, hosts: list[str]) -> dict[str, object]:
+def _tasks(first: int, count: int) -> str:
+    """``task 6`` or ``tasks 6-7``."""
+    return f"task {first}" if count == 1 else f"tasks {first}-{first + count - 1}"
+
+
+def _up_document(
+    cluster: str, accelerator: str, root: Path, spec_path: Path, hosts: list[str], spares: list[str]
+) -> dict[str, object]:
     from tpuctl.sim import cluster as sc
 
+    roster = hosts + spares
     return {
         "schema": "tpuctl.sim.up/v1",
         "cluster": cluster,
@@ -167,8 +213,14 @@ def _up_document(cluster: str, accelerator: str, root: Path, spec_path: Path, ho
         "config": str(spec_path),
         "num_hosts": len(hosts),
         "tasks": [
-            {"task": t, "address": a, "state_dir": str(sc.host_dir(root, t)), "mapping": str(sc.host_dir(root, t) / "mapping.json")}
-            for t, a in enumerate(hosts)
+            {
+                "task": t,
+                "address": a,
+                "state_dir": str(sc.host_dir(root, t)),
+                "mapping": str(sc.host_dir(root, t) / "mapping.json"),
+                "role": "member" if t < len(hosts) else "standby",  # generation 1: the spares stand by
+            }
+            for t, a in enumerate(roster)
         ],
     }
 
@@ -203,7 +255,7 @@ def restart(task: int, root: Path | None) -> None:
         raise no_sim(root, "it has no host-N state dirs")
     spec_path = sc.running_spec(root, task)
     spec = load_spec(spec_path)
-    hosts = list(spec.hosts)
+    hosts = list(spec.roster_hosts)  # the spares too (tasks after the cluster's)
     if task >= len(hosts):
         raise InputError(
             f"task {task} is not a host of the simulated cluster under {root}: {spec_path} has tasks 0 to "
@@ -225,7 +277,8 @@ def restart(task: int, root: Path | None) -> None:
         say(f"killed task {task}'s agent (pid {stopped}), as a lost host's")
     say(f"starting task {task} ({hosts[task]}) again under {sc.host_dir(root, task)}")
     started = time.monotonic()
-    (run,) = sc.wait_all([sc.start_init(root, spec_path, task)], spec.restart.timeout + INIT_MARGIN_S)
+    again = sc.start_init(root, spec_path, task, spare=spec.is_spare(task))
+    (run,) = sc.wait_all([again], spec.restart.timeout + INIT_MARGIN_S)
     sc.require_up([dataclasses.replace(run, task=task)], hosts, root)
     generation = StateDir(sc.host_dir(root, task)).read_info().generation
     say(f"task {task} is back in {time.monotonic() - started:.2f} s: the cluster formed generation {generation}")

@@ -59,7 +59,7 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.stacks import forget_dead_hooks
 from tpuctl.agent.statedir import StateDir
-from tpuctl.errors import EXIT_CLUSTER, GenerationOver, TpuctlError
+from tpuctl.errors import EXIT_CLUSTER, EXIT_DEADLINE, GenerationOver, StandbyError, TpuctlError
 from tpuctl.health import cluster_health
 from tpuctl.job.env import GENERATION_ENV, RESTART_COUNT_ENV, JobEnv
 from tpuctl.job.orphans import become_subreaper, reap_orphans
@@ -78,6 +78,7 @@ ENV_TRIES = 3  # generations that may end between the agent's word that one form
 OUTPUT_DRAIN_S = 5.0  # --progress-regex: how long the job's last output may take to pass through after it ended
 STOP_CHECK_S = 0.1  # how soon a wait with no job running notices a stop signal
 NOTICE_TIMEOUT_S = 5.0  # the agent's answer to a notice raised on SIGTERM (it asks the coordinator)
+STANDBY_PROGRESS_S = 10.0  # how often `tpuctl run` on a standby host says it still waits to take a place
 HOLD_POLL_S = 0.1  # while a SIGTERM is held for the agreement: how often the agent's word is looked at
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -160,6 +161,12 @@ class JobRunner:
             self.say("tpuctl: error: " + self._table(ClusterDown(report)))
             self.say("tpuctl: the job was not started")
             return EXIT_CLUSTER
+        elif report.standby:
+            formed = self._until_member(report)
+            if self.stopping is not None:
+                return self._stopped("while this host stood by; the job was not started")
+            if formed is None:
+                return self._stood_by(report)
         if not self._healthy_enough(info):
             return EXIT_CLUSTER
         if self.max_restarts and not self._rejoin:
@@ -200,7 +207,7 @@ class JobRunner:
             try:
                 env = JobEnv.from_message(call(self.state, Op.ENV, timeout=INFO_TIMEOUT_S))
                 break
-            except GenerationOver as exc:  # it ended since the agent said it formed: wait for the next one
+            except (GenerationOver, StandbyError) as exc:  # it ended since the agent said it formed: wait for the next one
                 if not self.max_restarts:
                     raise
                 self.say(f"tpuctl: {exc.message}; waiting for the next generation to start the job")
@@ -284,6 +291,7 @@ class JobRunner:
         assert self.info is not None
         deadline = time.monotonic() + self.info.restart_timeout + RESTART_MARGIN_S
         since: list[Any] | None = None  # None: ask at once (the next generation may have formed already)
+        standing_by = 0
         while time.monotonic() < deadline:
             left = deadline - time.monotonic()
             args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": min(POLL_S, left), "since": since}
@@ -299,6 +307,9 @@ class JobRunner:
             report = ErrorReport.from_json(answer)
             if report.formed and report.generation > ended:
                 return report
+            if report.standby and report.generation != standing_by:  # once a generation: it may take a place later
+                standing_by = report.generation
+                self.say(f"tpuctl: standing by in generation {report.generation}: this host waits to take a place")
             if self.going_away and report.stopping and not (report.error or report.shutdown):
                 # this host's own notice: its agent leaves, and a new `tpuctl init` forms the next generation
                 if not self._pause(min(AGENT_BACK_POLL_S * 4, max(0.0, deadline - time.monotonic()))):
@@ -310,6 +321,62 @@ class JobRunner:
                 return None
             since = report.seen
         return None
+
+    def _until_member(self, report: ErrorReport) -> ErrorReport | None:
+        """This host stands by (a spare, or a host of a slice its generation left out): wait until a generation
+        takes it in and forms here, saying so on stderr every ``STANDBY_PROGRESS_S``, for the restart timeout
+        at most (a stop signal ends the wait at once); None when none did (``self.down`` set when the cluster
+        failed for good)."""
+        assert self.info is not None
+        task, limit = self.info.task, self.info.restart_timeout
+        started = time.monotonic()
+        deadline, next_line = started + limit, started + STANDBY_PROGRESS_S
+        self.say(
+            f"tpuctl: standing by: task {task} is not a member of generation {report.generation} (a spare, or a host "
+            f"of a slice the generation left out); waiting up to {limit:g} s (restart.timeout) to take a place, "
+            "then starting the job"
+        )
+        since: list[Any] | None = report.seen
+        while (now := time.monotonic()) < deadline:
+            wait = max(0.0, min(POLL_S, deadline - now, next_line - now))
+            args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": wait, "since": since}
+            try:
+                answer = self._ask(Op.WAIT_ERROR, args, timeout=wait + CALL_MARGIN_S)
+            except TpuctlError:  # the agent is gone (or not up yet): a new `tpuctl init` may start one
+                if not self._pause(min(AGENT_BACK_POLL_S, max(0.0, deadline - time.monotonic()))):
+                    return None
+                since = None
+                continue
+            if answer is None:  # a stop signal
+                return None
+            report = ErrorReport.from_json(answer)
+            if report.formed and not report.standby:
+                self.say(f"tpuctl: task {task} took a place in generation {report.generation}; starting the job")
+                return report
+            if report.final:
+                self.down = ClusterDown(report)
+                return None
+            since = report.seen
+            if time.monotonic() >= next_line:
+                next_line = time.monotonic() + STANDBY_PROGRESS_S
+                what = "standing by" if report.standby else "taking a place"
+                self.say(
+                    f"tpuctl: standing by: {time.monotonic() - started:.0f} s, generation {report.generation} "
+                    f"({what}), waiting to take a place (at most {max(0.0, deadline - time.monotonic()):.0f} s more)"
+                )
+        return None
+
+    def _stood_by(self, report: ErrorReport) -> int:
+        """No generation took this standby host in within the restart timeout (or the cluster failed)."""
+        if self.down is not None:
+            return self._give_up(self.down, "this host stood by and the job was not started")
+        assert self.info is not None
+        self.say(
+            f"tpuctl: error: task {self.info.task} stood by for {self.info.restart_timeout:g} s (restart.timeout) and "
+            "no generation took it in; the job was not started"
+        )
+        self.say("hint: a spare takes a place when a member's slice is lost; `tpuctl status` shows each host's role")
+        return EXIT_DEADLINE
 
     def _ask(self, op: str, args: dict[str, Any], *, timeout: float) -> Any:
         """``call`` while no job runs, ending at once (None) on a stop signal: the call runs in a thread and

@@ -84,6 +84,8 @@ def sim_status(root: Path) -> dict[str, Any]:
                 "address": view.get("address") or (info.address if info else None),
                 "agent_pid": pid,
                 "agent": "running" if pid is not None else "stopped",
+                # member, standby (a spare, a host of a slice left out) or out: the coordinator's word, else agent.json's
+                "role": view.get("role") or (info.role if info else None),
                 "state": view.get("state"),
                 "heartbeat_age": view.get("heartbeat_age"),
                 "session_open": bool(view.get("session_open")),
@@ -152,7 +154,9 @@ def render(doc: dict[str, Any]) -> str:
         else f"coordinator  {doc['coordinator']}  (no agent answered)",
         "",
     ]
-    rows = [("TASK", "ADDRESS", "AGENT", "PID", "STATE", "HEARTBEAT", "STATE DIR")]
+    roles = any(host.get("role") not in (None, "member") for host in doc["tasks"])  # spares: a ROLE column
+    rows: list[tuple[str, ...]] = [("TASK", "ADDRESS", "AGENT", "PID", "STATE", "HEARTBEAT") + (("ROLE",) if roles else ())
+                                   + ("STATE DIR",)]  # fmt: skip
     for host in doc["tasks"]:
         rows.append(
             (
@@ -162,10 +166,11 @@ def render(doc: dict[str, Any]) -> str:
                 str(host["agent_pid"] or "-"),
                 str(host["state"] or "-"),  # the cause is under health, once
                 heartbeat_text(host),
-                host["state_dir"],
             )
+            + ((str(host.get("role") or "-"),) if roles else ())
+            + (host["state_dir"],)
         )
-    lines += table(rows, widths=(None, None, None, None, CELL_CHARS, None, None))
+    lines += table(rows, widths=(None, None, None, None, CELL_CHARS, None) + ((None,) if roles else ()) + (None,))
     lines.append("")
     if doc["error"] and not _named(doc["error"], doc["health"]["problems"]):
         lines.append(f"cluster error: {doc['error']}")
