@@ -62,6 +62,7 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
+from tpuctl.coordination.values import ClusterFailed
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -315,18 +316,23 @@ class Agent:
         # Registered on the session's stream: it heartbeats from then on, since waiting for late hosts can
         # take longer than the heartbeat timeout.
         assert self.client is not None  # made by the bring-up
-        session = await self.client.open_session(
-            spec.cluster,
-            task,
-            incarnation=self.incarnation,
-            hostname=socket.gethostname(),
-            connect_timeout=wait,
-            generation=self._last_generation,
-            previous_credential=self._previous_credential,
-            answered_before=self.current is not None,  # this process registered before: the coordinator was up
-            interval=spec.coordinator.heartbeat_interval,
-            give_up_after=spec.coordinator.heartbeat_timeout,
-        )
+        try:
+            session = await self.client.open_session(
+                spec.cluster,
+                task,
+                incarnation=self.incarnation,
+                hostname=socket.gethostname(),
+                connect_timeout=wait,
+                generation=self._last_generation,
+                previous_credential=self._previous_credential,
+                answered_before=self.current is not None,  # this process registered before: the coordinator was up
+                interval=spec.coordinator.heartbeat_interval,
+                give_up_after=spec.coordinator.heartbeat_timeout,
+            )
+        except ClusterFailed as exc:  # the cluster failed for good, or was shut down, before this host was back
+            if not spec.restart.rejoin:
+                raise
+            return self._failure_end(exc.failure)
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
         session.on_verdict = self._on_verdict
         session.on_notice = self.notices.heard
@@ -349,9 +355,11 @@ class Agent:
             with contextlib.suppress(BaseException):
                 await steps
             return gen.ended.result()
-        if steps.exception() is not None and gen.ended.done():
-            return gen.ended.result()  # the step failed because the generation ended: say why
         failed = steps.exception()
+        if isinstance(failed, ClusterFailed) and self.spec.restart.rejoin:
+            return self._failure_end(failed.failure)  # the refusal said what ended the cluster: nothing to ask
+        if failed is not None and gen.ended.done():
+            return gen.ended.result()  # the step failed because the generation ended: say why
         if isinstance(failed, ClusterError) and self.spec.restart.rejoin:
             end = await self._why_ended(gen, failed)  # the generation ended under the step?
             if end.rejoin or end.failures:
@@ -671,6 +679,10 @@ class Agent:
         membership = gen.membership
         generation = membership.generation
         coordinator = self.spec.hosts[0]
+        if self.spec.restart.rejoin and isinstance(exc, ClusterFailed):
+            # The refusal carried the cluster's final failure (a shutdown, or no restarts left): asking again
+            # could find the service already stopped, and take that for a coordinator to rejoin.
+            return self._failure_end(exc.failure)
         if self.spec.restart.rejoin and isinstance(exc, ClusterError):
             if not isinstance(exc, CoordinatorUnreachable):
                 assert self.client is not None  # made before the first generation

@@ -253,7 +253,9 @@ class CoordinationState:
             self._fail([(task, cause)], now=now)
         if self._failure is not None:
             self._told.add(task.info.task_id)
-            raise Refused(Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}")
+            raise Refused(
+                Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}", failure=self._failure
+            )
         if self._registration_closed(now):
             raise self._registration_timeout().refused()
         self._check_restart_deadline(now)
@@ -304,7 +306,9 @@ class CoordinationState:
         self._live(caller)
         if self._failure is not None:
             self._told.add(caller.task_id)
-            raise Refused(Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}")
+            raise Refused(
+                Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}", failure=self._failure
+            )
         if not self._unregistered:
             return None
         if self._restart_deadline is not None:
@@ -593,7 +597,7 @@ class CoordinationState:
         if not self._table.holds(task, caller):
             raise self._table.not_permitted(task)
         if task.state is TaskState.FAILED:
-            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}")
+            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}", failure=self._failure)
         if task.state is TaskState.DISCONNECTED:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has disconnected")
         return task
@@ -762,4 +766,4 @@ class CoordinationState:
         self._wake_everyone = True
         self._woken.add(ERRORS)
         if refuse:
-            raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}")
+            raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}", failure=self._failure)
