@@ -390,6 +390,7 @@ class Agent:
             ),
             progress_every=REGISTER_PROGRESS_EVERY_S,
         )
+        gen.complete = True
         gen.tasks.append(asyncio.create_task(self._watch_errors(gen), name=f"watch-errors-{generation}"))
         self.reporter.phase("merging core IDs", probe_limit(spec) + spec.barrier_timeout)
         mapping, job_ports = await merge(
@@ -439,14 +440,20 @@ class Agent:
             row["ended"], row["cause"] = time.time(), end.error.message
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
-        log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        if end.again:
+            log.warning("task %d: %s; registering again", self.task, end.error.message)
+        else:
+            log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
         if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
             wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
             self.reporter.phase("registering", wait)
-            self.reporter.progress(
-                f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
-                f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
-            )
+            if end.again:
+                self.reporter.progress(f"{end.error.message}; registering again")
+            else:
+                self.reporter.progress(
+                    f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
+                    f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
+                )
         gen = self.current
         if gen is not None:
             await gen.stop()
@@ -719,6 +726,14 @@ class Agent:
             if isinstance(exc, CoordinatorUnreachable):
                 cause = f"the coordinator at {self.spec.coordinator_target} stopped answering: {exc.message}"
                 return GenerationEnd(generation, True, ClusterError(cause), (Failure(0, coordinator, cause),))
+            if not gen.complete:
+                # Refused before every host registered, and the cluster has not failed for good (that refusal
+                # carries the failure): the service dropped this host's registration (silent for the heartbeat
+                # timeout while the generation formed: frozen or cut off; it is only missing again). Register
+                # again, into the generation still forming; the service decides (another process may hold the task).
+                cause = f"its registration into generation {generation} was dropped while that generation formed: {exc.message}"
+                dropped = (Failure(self.task, self.options.address, cause),)
+                return GenerationEnd(generation, True, ClusterError(f"task {self.task}: {cause}"), dropped, again=True)
         return GenerationEnd(generation, False, exc)
 
     def _own_failure(self, exc: OSError) -> StateError:

@@ -33,6 +33,9 @@ class GenerationEnd:
     """What to report: the cause of the end (rejoin) or the cluster's error (final)."""
     failures: tuple[Failure, ...] = ()
     shutdown: bool = False
+    again: bool = False
+    """Not an end of the generation: the service dropped this host's registration while the generation
+    formed (silent for the heartbeat timeout), and the host registers into it again (``rejoin`` too)."""
 
 
 class HistoryRow(TypedDict):
@@ -54,6 +57,8 @@ class Generation:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     pending: Path | None = None
     """The mapping written but not yet committed (the generation has not formed)."""
+    complete: bool = False
+    """Every host registered (this host's wait for all passed): from here on a failure ends the generation."""
 
     @property
     def membership(self) -> Membership:
