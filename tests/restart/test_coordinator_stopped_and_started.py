@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
+from harness import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,3 +41,24 @@ def test_a_coordinator_stopped_and_started_again_continues_above_every_hosts_gen
     for t in range(2):
         assert c.info(t)["generation"] == generation, c.logs()
         assert json.loads(c.mapping(t).read_text())["generation"] == generation, c.logs()
+
+
+def test_hosts_registering_when_the_coordinator_stops_wait_for_the_next_one(make_cluster) -> None:
+    """Soak seed 2020: ``tpuctl down`` on task 0 alone; the others re-register at once, and the service stops
+    under some of those registrations (answered, then broke off). Each such host must wait for the next
+    coordinator within the restart timeout, as the others do, not fail for good after the heartbeat timeout."""
+    c = make_cluster("v4-64", **SPEC)  # 8 hosts: some register while the service stops
+    c.up()
+    assert c.tpuctl("down", task=0, timeout=30).code == 0, c.logs()
+    time.sleep(5.0)  # past the heartbeat timeout (3 s): a host that gave up has given up
+    c.start_init(0, label="init-0-again")
+    assert c.wait_init("init-0-again", timeout=60).code == 0, c.logs()
+    generation = c.info(0)["generation"]
+
+    def formed_everywhere() -> bool:
+        try:
+            return all(json.loads(c.mapping(t).read_text())["generation"] == generation for t in range(8))
+        except (OSError, ValueError):
+            return False
+
+    wait_until(formed_everywhere, 30, f"generation {generation} to form on every host", interval=0.1, logs=c.logs)

@@ -325,6 +325,7 @@ class Agent:
         # Registered on the session's stream: it heartbeats from then on, since waiting for late hosts can
         # take longer than the heartbeat timeout.
         assert self.client is not None  # made by the bring-up
+        registering = time.monotonic()
         try:
             session = await self.client.open_session(
                 spec.cluster,
@@ -342,7 +343,18 @@ class Agent:
             if not spec.restart.rejoin:
                 raise
             return self._failure_end(exc.failure)
+        except CoordinatorUnreachable as exc:
+            if not spec.restart.rejoin or self.current is None or time.monotonic() - registering >= wait:
+                raise  # a new host's first registration, or nobody answered for the whole wait: final
+            # Registering again (a generation ended), the coordinator went away under it (stopped, killed,
+            # cut off): as when it stops answering a formed generation, wait for it (or its successor) to
+            # answer, within the restart timeout, instead of failing for good after the heartbeat timeout.
+            cause = f"the coordinator at {spec.coordinator_target} stopped answering: {exc.message}"
+            coordinator = (Failure(0, spec.hosts[0], cause),)
+            return GenerationEnd(self._last_generation, True, ClusterError(cause), coordinator)
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
+        if gen.number > 1:
+            wait = spec.restart.timeout  # the service's deadline for any generation but a new cluster's first
         session.on_verdict = self._on_verdict
         session.on_notice = self.notices.heard
         session.on_agreement = self.notices.decided
