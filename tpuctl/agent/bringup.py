@@ -137,10 +137,6 @@ class Agent:
         self._interrupted: tuple[str, signal.Signals | None] | None = None  # why the bring-up was stopped
         self._last_generation = 0
         self._previous_credential = b""
-        self._reached = 0
-        """Task 0 left a cluster that re-forms without it (``tpuctl down`` on task 0 alone, a signal): the
-        generation its service reached, which the hosts that stay remember; the next ``tpuctl init`` on this
-        state dir starts its service above it, as after a kill (0: none to keep)."""
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.progress_socket))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
         self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
@@ -162,15 +158,10 @@ class Agent:
             self.options.state.write_pid(os.getpid())
             return await self._run_locked()
         finally:
-            # Only a dead agent leaves its registration behind (for its successor to reclaim); a coordinator
-            # that left a cluster which re-forms without it leaves the generation its service reached.
-            state = self.options.state
-            for path in (state.socket, state.pid_file, state.registration_file):
+            # Only a dead agent leaves its registration behind (for its successor to reclaim).
+            for path in (self.options.state.socket, self.options.state.pid_file, self.options.state.registration_file):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-            if self._reached:
-                with contextlib.suppress(StateError):
-                    state.write_registration(self.spec.cluster, self.task, self._reached, b"")
             lock.close()
 
     async def _run_locked(self) -> int:
@@ -282,7 +273,7 @@ class Agent:
                 spec, token, first_generation=first, journal=Path(self.options.state.goodput_journal),
                 started=self.options.started or None,
             )  # fmt: skip
-            again = f" at generation {first} (its predecessor on this state dir reached {first - 1})" if first > 1 else ""
+            again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
         self.client = connect(spec, token)
         await self._form(first=True)
@@ -576,11 +567,6 @@ class Agent:
             with contextlib.suppress(BaseException):
                 await self.client.close()
         if self._server is not None:
-            service = self._server.service.state
-            if leaving and self.spec.restart.rejoin and not self.shutdown_all and service.failure is None:
-                # The others re-form without task 0 (its disconnect ended the generation): they remember the
-                # generation now forming, so the next coordinator must start above it.
-                self._reached = service.generation
             # In-flight answers get a moment to leave; after a failed init every host has heard already
             # (what is still open is a dead host's stream), so not a whole second.
             await self._server.stop(grace=1.0 if leaving else FAILED_STOP_GRACE_S)
