@@ -243,6 +243,28 @@ def test_a_fresh_service_continues_above_a_generation_a_host_remembers() -> None
     assert state.register(registration(0), now=0.0).task.generation == 4
 
 
+def test_a_new_service_continues_above_a_generation_a_host_remembers_even_after_task_0_registered() -> None:
+    """Task 0 stopped (``tpuctl down`` on it alone) and started again: its own registration comes first, at
+    generation 1; task 1, which stayed, remembers generation 2. The service continues at 3 (no host's
+    generation goes back); task 0's call of generation 1 is refused naming why, and its process registers
+    again, keeping its place and credential."""
+    state = new_state(2, restart=REJOIN)
+    first = state.register(registration(0), now=0.0).task
+    assert first.generation == 1
+    assert state.register(registration(1, generation=2), now=0.1).task.generation == 3
+    assert state.generation == 3 and state.generations.first == 3
+    assert state.take_wakeup().everyone  # task 0's parked wait is refused at once
+    with pytest.raises(Refused) as excinfo:
+        state.registration_waiting(first, now=0.2)
+    reason, message = refusal(excinfo)
+    assert reason is Reason.OLD_GENERATION
+    assert "generation 1 gave way to generation 3 before it formed: a host remembered generation 2" in message
+    again = state.register(registration(0, generation=1), now=0.3).task
+    assert again.generation == 3 and again.credential == first.credential
+    assert state.registration_waiting(again, now=0.3) is None
+    assert state.generation == 3
+
+
 def test_a_remembered_generation_beyond_the_restart_limit_is_not_continued() -> None:
     """REJOIN allows 2 restarts: generation 3 is the last one a cluster can reach. A claim of 10**9 (a
     stranger on an auth-none port, a stale file) would make the first failure final."""

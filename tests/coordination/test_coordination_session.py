@@ -20,7 +20,15 @@ from tpuctl.coordination import fanout as fanout_module
 from tpuctl.coordination import stream_answers as stream_answers_module
 from tpuctl.coordination.client import CoordinationClient
 from tpuctl.coordination.session import Session
-from tpuctl.coordination.values import PROTOCOL_VERSION, Membership, RestartPolicy, TaskInfo, TaskRef, TaskState
+from tpuctl.coordination.values import (
+    PROTOCOL_VERSION,
+    ClusterFailed,
+    Membership,
+    RestartPolicy,
+    TaskInfo,
+    TaskRef,
+    TaskState,
+)
 from tpuctl.errors import ClusterError, DeadlineError, GenerationOver, InputError
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.proto import coordination_pb2_grpc as pb_grpc
@@ -308,6 +316,33 @@ def test_open_session_registers_on_the_stream_and_waits_for_all_there() -> None:
                 assert await asyncio.gather(*(s.barrier("after", timeout=5.0) for s in everyone)) == [1, 1, 1]
                 # The credential the stream handed out is the task's: a unary call with it is accepted.
                 assert await cluster.clients[0].heartbeat(opened[0].membership.task) > 0
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_shutdown_while_hosts_wait_for_registration_reaches_them_with_its_failure() -> None:
+    """``tpuctl down --all`` while a generation forms: the waits refused carry the cluster's failure, so a host
+    knows it was a shutdown without asking again (task 0 may have stopped the service by then: soak seed
+    10020); so does a host that registers after it."""
+
+    async def body() -> None:
+        rejoin = RestartPolicy(rejoin=True, timeout=30.0, max_restarts=3)
+        async with serving(make_config(3, restart=rejoin)) as cluster:
+            opened, runs = await open_sessions(cluster, range(2))
+            try:
+                waiting = [asyncio.create_task(s.wait_for_all(timeout=10.0)) for s in opened]
+                await asyncio.sleep(0.2)
+                await cluster.clients[1].report_error(opened[1].membership.task, "tpuctl down --all", shutdown=True)
+                for wait in waiting:
+                    with pytest.raises(ClusterFailed, match="shut the cluster down") as refused:
+                        await asyncio.wait_for(wait, 5.0)
+                    assert refused.value.failure.shutdown and not refused.value.failure.rejoin
+                    assert refused.value.failure.failures[0].task.task_id == 1
+                with pytest.raises(ClusterFailed, match="cannot join") as late:
+                    await cluster.client().open_session("test", 2, hostname="host-2")
+                assert late.value.failure.shutdown
             finally:
                 await close(runs)
 

@@ -111,6 +111,15 @@ def test_a_successor_that_cannot_bind_hands_over_to_the_next(make_cluster) -> No
     assert status["coordinator"] == f"{c.hosts[1]}:{c.port}", status
 
 
+def one_generation(c: LocalCluster) -> list[bytes] | None:
+    """Every host's mapping, when they are byte-identical and of a generation after the first."""
+    try:
+        found = [c.mapping(task).read_bytes() for task in range(c.num_hosts)]
+    except OSError:
+        return None
+    return found if len(set(found)) == 1 and json.loads(found[0])["generation"] >= 2 else None
+
+
 def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_successor(make_cluster) -> None:
     """Task 0 frozen (SIGSTOP) longer than the heartbeat timeout: task 2 serves generation 2; when task 0
     resumes, its own generation ends, it finds task 2's service and joins it as a worker (no second cluster)."""
@@ -123,9 +132,11 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
     finally:
         os.kill(pid, signal.SIGCONT)
     c.wait_for_log(0, "took the coordination service over at generation 2; joining it", timeout=20)
-    wait_until(lambda: mappings_at(c, 2, range(4)) is not None, 30, "generation 2 everywhere", logs=c.logs)
-    again = mappings_at(c, 2, range(4))
-    assert again is not None and len(set(again)) == 1
+    # Task 0's own service had started a generation 2 of its own (unformed) before it stepped down: the
+    # successor's service continues above any generation a host remembers, so the cluster may form at 3.
+    wait_until(lambda: one_generation(c) is not None, 30, "one generation everywhere", logs=c.logs)
+    again = one_generation(c)
+    assert again is not None and json.loads(again[0])["generation"] in (2, 3), again[0]
     wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
     status = json.loads(c.tpuctl("status", "--json", task=0).out)
-    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == 2, status
+    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == json.loads(again[0])["generation"], status

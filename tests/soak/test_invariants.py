@@ -111,6 +111,21 @@ def test_a_failure_absorbed_into_a_re_forming_under_way_needs_no_naming() -> Non
     assert len(violations) == 1
 
 
+def test_a_down_all_must_stop_every_host_but_those_disturbed_or_still_reconnecting() -> None:
+    """Soak seed 2015: task 1 cut off for 6 s, healed 0.34 s before `tpuctl down --all`; still reconnecting
+    (gRPC's backoff), it never reached the service before task 0 stopped it, and rightly waited for the
+    coordinator. A host healed longer ago than the reconnect allowance, or never disturbed, must hear it."""
+    disturbed = [
+        Disturbed(1, 10.0, 16.0),  # healed 0.34 s before the down: still reconnecting
+        Disturbed(2, 1.0, 5.0),  # healed 11 s before: it has had time to hear
+        Disturbed(3, 15.0, 20.0),  # frozen at the down
+        Disturbed(4, 2.0, float("inf")),  # killed, not back: listed, though it has no agent to stop
+        *[Disturbed(t, 16.34, float("inf")) for t in range(8)],  # the down itself
+    ]
+    assert inv.told_of_down_all(16.34, disturbed, hosts=8, reconnect=5.0) == [0, 2, 4, 5, 6, 7]
+    assert 1 in inv.told_of_down_all(30.0, disturbed, hosts=8, reconnect=5.0)  # a down 14 s after the heal
+
+
 def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:
     short = Fault("stop", 2, T0, T0 + 1.0, "survive")
     assert inv.survived([short], [line(0, 0.5, "task 0: nothing")], names) == []

@@ -13,7 +13,8 @@ The invariants, one name each (a :class:`Violation` carries it):
 * ``detection``: every failure (a kill, a ``tpuctl down``, a stop or a cut that outlasted the heartbeat
   timeout) is named (``task N (ADDRESS)``; for task 0 the coordinator's address) in the log of every host
   that was undisturbed meanwhile, within heartbeat timeout + 2 s of the fault; ``down-all``: every
-  undisturbed agent exits within that time of ``tpuctl down --all``;
+  undisturbed agent exits within that time of ``tpuctl down --all`` (a host disturbed until less than that
+  time before is still reconnecting: ``told_of_down_all``);
 * ``survive``: a stop or a cut of at most 0.45 x the heartbeat timeout ends no generation;
 * ``deadline``: no command outlived its deadline (the soak killed it there);
 * ``traceback``: no traceback, internal error or agent crash in any command's output or agent log;
@@ -179,6 +180,16 @@ def detection(
         elif any(t in first for t in observers):
             measured.append((fault.kind, max(first[t] for t in observers if t in first) - fault.at))
     return violations, measured
+
+
+def told_of_down_all(down_at: float, disturbed: Sequence[Disturbed], *, hosts: int, reconnect: float) -> list[int]:
+    """The hosts whose agents a ``tpuctl down --all`` at ``down_at`` must stop (``down-all``): not those
+    disturbed then, nor those whose disturbance ended less than ``reconnect`` s before (the heartbeat
+    timeout + 2 s: a host just resumed or healed is still reconnecting, gRPC's own backoff included, or
+    registering again after the others dropped it; task 0 stops the service once the shutdown is out, so
+    such a host finds the coordinator gone, as after a partition, and waits for it, as it must)."""
+    excused = {d.task for d in disturbed if d.start < down_at and d.end != float("inf") and d.end >= down_at - reconnect}
+    return [t for t in range(hosts) if t not in excused]
 
 
 def survived(faults: Sequence[Fault], lines: Sequence[LogLine], names: Callable[[int], tuple[str, ...]]) -> list[Violation]:

@@ -315,12 +315,12 @@ class Soak:
         """After ``tpuctl down --all``: every undisturbed agent must have exited within the limit; then
         every host without an agent starts again."""
         down_at = next((f.at for f in reversed(self.faults) if f.kind == "down-all"), now)
-        others = {d.task for d in self.disturbed if d.start < down_at and d.end >= down_at and d.end != float("inf")}
+        told = inv.told_of_down_all(down_at, self.disturbed, hosts=HOSTS, reconnect=LIMIT_S)
         end = time.monotonic() + max(0.0, down_at + LIMIT_S - time.time())
-        while time.monotonic() < end and any(self.cluster.agent_pid(t) is not None for t in range(HOSTS) if t not in others):
+        while time.monotonic() < end and any(self.cluster.agent_pid(t) is not None for t in told):
             self._tick()
             time.sleep(POLL_S)
-        still = [t for t in range(HOSTS) if t not in others and self.cluster.agent_pid(t) is not None]
+        still = [t for t in told if self.cluster.agent_pid(t) is not None]
         if still:
             self.violations.append(inv.Violation(
                 "detection", f"tpuctl down --all: the agents of tasks {still} still ran {LIMIT_S:g} s later"))  # fmt: skip

@@ -63,6 +63,7 @@ from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import MEMBER, NO_JOB_PORTS, STANDBY, AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
 from tpuctl.agent.succession import Found, discover, probe, wait_for_service
+from tpuctl.coordination.values import ClusterFailed
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -361,14 +362,32 @@ class Agent:
             "answered_before": self.current is not None,  # this process registered before: the coordinator was up
         }
         cast("dict[str, object]", registering).update(slice_shape=self.shape, spare=spec.is_spare(task))
-        session = await self.client.open_session(
-            spec.cluster,
-            task,
-            interval=spec.coordinator.heartbeat_interval,
-            give_up_after=spec.coordinator.heartbeat_timeout,
-            **registering,
-        )
+        asked = time.monotonic()
+        try:
+            session = await self.client.open_session(
+                spec.cluster,
+                task,
+                interval=spec.coordinator.heartbeat_interval,
+                give_up_after=spec.coordinator.heartbeat_timeout,
+                **registering,
+            )
+        except ClusterFailed as exc:  # the cluster failed for good, or was shut down, before this host was back
+            if not spec.restart.rejoin:
+                raise
+            return self._failure_end(exc.failure)
+        except CoordinatorUnreachable as exc:
+            if not spec.restart.rejoin or self.current is None or time.monotonic() - asked >= wait:
+                raise  # a new host's first registration, or nobody answered for the whole wait: final
+            # Registering again (a generation ended), the coordinator went away under it (stopped, killed,
+            # cut off): as when it stops answering a formed generation, wait for it (or its successor) to
+            # answer, within the restart timeout, instead of failing for good after the heartbeat timeout.
+            serving = self.coordinator_task
+            cause = f"the coordinator at {self.coordinator_target} (task {serving}) stopped answering: {exc.message}"
+            failures = (Failure(serving, spec.hosts[serving], cause),)
+            return GenerationEnd(self._last_generation, True, ClusterError(cause), failures, coordinator_lost=True)
         gen = self.current = Generation(session, asyncio.get_running_loop().create_future())
+        if gen.number > 1:
+            wait = spec.restart.timeout  # the service's deadline for any generation but a new cluster's first
         session.on_verdict = self._on_verdict
         session.on_notice = self.notices.heard
         session.on_agreement = self.notices.decided
@@ -390,9 +409,11 @@ class Agent:
             with contextlib.suppress(BaseException):
                 await steps
             return gen.ended.result()
-        if steps.exception() is not None and gen.ended.done():
-            return gen.ended.result()  # the step failed because the generation ended: say why
         failed = steps.exception()
+        if isinstance(failed, ClusterFailed) and self.spec.restart.rejoin:
+            return self._failure_end(failed.failure)  # the refusal said what ended the cluster: nothing to ask
+        if failed is not None and gen.ended.done():
+            return gen.ended.result()  # the step failed because the generation ended: say why
         if isinstance(failed, ClusterError) and self.spec.restart.rejoin:
             end = await self._why_ended(gen, failed)  # the generation ended under the step?
             if end.rejoin or end.failures:
@@ -516,16 +537,22 @@ class Agent:
             row["ended"], row["cause"] = time.time(), end.error.message
         self.progress.stop()  # the job is being stopped: its reports do not count for the next generation
         self.notify()
-        log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
+        if end.again:
+            log.warning("task %d: %s; registering again", self.task, end.error.message)
+        else:
+            log.warning("task %d: %s; re-forming as the next generation", self.task, end.error.message)
         if end.coordinator_lost and any(t != self.coordinator_task for t in self.spec.successors):
             self._lost_coordinator = end  # the next registration goes to the successor (``_succeed``)
         if not self._ready:  # init still waits: it hears the real cause now, not at its deadline
             wait = self.spec.coordinator.register_timeout if self.formed == 0 else self.spec.restart.timeout
             self.reporter.phase("registering", wait)
-            self.reporter.progress(
-                f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
-                f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
-            )
+            if end.again:
+                self.reporter.progress(f"{end.error.message}; registering again")
+            else:
+                self.reporter.progress(
+                    f"task {self.task}: generation {end.generation} ended before init finished: {end.error.message}; "
+                    f"waiting up to {wait:g} s for generation {end.generation + 1} to form (restart policy rejoin)"
+                )
         gen = self.current
         if gen is not None:
             await gen.stop()
@@ -879,6 +906,10 @@ class Agent:
         membership = gen.membership
         generation = membership.generation
         coordinator, serving = self.spec.hosts[self.coordinator_task], self.coordinator_task
+        if self.spec.restart.rejoin and isinstance(exc, ClusterFailed):
+            # The refusal carried the cluster's final failure (a shutdown, or no restarts left): asking again
+            # could find the service already stopped, and take that for a coordinator to rejoin.
+            return self._failure_end(exc.failure)
         if self.spec.restart.rejoin and isinstance(exc, ClusterError):
             if not isinstance(exc, CoordinatorUnreachable):
                 assert self.client is not None  # made before the first generation

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 import grpc
 
 from tpuctl.coordination import convert
-from tpuctl.coordination.calls import PROGRESS_EVERY_S, RETRY_DELAYS_S, Waiting, finished, progress_interval, report
+from tpuctl.coordination.calls import (
+    PROGRESS_EVERY_S,
+    RETRY_DELAYS_S,
+    STATUS_BY_VALUE,
+    Waiting,
+    finished,
+    progress_interval,
+    report,
+)
 from tpuctl.coordination.channel import Channel
 from tpuctl.coordination.plan import SliceShape
 from tpuctl.coordination.session import Session
@@ -162,6 +170,12 @@ class CoordinationClient(Channel):
                 response = await asyncio.wait_for(call.read(), self.rpc_timeout)
                 if not isinstance(response, pb.HeartbeatResponse):  # EOF: refused, the status says why
                     raise self.error_of(await finished(call), "RegisterTask", self.rpc_timeout)
+                if response.code:  # refused, with the cluster's final failure (``wire.outcome_refused``)
+                    raise convert.error_from_status(
+                        STATUS_BY_VALUE.get(response.code, grpc.StatusCode.UNKNOWN), response.details,
+                        response.hint or None, target=self.target, call="RegisterTask", timeout=self.rpc_timeout,
+                        failure=response.failure if response.HasField("failure") else None,
+                    )  # fmt: skip
                 if not response.HasField("registered"):
                     raise ClusterError(
                         f"the coordinator at {self.target} answered a registration on the session stream "

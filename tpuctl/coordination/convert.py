@@ -17,6 +17,7 @@ from tpuctl.coordination.values import (
     MAX_GATHER_WIRE,
     RECENT_FAILURES_KEPT,
     SAMPLE,
+    ClusterFailed,
     ClusterFailure,
     ClusterStatus,
     FailedBarrier,
@@ -512,9 +513,19 @@ def status_details(message: str) -> str:
 
 
 def error_from_status(
-    code: grpc.StatusCode, details: str, hint: str | None, *, target: str, call: str, timeout: float
+    code: grpc.StatusCode,
+    details: str,
+    hint: str | None,
+    *,
+    target: str,
+    call: str,
+    timeout: float,
+    failure: pb.ClusterFailure | None = None,
 ) -> TpuctlError:
-    """The error a user sees for a failed call ``call`` to the coordinator at ``target``."""
+    """The error a user sees for a failed call ``call`` to the coordinator at ``target``; ``failure``: the
+    cluster's final failure a session's refusal carried (``ClusterFailed``)."""
+    if failure is not None and code is grpc.StatusCode.ABORTED:
+        return ClusterFailed(details, cluster_failure(failure), hint=hint)
     if code is grpc.StatusCode.UNAVAILABLE:
         return CoordinatorUnreachable(
             f"coordinator unreachable at {target}: {details}",

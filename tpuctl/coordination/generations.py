@@ -49,6 +49,9 @@ class Generations:
         self.service_incarnation = service_incarnation
         self.coordinator_task = coordinator_task
         """The task whose host runs this service (a successor's, after the coordinator's host was lost)."""
+        self.gave_way: tuple[int, int] | None = None
+        """(the generation this service started at, the one a host remembered): the first gave way to one
+        above the second before it formed."""
         self._ended: dict[int, ClusterFailure] = {}
         """What ended each earlier generation of this service (at most ``restart.max_restarts``)."""
 
@@ -122,6 +125,11 @@ class Generations:
         ended = self._ended.get(caller.generation)
         if ended is not None:
             why = f"generation {caller.generation} ended: {clip(str(ended), 500)}"
+        elif self.gave_way is not None and caller.generation == self.gave_way[0]:
+            why = (
+                f"generation {caller.generation} gave way to generation {self.first} before it formed: a host "
+                f"remembered generation {self.gave_way[1]} (the coordinator restarted)"
+            )
         elif caller.generation > self.current or caller.generation < self.first:
             why = f"this coordinator (service incarnation {self.service_incarnation}) never had generation {caller.generation}: it restarted"
         else:

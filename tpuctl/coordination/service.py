@@ -264,7 +264,16 @@ class CoordinationServicer:
                 caller = session.task
                 if caller is None:
                     if request.HasField("register"):  # the session's first answer
-                        membership, answer = self._register(request.register, context.peer())
+                        try:
+                            membership, answer = self._register(request.register, context.peer())
+                        except Refused as refused:
+                            if refused.failure is None:
+                                raise
+                            # The cluster failed for good: the answer carries the failure (a shutdown or not),
+                            # so the host need not ask again (the service may be gone by then).
+                            log.info("refused %s's registration: %s", context.peer(), refused.message)
+                            await session.write(wire.outcome_refused(0, refused))
+                            break
                         session.task = membership.task
                         session.wire = convert.task_ref_pb(membership.task)
                         state.session_opened(membership.task, session.id, now=clock())

@@ -661,8 +661,9 @@ class Session:
         code = STATUS_BY_VALUE.get(response.code, grpc.StatusCode.UNKNOWN)
         client = self._client
         return convert.error_from_status(
-            code, response.details, response.hint or None, target=client.target, call=call, timeout=client.rpc_timeout
-        )
+            code, response.details, response.hint or None, target=client.target, call=call, timeout=client.rpc_timeout,
+            failure=response.failure if response.HasField("failure") else None,
+        )  # fmt: skip
 
     def _broken(self, error: TpuctlError | None = None) -> None:
         """A stream broke and a new one is up (or the session ended, ``error``): the barriers that waited

@@ -262,11 +262,19 @@ class CoordinationState:
                 f"(it brought {len(registration.retry_secret)})",
                 hint="run the same tpuctl version on every host",
             )
-        if self._fresh() and self.generation <= registration.generation <= self.config.restart.max_restarts + 1:
-            # Task 0's new process lost its state dir but a host remembers: continue above it. Bounded by the
-            # last generation the restart limit allows (a larger one is no cluster's: it would make the
-            # first failure final).
-            self._restart_at(registration.generation + 1)
+        ours = registration.generation == self.generation and (
+            self._table.same_process(task, registration) or self._table.proves(task, registration.previous_credential)
+        )  # a host of this service registering again into the generation it formed with (dropped while it formed)
+        if (
+            self._first_forming()
+            and not ours
+            and self.generation <= registration.generation <= self.config.restart.max_restarts + 1
+        ):
+            # A host remembers a generation this new service has not reached (task 0 lost its state dir, or
+            # was stopped and the others stayed): continue above it, so no host's generation goes back.
+            # Bounded by the last generation the restart limit allows (a larger one is no cluster's: it
+            # would make the first failure final).
+            self._continue_above(registration.generation, now)
         if task.state is TaskState.CONNECTED:
             same = self._table.same_process(task, registration)
             if same and not self._left(registration):
@@ -297,7 +305,9 @@ class CoordinationState:
             self._fail([(task, cause)], now=now)
         if self._failure is not None:
             self._told.add(task.info.task_id)
-            raise Refused(Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}")
+            raise Refused(
+                Reason.CLUSTER_FAILED, f"cannot join: the cluster is in error: {self._failure}", failure=self._failure
+            )
         if self._registration_closed(now):
             raise self._registration_timeout().refused()
         self._check_restart_deadline(now)
@@ -355,7 +365,9 @@ class CoordinationState:
         self._live(caller)
         if self._failure is not None:
             self._told.add(caller.task_id)
-            raise Refused(Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}")
+            raise Refused(
+                Reason.CLUSTER_FAILED, f"cluster failed during registration: {self._failure}", failure=self._failure
+            )
         if not self._unregistered:
             return None
         if self._restart_deadline is not None:
@@ -682,7 +694,7 @@ class CoordinationState:
         if not self._table.holds(task, caller):
             raise self._table.not_permitted(task)
         if task.state is TaskState.FAILED:
-            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}")
+            raise Refused(Reason.CLUSTER_FAILED, f"{task.info} was declared failed: {task.cause}", failure=self._failure)
         if task.state is TaskState.DISCONNECTED:
             raise Refused(Reason.NOT_CONNECTED, f"{task.info} has disconnected")
         return task
@@ -897,13 +909,21 @@ class CoordinationState:
             and registration.task_id in self._took_part
         )
 
-    def _fresh(self) -> bool:
-        """No task has registered with this service yet."""
-        return (
-            not self.generations.any_ended
-            and len(self._unregistered) == self.placement.member_count
-            and self._register_deadline is None
-        )
+    def _first_forming(self) -> bool:
+        """This service's first generation is still forming (nothing of it can have passed yet)."""
+        return not self.generations.any_ended and not self._formed and self._failure is None
+
+    def _continue_above(self, remembered: int, now: float) -> None:
+        """Start over at ``remembered + 1``: the hosts registered so far hold their places and register again
+        (their calls of the generation that gave way are refused, naming it). O(tasks), once."""
+        if self._register_deadline is not None:  # someone registered: they register again
+            self.generations.gave_way = (self.generation, remembered)
+            self._start_generation(remembered + 1, now, self.plan)
+            self._register_deadline = None  # set again by this registration: the restart timeout rules now
+            self._wake_everyone = True  # their parked waits are refused at once
+        else:
+            self._restart_at(remembered + 1)
+        self.generations.first = remembered + 1
 
     def _restart_at(self, generation: int) -> None:
         self.generations.current = generation
@@ -975,4 +995,4 @@ class CoordinationState:
         self._wake_everyone = True
         self._woken.add(ERRORS)
         if refuse:
-            raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}")
+            raise Refused(Reason.CLUSTER_FAILED, f"the cluster failed: {self._failure}", failure=self._failure)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuctl.coordination.plan import Plan, Roster, SliceShape
-from tpuctl.errors import InputError
+from tpuctl.errors import ClusterError, InputError
 from tpuctl.goodput.ledger import GoodputSummary
 from tpuctl.messages import count, shown
 from tpuctl.preemption.notice import PreemptionView
@@ -679,11 +679,26 @@ class Refused(Exception):
     """The service's "no" to one call. Not a user-facing error itself: the servicer sends it as a gRPC
     status, and the client turns that status into a ``TpuctlError``."""
 
-    def __init__(self, reason: Reason, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, reason: Reason, message: str, *, hint: str | None = None, failure: ClusterFailure | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.hint = hint
+        self.failure = failure
+        """The cluster's final failure, when that is why (the caller learns it with the refusal itself: the
+        service may be gone by the time it could ask, as after ``tpuctl down --all``)."""
+
+
+class ClusterFailed(ClusterError):
+    """A call refused because the cluster failed for good or was shut down, with that failure as the service
+    answered it (``Refused.failure``): a shutdown is told from a failure by ``failure.shutdown``, never by
+    the text."""
+
+    def __init__(self, message: str, failure: ClusterFailure, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.failure = failure
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,15 @@ def _passed_tail(instance: int) -> bytes:
 
 
 def outcome_refused(request_id: int, refused: Refused) -> bytes:
-    """A refusal as a session answer: what the unary call's status and hint would have carried, bounded."""
+    """A refusal as a session answer: what the unary call's status and hint would have carried, bounded, and
+    the cluster's final failure when that is why (``Refused.failure``: the answer says whether it was a
+    shutdown; asking again may find the service gone)."""
     return pb.HeartbeatResponse(
         request_id=request_id,
         code=convert.STATUS_CODES[refused.reason].value[0],
         details=convert.status_details(refused.message),
         hint=convert.fit_text(refused.hint, convert.MAX_HINT_BYTES, percent=False) if refused.hint else "",
+        failure=convert.cluster_failure_pb(refused.failure) if refused.failure is not None else None,
     ).SerializeToString()
 
 

@@ -1220,7 +1220,12 @@ class HeartbeatResponse(_message.Message):
     """Cut to the same bound as a status message."""
     hint: _builtins.str
     @_builtins.property
-    def failure(self) -> Global___ClusterFailure: ...
+    def failure(self) -> Global___ClusterFailure:
+        """The cluster's error: pushed to a session that watches it; or, with a `code` (a refused call, or a
+        registration refused as the stream's first answer), the cluster's final failure that is why, so a host
+        knows whether it was a shutdown without asking a service that may be gone by then.
+        """
+
     @_builtins.property
     def registered(self) -> Global___RegisterTaskResponse:
         """The answer to a registration on the stream (the stream's first answer)."""
