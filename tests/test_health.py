@@ -91,3 +91,18 @@ def test_a_watchdog_verdict_makes_a_live_cluster_degraded_and_says_why() -> None
     assert cluster_health({"tasks": tasks, "watchdog": {"verdicts": []}}, 30.0).verdict == "healthy"
     recovered = {"tasks": tasks, "watchdog": {"verdicts": [{"kind": "recovered", "message": "x", "tasks": [1]}]}}
     assert cluster_health(recovered, 30.0).verdict == "healthy"
+
+
+def test_spares_and_hosts_a_generation_left_out_are_not_the_clusters_health() -> None:
+    """A replaced slice's hosts (``out``: one dead, one standing by) and a dead spare do not make a formed
+    generation of members degraded or failed (issue 26); a member waiting still does."""
+    members = [dict(task(n), role="member") for n in (0, 1, 6, 7)]
+    outside = [
+        dict(task(2, "waiting", None), role="out"),
+        dict(task(3), role="standby"),
+        dict(task(8, "failed", None, "no heartbeat for 5.2 s"), role="standby"),
+    ]
+    assert cluster_health({"tasks": members + outside}).verdict == HEALTHY
+    waiting = [*members[:3], dict(task(7, "waiting", None), role="member"), *outside]
+    verdict = cluster_health({"tasks": waiting})
+    assert verdict.verdict == DEGRADED and [p.task for p in verdict.problems] == [7]

@@ -121,6 +121,10 @@ class Health(Record):
         return {"verdict": self.verdict, "problems": [p.to_json() for p in self.problems]}
 
 
+NOT_MEMBERS = ("standby", "out")
+"""Roles of hosts outside the current generation (spares, left-out slices): their state is not the cluster's health."""
+
+
 def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = None) -> Health:
     """The verdict on a status document (``tpuctl status --format json``'s keys ``tasks``, ``error``).
 
@@ -131,6 +135,8 @@ def cluster_health(status: Mapping[str, Any], heartbeat_timeout: float | None = 
     failed: list[Problem] = []
     degraded: list[Problem] = []
     for entry in status.get("tasks") or ():
+        if entry.get("role") in NOT_MEMBERS:
+            continue  # a spare, or a host the generation left out: the status's spares section lists them
         task, address, state = entry.get("task"), str(entry.get("address") or "?"), str(entry.get("state"))
         if state == "failed":
             failed.append(Problem(FAILED, task, address, state, str(entry.get("cause") or "no cause given")))

@@ -163,7 +163,7 @@ def test_roles_ranks_the_plan_and_the_spares_when_the_service_sends_them() -> No
     text = render_status(
         doc(
             tasks,
-            plan="roster slices 0, 2",
+            plan={"slices": 2, "runs": [[0, 1], [2, 1]], "description": "roster slices 0, 2"},
             spares=[
                 {
                     "roster_slice": 1,
@@ -187,7 +187,7 @@ def test_roles_ranks_the_plan_and_the_spares_when_the_service_sends_them() -> No
     header = next(line for line in text.splitlines() if line.startswith("TASK"))
     assert header.split() == ["TASK", "STATE", "ADDRESS", "FINGERPRINT", "HEARTBEAT", "ROLE", "RANK"]
     assert [line.split()[-2:] for line in host_rows(text)] == [["member", "0"], ["standby", "-"], ["member", "1"]]
-    assert "plan         roster slices 0, 2" in text.splitlines()
+    assert "plan         2 slices: roster slices 0, 2" in text.splitlines()
     assert text.splitlines()[-3:] == [
         "spares",
         "  roster slice 1 (task 1): 1 of 1 hosts standing by; can replace any slice",

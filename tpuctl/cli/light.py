@@ -261,8 +261,11 @@ def render_status(result: "dict[str, Any]", health: "Health | None" = None) -> s
         )
     for ended in result.get("ended", [])[-3:]:
         lines.append(f"  ended      {ended}")
-    if result.get("plan"):
-        lines.append(f"plan         {result['plan']}")
+    plan = result.get("plan")
+    if isinstance(plan, dict) and plan.get("description"):
+        lines.append(f"plan         {plan.get('slices')} slices: {plan['description']}")
+    elif plan:
+        lines.append(f"plan         {plan}")
     lines.append(f"health       {health.verdict}")
     lines += [f"             {problem}" for problem in health.problems[:MAX_LISTED_BARRIER_TASKS]]
     if len(health.problems) > MAX_LISTED_BARRIER_TASKS:

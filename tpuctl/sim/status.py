@@ -17,7 +17,7 @@ from tpuctl.agent.control import Op, call
 from tpuctl.agent.statedir import StateDir, live_pids
 from tpuctl.coordination.values import TaskState
 from tpuctl.errors import StateError, TpuctlError
-from tpuctl.health import FAILED, Health, Problem, cluster_health, heartbeat_text
+from tpuctl.health import FAILED, NOT_MEMBERS, Health, Problem, cluster_health, heartbeat_text
 from tpuctl.messages import CELL_CHARS, table
 
 SCHEMA = "tpuctl.sim.status/v1"
@@ -123,10 +123,11 @@ def _health(cluster: dict[str, Any] | None, hosts: list[dict[str, Any]], problem
     if cluster is None:
         return Health(FAILED, (Problem(FAILED, None, "", "error", problem or "no agent is running"),))
     verdict = cluster_health(cluster)
+    outside = {t.get("task") for t in cluster.get("tasks") or () if t.get("role") in NOT_MEMBERS}
     stopped = {
         h["task"]: Problem(FAILED, h["task"], str(h["address"] or "?"), "stopped", _stopped_cause(h["task"]))
         for h in hosts
-        if h["agent"] != "running"
+        if h["agent"] != "running" and h["task"] not in outside  # a spare or a left-out host: not the cluster's
     }
     if not stopped:
         return verdict
