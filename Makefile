@@ -98,12 +98,14 @@ demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
 ## bench/run.py: first tpuctl.job.progress beside a bare socket.send (fails above 5x; target 2x), then the rest;
+## bench/elastic.py: kill -9 of a host to the job running without it, policy elastic beside torchrun --nnodes=2:3;
 ## bench/metrics.py: a scrape of the coordinator of 10,000 hosts beside its status answer (fails above 300
 ## series or 50 ms).
 bench: install bytecode
 	$(PY) bench/run.py
 	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
 	$(PY) bench/metrics.py --hosts 10000
+	$(PY) bench/elastic.py --rounds 3
 
 ## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md);
 ## --progress: the watchdog's pace reports (service CPU against the steady phase) and a hang named to every host
