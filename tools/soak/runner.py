@@ -408,7 +408,7 @@ class Soak:
                 mapping = None
             checks.append(inv.HostCheck(command.task, command.code, doc, command.err() + command.out(), mapping))
         self.violations += inv.same_generation(checks)
-        for step, commands in barriers:
+        for _, commands in barriers:
             self._wait(commands, max(x.limit for x in commands) + 1.0)
         for step, commands in barriers:
             results = [(x.task, x.code, x.err()) for x in commands]
