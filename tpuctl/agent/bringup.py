@@ -332,6 +332,8 @@ class Agent:
             if not end.rejoin or self.stop.is_set():
                 self.failures = end.failures
                 self.cluster_error = end.error
+                if not first:  # after init nobody else says it (``_fail`` finds the error already set)
+                    log.error("task %d: %s", self.task, end.error.message)
                 raise end.error
             if end.again:
                 await self._register_again(end)
