@@ -252,6 +252,9 @@ class Registration:
     """What the host's backend found about its own slice (None: not known, not checked)."""
     spare: bool = False
     """The host says it is one of the spec's spares (``tpuctl init --spare``): refused unless it is."""
+    previous_plan: Plan | None = None
+    """The plan of ``generation`` as this host learnt it (None: none): a service that starts fresh above
+    that generation (a successor's) applies the majority rule against it. O(runs)."""
 
 
 def fingerprint(credential: bytes) -> str:
