@@ -15,6 +15,7 @@ otherwise); the tests check the step each generation resumes from is the checkpo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,10 +83,8 @@ def kill_host(c: LocalCluster, folder: Path, task: int, runs: dict[int, Proc]) -
     pids = [c.agent_pid(task), runs[task].popen.pid, int((folder / f"pid-{task}").read_text())]
     at = time.time()
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return at
 
 
@@ -99,7 +98,9 @@ def formed_at(c: LocalCluster, task: int, generation: int) -> float | None:
     return None
 
 
-def measure(case: str, killed: float, c: LocalCluster, folder: Path, members: list[int], generation: int) -> dict[str, float]:
+def measure(
+    case: str, killed: float, c: LocalCluster, folder: Path, members: list[int], generation: int
+) -> dict[str, float]:
     """Kill -> the last member's agent saw ``generation`` form, and kill -> the last member's job restarted."""
     formed = [formed_at(c, t, generation) for t in members]
     jobs = [started(folder, t, generation) for t in members]
@@ -117,7 +118,9 @@ def result(proc: Proc) -> dict[str, int]:
     return data
 
 
-def finish(c: LocalCluster, runs: dict[int, Proc], members: list[int], timeout: float = 90.0) -> dict[int, dict[str, int]]:
+def finish(
+    c: LocalCluster, runs: dict[int, Proc], members: list[int], timeout: float = 90.0
+) -> dict[int, dict[str, int]]:
     """Wait for the members' runs to end; each exits 0 with its job's RESULT."""
     done = {t: c.processes.wait(runs[t].label, timeout) for t in members}
     assert all(done[t].code == 0 for t in members), {t: (done[t].code, runs[t].err()[-800:]) for t in members}

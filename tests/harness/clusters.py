@@ -154,10 +154,10 @@ class LocalCluster(_Cluster):
         self.hosts = loopback_hosts(self.num_hosts)
         self.port = free_port(self.hosts[0])
         self.spec = root / "cluster.yaml"
-        self.spec.write_text(
-            spec_text(accelerator, self.hosts[: self.active], self.port, num_slices=num_slices,
-                      spares=self.hosts[self.active :], **spec_options)  # fmt: skip
-        )
+        spares_hosts = self.hosts[self.active :]
+        text = spec_text(accelerator, self.hosts[: self.active], self.port, num_slices=num_slices, spares=spares_hosts,
+                         **spec_options)  # fmt: skip
+        self.spec.write_text(text)
 
     def start_init(
         self, task: int, *, spec: Path | None = None, state: Path | None = None, env: dict[str, str] | None = None,
