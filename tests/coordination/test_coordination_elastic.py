@@ -203,8 +203,10 @@ def test_elastic_grows_back_when_a_dropped_slice_s_hosts_register_again() -> Non
     assert state.generation == 2 and formed(state, refs, 2.0)
     ranks = {t: state.placement.rank_of(t) for t in range(6)}
     back = state.register(registration(3, 333, slice_shape=SHAPE), now=3.0)  # the host's new process
-    assert back.standby and back.task.generation == 2
     assert state.generation == 3 and state.plan == Plan.of([0, 2, 1])  # appended: the others keep their ranks
+    # The registration that completed the slice is answered in the generation it grows, as a member (answered
+    # in generation 2, which it ended, the host's session stream was refused: its `tpuctl init` failed)
+    assert not back.standby and back.task.generation == 3 and state.placement.rank_of(3) == 5
     ended = state.generations.ended(2)
     assert ended is not None and not ended.failures
     assert str(ended) == (
@@ -212,8 +214,9 @@ def test_elastic_grows_back_when_a_dropped_slice_s_hosts_register_again() -> Non
     )
     assert state.failed_since is None  # not a failure
     assert all(state.placement.rank_of(t) == ranks[t] for t in (0, 1, 4, 5))
-    refs = rejoin(state, refs | {3: back.task}, [0, 1, 2, 3, 4, 5], 4.0)
+    refs = rejoin(state, refs, [0, 1, 2, 4, 5], 4.0) | {3: back.task}
     assert formed(state, refs, 4.0) and [state.placement.rank_of(t) for t in (2, 3)] == [4, 5]
+    assert state.session_opened(back.task, 1, now=4.0) is None  # its session stream is of a live generation
 
 
 def test_grow_needs_a_restart_left() -> None:

@@ -153,3 +153,82 @@ def test_a_spare_slice_takes_a_lost_slices_place_and_the_jax_job_resumes_from_it
     mapping = json.loads(c.mapping(6).read_text())
     assert mapping["generation"] == 2 and [t.get("task_id", t["id"]) for t in mapping["tasks"]] == members
     assert "in place of slice 1" in (c.state(0) / "agent.log").read_text()
+
+
+def test_without_a_spare_an_elastic_cluster_goes_on_with_2_slices_then_grows_back_to_3(make_cluster, tmp_path) -> None:
+    pytest.importorskip("jax")
+    mesh = "meshes: [{name: m, shape: {data: 6, model: 4}, options: {dcn_shape: {data: 3}}}]\n"
+    restart = "restart: {policy: elastic, min_slices: 2, timeout: 2m, max: 3}\n"
+    c = make_cluster("v4-16", num_slices=3, **SPEC, extra=restart + mesh)
+    c.up()
+    folder = tmp_path / "job"
+    folder.mkdir()
+    runs = start_runs(c, folder, steps=45)
+    wait_ready(c, folder, list(range(6)), 1)
+    assert ready(folder, 0, 1) == {**(ready(folder, 0, 1) or {}), "processes": 6, "slices": 3, "mesh": "data=6,model=4"}
+    wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
+    killed = kill_host(c, folder, 2, runs)
+    shrunk = [0, 1, 4, 5]  # slice 1 dropped: slice 2 moves to position 1
+    wait_ready(c, folder, shrunk, 2)
+    checkpoint = step(folder)
+    figures = measure("elastic: shrinks to 2 slices (kill -9 of task 2's host)", killed, c, folder, shrunk, 2)
+    for rank, task in enumerate(shrunk):
+        got = ready(folder, task, 2)
+        assert got is not None and (got["rank"], got["processes"], got["slices"]) == (rank, 4, 2), (task, got)
+        assert got["mesh"] == "data=4,model=4" and got["first"] == checkpoint >= 2, (task, got, checkpoint)
+    assert figures["kill_to_formed_s"] <= HEARTBEAT_TIMEOUT_S + 2.0, figures
+    assert "generation 2 shrinks to 2 slices (slice 1 dropped" in (c.state(0) / "agent.log").read_text()
+
+    # The slice comes back whole: task 3's machine restarted too (its standby agent stopped), then `tpuctl
+    # init` on both hosts and `tpuctl run` on both, as on any host.
+    wait_until(lambda: step(folder) >= checkpoint + 2, 30, "the shrunk job to advance", logs=c.logs)
+    assert c.tpuctl("down", task=3, timeout=30).code == 0
+    c.processes.wait(runs[3].label, 30)  # its `tpuctl run` ends with its agent
+    back = time.time()
+    for task in (2, 3):
+        c.start_init(task, label=f"init-again-{task}")
+    inits = c.processes.wait_all(["init-again-2", "init-again-3"], 60)
+    assert [i.code for i in inits] == [0, 0], c.logs()
+    runs.update(start_runs(c, folder, steps=45, tasks=range(2, 4)))
+    wait_ready(c, folder, list(range(6)), 3)
+    checkpoint = step(folder)
+    order = [0, 1, 4, 5, 2, 3]  # slice 1 is appended: the others keep their ranks
+    grown = measure("elastic: grows back to 3 slices (from init of slice 1's hosts)", back, c, folder, order, 3)
+    for rank, task in enumerate(order):
+        got = ready(folder, task, 3)
+        assert got is not None and (got["rank"], got["processes"], got["slices"]) == (rank, 6, 3), (task, got)
+        assert got["mesh"] == "data=6,model=4" and got["first"] == checkpoint > 2, (task, got, checkpoint)
+    assert "generation 3 grows to 3 slices" in (c.state(0) / "agent.log").read_text()
+    results = finish(c, runs, list(range(6)))
+    assert all(r["generation"] == 3 and r["last"] == 45 for r in results.values()), results
+    assert grown["kill_to_job_restart_s"] < 30, grown
+
+
+def test_task_0s_host_lost_the_successor_coordinates_and_a_spare_slice_takes_slice_0s_place(
+    make_cluster, tmp_path
+) -> None:
+    pytest.importorskip("jax")
+    c = make_cluster("v4-16", num_slices=3, spares=1, **SPEC, extra="restart: {policy: rejoin, timeout: 2m, max: 3}\n")
+    c.up()
+    folder = tmp_path / "job"
+    folder.mkdir()
+    runs = start_runs(c, folder, steps=30)
+    wait_ready(c, folder, list(range(6)), 1)
+    wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
+    killed = kill_host(c, folder, 0, runs)
+    members = [6, 7, 2, 3, 4, 5]  # the spare slice at position 0: task 6 is rank 0 (JAX's coordinator)
+    wait_ready(c, folder, members, 2)
+    checkpoint = step(folder)
+    figures = measure(
+        "task 0's host lost: successor task 2, spare slice replaces slice 0", killed, c, folder, members, 2
+    )
+    for rank, task in enumerate(members):
+        got = ready(folder, task, 2)
+        assert got is not None and (got["rank"], got["processes"], got["slices"]) == (rank, 6, 3), (task, got)
+        assert got["first"] == checkpoint >= 2, (task, got, checkpoint)
+    assert figures["kill_to_formed_s"] <= HEARTBEAT_TIMEOUT_S + 2.0 + 3.0, figures  # + the succession
+    log = (c.state(2) / "agent.log").read_text()
+    assert "coordination service listening" in log, log[-3000:]  # task 2 (the first successor) serves generation 2
+    results = finish(c, runs, members)
+    assert all(r["generation"] == 2 and r["last"] == 30 for r in results.values()), results
+    assert c.info(6)["generation"] == 2

@@ -356,7 +356,13 @@ class CoordinationState:
             self._register_deadline = now + (self.config.register_timeout if first else self.config.restart.timeout)
         membership = self._membership(task)
         if formed or rank is None:
+            generation = self.generation
             self._grow_if_ready(now)  # a slice became ready standby, or the generation formed short of one
+            if rank is None and self.generation != generation:
+                # This registration completed its slice and the generation grew: the host registers into the
+                # generation it caused at once (its place is held for its process), instead of being answered
+                # with the one that just ended (its session would be refused as of an ended generation).
+                return self.register(registration, now=now)
         return membership
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:
