@@ -204,6 +204,12 @@ def test_without_a_spare_an_elastic_cluster_goes_on_with_2_slices_then_grows_bac
     assert grown["kill_to_job_restart_s"] < 30, grown
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 26): the successor's new coordination service plans its first generation as the "
+    "whole spec (roster slices 0-2) without knowing task 0 was lost, so the spare slice stands by and the "
+    "generation waits for task 0 until the restart timeout",
+)
 def test_task_0s_host_lost_the_successor_coordinates_and_a_spare_slice_takes_slice_0s_place(
     make_cluster, tmp_path
 ) -> None:
@@ -217,7 +223,7 @@ def test_task_0s_host_lost_the_successor_coordinates_and_a_spare_slice_takes_sli
     wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
     killed = kill_host(c, folder, 0, runs)
     members = [6, 7, 2, 3, 4, 5]  # the spare slice at position 0: task 6 is rank 0 (JAX's coordinator)
-    wait_ready(c, folder, members, 2)
+    wait_ready(c, folder, members, 2, timeout=30)
     checkpoint = step(folder)
     figures = measure(
         "task 0's host lost: successor task 2, spare slice replaces slice 0", killed, c, folder, members, 2
