@@ -151,6 +151,8 @@ class LocalCluster(_Cluster):
         self.hosts_per_slice = resolve_slice(accelerator=accelerator).num_hosts
         self.active = self.hosts_per_slice * num_slices
         self.num_hosts = self.active + self.hosts_per_slice * spares
+        self.spares = range(self.active, self.num_hosts)
+        """The spares' task ids (``init --spare``)."""
         self.hosts = loopback_hosts(self.num_hosts)
         self.port = free_port(self.hosts[0])
         self.spec = root / "cluster.yaml"
@@ -168,7 +170,7 @@ class LocalCluster(_Cluster):
         state.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dirs are owner-only
         command = [
             *TPUCTL, "init", "--config", str(spec or self.spec), "--task-id", str(task),
-            "--state-dir", str(state), "--out", str(state / "mapping.json"), *(["--spare"] if task >= self.active else []),
+            "--state-dir", str(state), "--out", str(state / "mapping.json"), *(["--spare"] if task in self.spares else []),
         ]  # fmt: skip
         return self.start(label or f"init-{task}", command, env=env)
 
