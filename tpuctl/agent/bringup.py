@@ -653,8 +653,10 @@ class Agent:
         over from task ``lost``); False, said, when it cannot (the port is taken, TLS files missing)."""
         spec, task = self.spec, self.task
         try:
+            previous = self.current.membership.plan if self.current is not None else None
             self._server = await start_service(
-                spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task
+                spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task,
+                previous_plan=previous, lost=(lost,),
             )  # fmt: skip
         except (TpuctlError, OSError) as exc:
             why = exc.message if isinstance(exc, TpuctlError) else str(exc)

@@ -185,6 +185,56 @@ class CoordinationState:
         self._took_part: set[int] = set()
         """Tasks that called a barrier or gather of the current generation (its core-ID merge, at least)."""
         self._kv = KeyValueStore(self.counters, config.kv_limits)
+        self._lost = frozenset(config.lost)
+        """Tasks lost with the old coordinator (a successor's service), until a generation forms."""
+        if config.previous_plan is not None or config.lost:
+            self._plan_first(config.previous_plan or self.roster.identity())
+
+    def _plan_first(self, previous: Plan) -> None:
+        """A successor's first generation: the lost coordinator's generation's plan without the lost hosts'
+        positions where policy elastic allows dropping them (no standby slice is known ready yet: none has
+        registered). O(positions), once."""
+        placement = Placement(previous, self.roster, self.tasks)
+        lost: dict[int, int] = {}
+        for task_id in self._lost:
+            rank = placement.rank_of(task_id)
+            if rank is not None:
+                lost[rank // placement.per] = lost.get(rank // placement.per, 0) + 1
+        plan = previous
+        if lost and self.config.restart.rejoin:
+            plan = plan_next(placement, lost, [], self.config.restart, generation=self.generation).plan
+        self.placement = Placement(plan, self.roster, self.tasks)
+        self._unregistered = Missing(self.placement.member_count)
+        self._restart_at(self.generation)
+
+    def _replace_lost_if_ready(self, now: float) -> None:
+        """A successor's generation still forming, a lost host's position still empty, and a standby slice
+        now ready (every host registered): the generation gives way to the next, with that slice in the
+        lost one's place (the hosts registered so far register again, as after any end). O(1) unless it
+        re-plans (then O(positions + ready))."""
+        policy = self.config.restart
+        if not (self._lost and self._ready and not self._formed and policy.rejoin):
+            return
+        if self.generations.restarts >= policy.max_restarts:
+            return
+        per = self.placement.per
+        lost: dict[int, int] = {}
+        for task_id in self._lost:
+            rank = self.placement.rank_of(task_id)
+            if rank is not None and rank in self._unregistered:
+                lost[rank // per] = lost.get(rank // per, 0) + 1
+        if not lost:
+            return
+        ready = sorted(self._ready)
+        self.counters.touched += len(self.placement) + len(ready)
+        following = plan_next(self.placement, lost, ready, policy, generation=self.generation + 1)
+        if following.plan == self.placement.plan:
+            return
+        end = self.generations.end((), shutdown=False, next=following.note)
+        assert end.rejoin
+        self._start_generation(self.generation + 1, now, following.plan)
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
 
     @property
     def failure(self) -> ClusterFailure | None:
@@ -357,6 +407,7 @@ class CoordinationState:
             self._disconnected.discard(rank)
             if self._unregistered.discard(rank) and not self._unregistered:
                 self._formed = formed = True
+                self._lost = frozenset()  # every member is back: the lost coordinator's host is history
                 self._restart_deadline = self._settle_at = None
                 self._held = ""
                 self._woken.add(REGISTRATION)
@@ -369,7 +420,16 @@ class CoordinationState:
                 self._restart_deadline = self._register_deadline  # it fails as a restart does, naming who is missing
         membership = self._membership(task)
         if formed or rank is None:
+            generation = self.generation
             self._grow_if_ready(now)  # a slice became ready standby, or the generation formed short of one
+            if rank is None and self.generation == generation:
+                self._replace_lost_if_ready(now)  # a successor's generation waits for a lost host's slice
+            if rank is None and self.generation != generation:
+                # This registration completed its slice and the generation grew (or gave way, the slice in a
+                # lost host's place): the host registers into the generation it caused at once (its place is
+                # held for its process), instead of being answered with the one that just ended (its session
+                # would be refused as of an ended generation).
+                return self.register(registration, now=now)
         return membership
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:

@@ -170,6 +170,13 @@ class ServiceConfig:
     coordinator_task: int = 0
     """The task whose host runs this service: task 0, or a successor that took over after the coordinator's
     host was lost (``coordinator.successors``); messages name it."""
+    previous_plan: Plan | None = None
+    """A successor's service: the plan of the generation whose coordinator was lost (None: every slice of the
+    spec); its first generation starts from it."""
+    lost: tuple[int, ...] = ()
+    """A successor's service: the tasks lost with the old coordinator (its host). Their positions are dropped
+    at once under policy elastic (down to ``min_slices``); otherwise a ready standby slice takes their place
+    as soon as there is one, before the generation forms (the generation gives way to the next)."""
 
     def __post_init__(self) -> None:
         problems = []
