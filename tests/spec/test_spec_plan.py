@@ -67,7 +67,7 @@ def test_a_mesh_with_slices_over_two_axes_is_named() -> None:
         "hosts: [h0, h1, h2, h3, h4, h5]", "hosts: [h0, h1, h2, h3, h4, h5, h6, h7]"
     )
     text = text.split("meshes:")[0] + "meshes:\n  - {name: grid, shape: {a: 4, b: 8}, options: {dcn_shape: [2, 2]}}\n"
-    with pytest.raises(SpecError, match="mesh 'grid' .* cannot go to 2 slices"):  # validate names it first
+    with pytest.raises(SpecError, match=r"mesh 'grid' .* cannot go to 2 slices"):  # validate names it first
         _spec(text)
     text = text.replace("policy: elastic, min_slices: 2", "policy: rejoin")  # a spec that never shrinks
     with pytest.raises(MeshResizeError) as caught:
