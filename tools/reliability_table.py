@@ -161,7 +161,7 @@ def outcome(doc: dict[str, Any]) -> str:
     return f"**DEFECT**{mark}: " + cell("; ".join(doc["problems"]), 260)
 
 
-def render(docs: list[dict[str, Any]], source: str) -> str:
+def render(docs: list[dict[str, Any]], source: str, kept: str = "") -> str:
     lines = [HEADER]
     stamp = max((d["recorded"] for d in docs), default=time.time())
     lines.append(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(stamp))} ({len(docs)} tests).\n")
@@ -189,9 +189,17 @@ def render(docs: list[dict[str, Any]], source: str) -> str:
         measured = "; ".join(d["problems"]) or "this run: as required"
         lines.append(f"* `{d['test']}`: {cell(reason, 500)}. Measured: {cell(measured, 400)}")
     lines.append("")
-    lines.append(RESTARTS)
+    lines.append(kept or RESTARTS)
     lines.append(NOT_COVERED)
     return "\n".join(lines)
+
+
+def hand_written(page: Path) -> str:
+    """The page's hand-written sections (from "Hosts come back" up to "Not covered", measured by other
+    tests and benches: restarts, a lost slice, torchrun, the soak), kept as they are; "" without them."""
+    text = page.read_text() if page.exists() else ""
+    start, end = text.find(RESTARTS.splitlines()[0]), text.find(NOT_COVERED.splitlines()[0])
+    return text[start:end].rstrip("\n") + "\n" if 0 <= start < end else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         for doc in load(path):
             if doc["test"] not in docs or doc["recorded"] >= docs[doc["test"]]["recorded"]:
                 docs[doc["test"]] = doc
-    text = render(list(docs.values()), ", ".join(str(p) for p in args.records))
+    text = render(list(docs.values()), ", ".join(str(p) for p in args.records), kept=hand_written(args.output))
     if args.check:
         same = args.output.exists() and args.output.read_text() == text
         print(f"{args.output}: {'up to date' if same else 'would change'}")
