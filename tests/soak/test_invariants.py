@@ -100,6 +100,24 @@ def test_a_stop_around_the_timeout_is_judged_only_if_it_failed_and_a_short_one_n
     assert detect([Fault("stop", 3, T0, T0 + 1.0, "survive")], [line(0, 1.0, failed(3))]) == ([], [])
 
 
+def test_a_stop_around_the_timeout_that_was_survived_is_not_failed_by_a_later_line_naming_the_victim() -> None:
+    """Soak seed 50340: task 7 frozen for 2.59 s (maybe) and survived; 9.4 s later every host logged `tpuctl
+    down --all` with the history of earlier generations, which names task 7. Neither that history nor any
+    naming after the victim had been back for the limit says this stop failed."""
+    maybe = Fault("stop", 3, T0, T0 + 2.6, "maybe")
+    history = (f"cluster shut down: task 1 ({ADDRESSES[1]}) shut the cluster down: tpuctl down --all (in generation 6; "
+               f"earlier: generation 1 ended: task 3 ({ADDRESSES[3]}): no heartbeat for 3.1 s)")  # fmt: skip
+    assert detect([maybe], [line(t, 9.4, history) for t in (0, 1, 2)]) == ([], [])
+    assert detect([maybe], [line(t, 7.7, failed(3)) for t in (0, 1, 2)]) == ([], [])  # back 5.1 s: not about it
+    # a verdict while it was away or just back still says it failed, and every host must have named it in time
+    violations, _ = detect([maybe], [line(0, 3.1, failed(3)), line(1, 7.5, failed(3))])
+    assert len(violations) == 1 and "task 1 after 7.5 s, task 2 never" in violations[0].detail
+    # the news before the history still counts
+    news = f"task 0: task 3 ({ADDRESSES[3]}) failed: no heartbeat{inv.HISTORY}generation 1 ended: task 2 ({ADDRESSES[2]})"
+    violations, _ = detect([maybe], [line(0, 3.1, news)])
+    assert len(violations) == 1 and "task 1 never, task 2 never" in violations[0].detail
+
+
 def test_a_failure_absorbed_into_a_re_forming_under_way_needs_no_naming() -> None:
     """Task 2 failed first (everyone re-forms); task 3, cut meanwhile, was declared dead too but was back
     before the next generation formed, with it in: nobody had anything to wait for."""
@@ -123,7 +141,19 @@ def test_a_down_all_must_stop_every_host_but_those_disturbed_or_still_reconnecti
         *[Disturbed(t, 16.34, float("inf")) for t in range(8)],  # the down itself
     ]
     assert inv.told_of_down_all(16.34, disturbed, hosts=8, reconnect=5.0) == [0, 2, 4, 5, 6, 7]
-    assert 1 in inv.told_of_down_all(30.0, disturbed, hosts=8, reconnect=5.0)  # a down 14 s after the heal
+    assert 1 in inv.told_of_down_all(30.0, disturbed[:4], hosts=8, reconnect=5.0)  # a down 14 s after the heal
+
+
+def test_a_down_all_while_the_coordinator_is_dead_or_just_back_need_stop_nobody() -> None:
+    """Soak seed 50272: task 0 killed, `tpuctl init` again 2.4 s before `tpuctl down --all` on task 3, whose
+    service was not listening yet: the down said "coordinator unreachable" (exit 3) and rightly stopped
+    nobody. Once task 0 has been back longer than the reconnect allowance, every host must hear it again."""
+    down = [Disturbed(t, 10.27, float("inf")) for t in range(8)]
+    restarted = [Disturbed(0, 3.16, 10.87), *down]  # killed at 3.16, its new agent forming until 10.87
+    assert inv.told_of_down_all(10.27, restarted, hosts=8, reconnect=5.0) == []
+    assert inv.told_of_down_all(10.27, [Disturbed(0, 3.16, float("inf")), *down], hosts=8, reconnect=5.0) == []
+    assert inv.told_of_down_all(10.27, [Disturbed(0, 1.0, 5.0), *down], hosts=8, reconnect=5.0) == list(range(8))
+    assert inv.told_of_down_all(10.27, [Disturbed(0, 1.0, 5.5), *down], hosts=8, reconnect=5.0) == []
 
 
 def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:
