@@ -154,6 +154,9 @@ def test_a_down_all_while_the_coordinator_is_dead_or_just_back_need_stop_nobody(
     assert inv.told_of_down_all(10.27, [Disturbed(0, 3.16, float("inf")), *down], hosts=8, reconnect=5.0) == []
     assert inv.told_of_down_all(10.27, [Disturbed(0, 1.0, 5.0), *down], hosts=8, reconnect=5.0) == list(range(8))
     assert inv.told_of_down_all(10.27, [Disturbed(0, 1.0, 5.5), *down], hosts=8, reconnect=5.0) == []
+    # seed 50486: task 0 cut off for 0.62 s, healed 0.83 s before the down; task 2's connection had broken
+    # under the cut and was reconnecting as the service stopped: it found the coordinator gone and waited
+    assert inv.told_of_down_all(2.42, [Disturbed(0, 0.97, 1.59), *down], hosts=8, reconnect=5.0) == []
 
 
 def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:

@@ -203,9 +203,11 @@ def told_of_down_all(down_at: float, disturbed: Sequence[Disturbed], *, hosts: i
     task 0 is so disturbed itself."""
     excused = {d.task for d in disturbed if d.start < down_at and d.end != float("inf") and d.end >= down_at - reconnect}
     if any(d.task == 0 and d.start < down_at and d.end >= down_at - reconnect for d in disturbed):
-        # The shutdown goes out through the coordinator: with task 0 dead, frozen, cut off or just back (its
-        # new service not listening yet), `tpuctl down --all` reaches nobody and says so (seed 50272: task 0
-        # killed, its new init 2.4 s before the down: "coordinator unreachable ... Connection refused").
+        # The shutdown goes out through the coordinator: with task 0 dead, frozen, cut off or just back,
+        # `tpuctl down --all` reaches nobody and says so (seed 50272: task 0 killed, its new init 2.4 s before
+        # the down, its service not listening yet: "coordinator unreachable ... Connection refused"), or every
+        # host may still be reconnecting to it (seed 50486: task 0 healed 0.83 s before; task 2's connection
+        # had broken under the cut and missed the shutdown).
         return []
     return [t for t in range(hosts) if t not in excused]
 
