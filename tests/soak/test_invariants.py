@@ -166,6 +166,18 @@ def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:
     assert [v.invariant for v in found] == ["survive"]
 
 
+def test_a_host_disturbed_itself_that_re_forms_during_a_short_fault_does_not_count_against_it() -> None:
+    """Soak seed 50158: task 2 cut off from 2.10 s for 4.67 s; task 0 cut off from 3.68 s for 0.47 s; at
+    5.2 s task 2 said the coordinator (task 0) stopped answering: its own cut, not task 0's, silenced it."""
+    short = Fault("partition", 0, T0 + 3.68, T0 + 4.15, "survive")
+    lost = f"task 2: the coordinator at {ADDRESSES[0]}:8476 (task 0) stopped answering; {inv.REFORMING}"
+    own_cut = [Disturbed(2, T0 + 2.10, T0 + 6.77), Disturbed(0, T0 + 3.68, T0 + 4.15)]
+    assert inv.survived([short], [line(2, 5.2, lost)], names, own_cut, limit=5.0) == []
+    # an undisturbed host saying so is a violation, as task 2 would be had it not been cut off itself
+    assert len(inv.survived([short], [line(1, 4.5, lost)], names, own_cut, limit=5.0)) == 1
+    assert len(inv.survived([short], [line(2, 4.5, lost)], names, own_cut[1:], limit=5.0)) == 1
+
+
 def sample(task: int, after: float, digest: str | None, generation: int = 1, incarnation: str = "77") -> MappingSample:
     return MappingSample(task, T0 + after, digest, incarnation, generation)
 
