@@ -191,10 +191,13 @@ class CoordinationClient(Channel):
             except asyncio.InvalidStateError as exc:  # written to a call the service already ended
                 raise self.error_of(await finished(call), "RegisterTask", self.rpc_timeout) from exc
             except asyncio.TimeoutError as exc:
+                # Silent: frozen, cut off (a registration written into a connection the coordinator already
+                # closed, unknown to this host while the network was down) or overloaded. Unreachable, not
+                # a verdict: retried like a refused connection (after contact, for ``give_up_after`` at most).
                 call.cancel()
-                raise DeadlineError(
+                raise CoordinatorUnreachable(
                     f"the coordinator at {self.target} did not answer RegisterTask within {self.rpc_timeout:.1f} s",
-                    hint="it may be frozen or overloaded; check task 0's host and its agent log",
+                    hint=f"it may be frozen, cut off or overloaded; check task {self.coordinator_task}'s host and its agent log",
                 ) from exc
             except BaseException:
                 call.cancel()

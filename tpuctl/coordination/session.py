@@ -56,6 +56,9 @@ LOST_ANSWER_S = 2.0
 own timeout may be longer), while its arrival still counts in an open instance: the service withdraws it
 once it sees the old stream end."""
 LOST_ANSWER_POLL_S = 0.2
+REARRIVALS = 3
+"""How many times a barrier arrival withdrawn with a broken stream arrives again on the session's next one
+(within the call's own timeout): a blip the session rides out does not fail the barriers waiting on it."""
 
 
 class Session:
@@ -71,7 +74,8 @@ class Session:
     barrier outcomes (by request id) and the cluster's error.
 
     While it runs: ``barrier`` and ``gather`` (as ``CoordinationClient.barrier`` and ``gather``; an
-    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice; one
+    arrival in flight when the stream breaks is never counted twice: a barrier's asks what became of it
+    (``_lost_answer``) and, withdrawn with the old stream, arrives again on the new one; one
     whose own timeout runs out, or that is cancelled, is withdrawn: ``_arrive_or_withdraw``) and
     ``watch_errors`` (the cluster's
     error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
@@ -274,26 +278,41 @@ class Session:
         self._calls[request_id] = call
         stream, handed_off = self._call, False
         try:
-            reopened = self._reopened
-            write_by = seconds_until(started + own, client.rpc_timeout)
-            if not await self._write(build(request_id), write_by, call, answer_if_ended=True):
-                if self._ended is not None:
-                    raise self._ended
-                if self._reopened != reopened:
-                    raise CoordinatorUnreachable(
-                        f"the session with the coordinator at {client.target} broke while sending {call}",
-                        hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
-                    )
-            left = started + own + WITHDRAW_GRACE_S - time.monotonic()
-            done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
-            if done:
+            for again in range(REARRIVALS + 1):
+                reopened = self._reopened
+                write_by = seconds_until(started + own, client.rpc_timeout)
+                if not await self._write(build(request_id), write_by, call, answer_if_ended=True):
+                    if self._ended is not None:
+                        raise self._ended
+                    if self._reopened != reopened:
+                        raise CoordinatorUnreachable(
+                            f"the session with the coordinator at {client.target} broke while sending {call}",
+                            hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
+                        )
+                left = started + own + WITHDRAW_GRACE_S - time.monotonic()
+                done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
+                if not done:
+                    return await self._withdraw(request_id, future, stream, kind, name, own)
                 try:
                     return future.result()
                 except CoordinatorUnreachable as broke:
                     if kind != "barrier" or self._ended is not None or self._reopened == reopened:
                         raise
-                    return await self._lost_answer(request_id, name, broke, started + own + WITHDRAW_GRACE_S)
-            return await self._withdraw(request_id, future, stream, kind, name, own)
+                    answer = await self._lost_answer(request_id, name, broke, started + own + WITHDRAW_GRACE_S)
+                    if answer is not None:
+                        return answer
+                    if again == REARRIVALS or self._ended is not None or time.monotonic() >= started + own:
+                        raise
+                # Withdrawn as the old stream ended, while the session lives on (it rode out the break on a
+                # new stream): arrive again there, as the caller's retry would, within the call's own timeout.
+                log.info("%s: the session's stream broke under this host's arrival, which was withdrawn; arriving again", call)
+                self._forget(request_id, future)
+                request_id = next(self._ids)
+                future = asyncio.get_running_loop().create_future()
+                self._pending[request_id] = future
+                self._calls[request_id] = call
+                stream = self._call
+            raise AssertionError("unreachable: the last re-arrival returns or raises")
         except asyncio.CancelledError:
             if not future.done() and self._call is stream and stream is not None:
                 handed_off = True  # the background withdrawal owns the request id from here
@@ -308,12 +327,12 @@ class Session:
 
     async def _lost_answer(
         self, request_id: int, name: str, broke: CoordinatorUnreachable, deadline: float
-    ) -> pb.HeartbeatResponse:
+    ) -> pb.HeartbeatResponse | None:
         """The stream broke under a barrier arrival before its answer came, and a new one is up: ask the
         service what became of it, by its request id. Passed (the answer was on its way when the stream
         broke): the instance number, as every host hears. Failed: that failure. No longer counted (the
-        service withdrew it as the stream ended): ``broke``, and the host's next call joins the instance
-        where the others wait. Still counted and open (the service has not seen the old stream end yet):
+        service withdrew it as the stream ended): None, and the caller arrives again on the new stream,
+        joining the instance where the others wait. Still counted and open (the service has not seen the old stream end yet):
         asked again, until ``deadline`` (the call's own) and ``LOST_ANSWER_S`` at least."""
         deadline = max(deadline, time.monotonic() + LOST_ANSWER_S)
         while True:
@@ -324,7 +343,9 @@ class Session:
             if instance is not None:
                 log.info("barrier %s #%d passed as this host's session broke: its answer was asked again", shown(name), instance)
                 return pb.HeartbeatResponse(request_id=request_id, instance=instance)
-            if not counted or time.monotonic() >= deadline:
+            if not counted:
+                return None
+            if time.monotonic() >= deadline:
                 raise broke
             await asyncio.sleep(LOST_ANSWER_POLL_S)
 
