@@ -56,6 +56,18 @@ LOST_ANSWER_S = 2.0
 own timeout may be longer), while its arrival still counts in an open instance: the service withdraws it
 once it sees the old stream end."""
 LOST_ANSWER_POLL_S = 0.2
+REARRIVALS = 3
+"""How many times a barrier call arrives again after its session's stream broke and the service no longer
+counted its arrival (a short cut or a lost keepalive ping: under the heartbeat timeout, which the cluster
+rides out), within the call's own timeout; after that the break's error (exit 3)."""
+
+
+class _NotCounted(Exception):
+    """The stream broke under a barrier arrival and the service does not count it: safe to arrive again."""
+
+    def __init__(self, broke: CoordinatorUnreachable) -> None:
+        super().__init__(broke.message)
+        self.broke = broke
 
 
 class Session:
@@ -71,7 +83,8 @@ class Session:
     barrier outcomes (by request id) and the cluster's error.
 
     While it runs: ``barrier`` and ``gather`` (as ``CoordinationClient.barrier`` and ``gather``; an
-    arrival in flight when the stream breaks fails as a unary call would, it is never sent twice; one
+    arrival in flight when the stream breaks is never counted twice: one the service no longer counts
+    arrives again on the new stream while its timeout lasts (``REARRIVALS``); one
     whose own timeout runs out, or that is cancelled, is withdrawn: ``_arrive_or_withdraw``) and
     ``watch_errors`` (the cluster's
     error, pushed once; sent again on a reopened stream). When ``run`` ends, every waiting call fails
@@ -260,14 +273,35 @@ class Session:
         service's verdict of an instance that ends then too; then it withdraws the arrival (``_withdraw``).
         Cancelled while it waits (its caller gave up), it withdraws it too, in the background
         (``_withdraw_abandoned``): an instance never passes with a host whose call is no longer there."""
-        client = self._client
         call = f"{kind} {shown(name)}"
         started = time.monotonic()
+        own = timeout or self._client.wait_bound(None)
+        for again in range(REARRIVALS + 1):
+            try:
+                return await self._arrive_once(build, kind, name, call, started, own)
+            except _NotCounted as lost:
+                left = started + own - time.monotonic()
+                if again == REARRIVALS or left <= 0 or self._ended is not None:
+                    raise lost.broke from None
+                log.info(
+                    "%s: this host's session broke while the call waited and the coordinator no longer counts its "
+                    "arrival (%s): arriving again on the new stream (%.1f s of the call's timeout left)",
+                    call, lost.broke.message, left,
+                )  # fmt: skip
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def _arrive_once(
+        self, build: Callable[[int], pb.HeartbeatRequest], kind: RendezvousKind, name: str, call: str, started: float,
+        own: float,
+    ) -> pb.HeartbeatResponse:  # fmt: skip
+        """One arrival of ``_arrive_or_withdraw``'s call (``started``, ``own``: the call's, not this
+        arrival's). Raises ``_NotCounted`` when the stream broke under a barrier arrival and the service
+        does not count it (it never arrived, or was withdrawn with the broken stream)."""
+        client = self._client
         if self._ended is not None:
             raise self._ended
         if not self._opened.is_set():
             await self._until_open(client.rpc_timeout, call)
-        own = timeout or client.wait_bound(None)
         request_id = next(self._ids)
         future: asyncio.Future[pb.HeartbeatResponse] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
@@ -280,10 +314,13 @@ class Session:
                 if self._ended is not None:
                     raise self._ended
                 if self._reopened != reopened:
-                    raise CoordinatorUnreachable(
+                    broke = CoordinatorUnreachable(
                         f"the session with the coordinator at {client.target} broke while sending {call}",
                         hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
                     )
+                    if kind == "barrier":
+                        raise _NotCounted(broke)  # the arrival went with the ended stream
+                    raise broke
             left = started + own + WITHDRAW_GRACE_S - time.monotonic()
             done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
             if done:
@@ -312,8 +349,8 @@ class Session:
         """The stream broke under a barrier arrival before its answer came, and a new one is up: ask the
         service what became of it, by its request id. Passed (the answer was on its way when the stream
         broke): the instance number, as every host hears. Failed: that failure. No longer counted (the
-        service withdrew it as the stream ended): ``broke``, and the host's next call joins the instance
-        where the others wait. Still counted and open (the service has not seen the old stream end yet):
+        service withdrew it as the stream ended, or it never arrived): ``_NotCounted``, and the call arrives
+        again, joining the instance where the others wait, while its own timeout lasts. Still counted and open (the service has not seen the old stream end yet):
         asked again, until ``deadline`` (the call's own) and ``LOST_ANSWER_S`` at least."""
         deadline = max(deadline, time.monotonic() + LOST_ANSWER_S)
         while True:
@@ -324,7 +361,9 @@ class Session:
             if instance is not None:
                 log.info("barrier %s #%d passed as this host's session broke: its answer was asked again", shown(name), instance)
                 return pb.HeartbeatResponse(request_id=request_id, instance=instance)
-            if not counted or time.monotonic() >= deadline:
+            if not counted:
+                raise _NotCounted(broke)
+            if time.monotonic() >= deadline:
                 raise broke
             await asyncio.sleep(LOST_ANSWER_POLL_S)
 
@@ -453,10 +492,13 @@ class Session:
                 if self._ended is not None:
                     raise self._ended
                 if self._reopened != reopened:
-                    raise CoordinatorUnreachable(
+                    broke = CoordinatorUnreachable(
                         f"the session with the coordinator at {client.target} broke while sending {call}",
                         hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
                     )
+                    if kind == "barrier":
+                        raise _NotCounted(broke)  # the arrival went with the ended stream
+                    raise broke
             left = deadline - time.monotonic()
             try:
                 return await within(future, max(0.01, left))  # the future is this call's alone
