@@ -492,13 +492,10 @@ class Session:
                 if self._ended is not None:
                     raise self._ended
                 if self._reopened != reopened:
-                    broke = CoordinatorUnreachable(
+                    raise CoordinatorUnreachable(
                         f"the session with the coordinator at {client.target} broke while sending {call}",
                         hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
                     )
-                    if kind == "barrier":
-                        raise _NotCounted(broke)  # the arrival went with the ended stream
-                    raise broke
             left = deadline - time.monotonic()
             try:
                 return await within(future, max(0.01, left))  # the future is this call's alone
