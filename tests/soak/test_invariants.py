@@ -159,6 +159,24 @@ def test_a_down_all_while_the_coordinator_is_dead_or_just_back_need_stop_nobody(
     assert inv.told_of_down_all(2.42, [Disturbed(0, 0.97, 1.59), *down], hosts=8, reconnect=5.0) == []
 
 
+def test_a_down_all_its_own_agent_could_not_take_tells_no_host() -> None:
+    """Soak seed 50324: `tpuctl down --all` on task 0 0.4 s after its `tpuctl init` restarted. Its agent
+    either had not started yet (exit 5: no agent runs), or could not take a command before it had joined
+    (`tpuctl down --help`: exit 5, it stopped alone, the cluster was not shut down), so the others rightly
+    kept running: not a `down-all` violation. The soak reads the command's own words (tpuctl's text)."""
+    err = (
+        "tpuctl: error: the tpuctl agent (pid 11886) did not take the command (it is still joining the cluster, or "
+        "not answering), so it was stopped with SIGTERM, alone: the cluster was not shut down, and the other "
+        "hosts' agents still run\nhint: run `tpuctl down --all` on a host whose agent is up\n"
+    )
+    assert inv.down_all_refused(5, err)
+    # the replay: the down came before the new agent took its state dir
+    assert inv.down_all_refused(5, "tpuctl: error: no tpuctl agent is running for state dir /x/host-0\nhint: nothing to stop\n")
+    assert not inv.down_all_refused(0, "tpuctl agent (pid 6777) stopped and the cluster shut down\n")
+    assert not inv.down_all_refused(5, "tpuctl: error: the tpuctl agent (pid 7) did not exit within 15 s\n")
+    assert not inv.down_all_refused(None, "")  # still running: nothing known yet
+
+
 def test_a_short_stop_that_ended_a_generation_is_a_violation() -> None:
     short = Fault("stop", 2, T0, T0 + 1.0, "survive")
     assert inv.survived([short], [line(0, 0.5, "task 0: nothing")], names) == []

@@ -16,7 +16,8 @@ The invariants, one name each (a :class:`Violation` carries it):
   timeout counts as a failure only when some host named it before the victim had been back that long;
   the history of earlier generations a line carries, after ``; earlier: ``, names nothing); ``down-all``: every
   undisturbed agent exits within that time of ``tpuctl down --all`` (a host disturbed until less than that
-  time before is still reconnecting; none while the coordinator, task 0, is: ``told_of_down_all``);
+  time before is still reconnecting; none while the coordinator, task 0, is: ``told_of_down_all``; none when the command said its own agent
+  could not take it, ``down_all_refused``);
 * ``survive``: a stop or a cut of at most 0.45 x the heartbeat timeout ends no generation (a host that was
   disturbed itself meanwhile judges by its own silence);
 * ``deadline``: no command outlived its deadline (the soak killed it there);
@@ -193,6 +194,16 @@ def detection(
         elif any(t in first for t in observers):
             measured.append((fault.kind, max(first[t] for t in observers if t in first) - fault.at))
     return violations, measured
+
+
+NOT_TAKEN = ("the cluster was not shut down", "no tpuctl agent is running")
+
+
+def down_all_refused(code: int | None, err: str) -> bool:
+    """``tpuctl down --all`` ended (exit 5, documented in ``tpuctl down --help``) saying its agent could not
+    take the command (still joining the cluster, or not answering: stopped alone), or that no agent ran for
+    its state dir yet (a ``tpuctl init`` just started there): no other host was told anything."""
+    return code == 5 and any(words in err for words in NOT_TAKEN)
 
 
 def told_of_down_all(down_at: float, disturbed: Sequence[Disturbed], *, hosts: int, reconnect: float) -> list[int]:

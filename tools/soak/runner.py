@@ -92,6 +92,7 @@ class Soak:
         self.retry_at: dict[int, float] = {}  # task -> monotonic time to retry a refused init
         self.needs_fresh_start = True
         self.last_undo = 0.0  # when the latest stop or cut was undone (epoch s)
+        self.down_all: Command | None = None  # the schedule's latest `tpuctl down --all`
 
     # --- the cluster -------------------------------------------------------------------------------
 
@@ -175,6 +176,7 @@ class Soak:
         self.inits.clear()
         self.init_attempts.clear()
         self.retry_at.clear()
+        self.down_all = None
         self.commands.take_finished()
 
     def _idle_until(self, when: float) -> None:
@@ -266,7 +268,7 @@ class Soak:
             self._fault("down", step.task, now, float("inf"), "fail")
             return True
         if step.action == sched.DOWN_ALL:
-            c.tpuctl(step.task, "down-all", ["down", "--all"], DOWN_DEADLINE_S)
+            self.down_all = c.tpuctl(step.task, "down-all", ["down", "--all"], DOWN_DEADLINE_S)
             self.faults.append(inv.Fault("down-all", step.task, now, now, "fail"))
             self.disturbed += [inv.Disturbed(t, now, float("inf")) for t in range(HOSTS)]
             return True
@@ -317,8 +319,14 @@ class Soak:
         down_at = next((f.at for f in reversed(self.faults) if f.kind == "down-all"), now)
         told = inv.told_of_down_all(down_at, self.disturbed, hosts=HOSTS, reconnect=LIMIT_S)
         end = time.monotonic() + max(0.0, down_at + LIMIT_S - time.time())
+        command = self.down_all
         while time.monotonic() < end and any(self.cluster.agent_pid(t) is not None for t in told):
             self._tick()
+            if command is not None and inv.down_all_refused(command.code, command.err()):
+                # its agent was still joining: stopped alone, as the command says; nobody else was told
+                self.notes.append(f"tpuctl down --all on task {command.task}: {inv.first_error(command.err())}")
+                told = []
+                break
             time.sleep(POLL_S)
         still = [t for t in told if self.cluster.agent_pid(t) is not None]
         if still:

@@ -208,6 +208,8 @@ class Agent:
             with contextlib.suppress(StateError):
                 remove(self.current.pending if self.current is not None else None)
         await self.stop.wait()
+        if self.shutdown_all:
+            await self._until_every_host_heard_the_shutdown()
         await self._tear_down(leaving=True)
         return 0
 
@@ -847,6 +849,27 @@ class Agent:
                 registered,
                 unregistered,
                 waited,
+            )
+
+    async def _until_every_host_heard_the_shutdown(self) -> None:
+        """On task 0, after ``tpuctl down --all``: keep the coordination service up until every registered
+        host has heard the shutdown (``untold``), for at most the heartbeat timeout. A host whose session was
+        reconnecting just then (a lost keepalive ping, a cut shorter than the heartbeat timeout) hears it on
+        its new stream, instead of finding the port closed and waiting the restart timeout for a coordinator
+        that is not coming back (soak seed 50486); a host silent for longer would have been failed anyway."""
+        if self._server is None:
+            return
+        state = self._server.service.state
+        limit = self.spec.coordinator.heartbeat_timeout
+        started = time.monotonic()
+        while state.untold()[0] and time.monotonic() - started < limit:
+            await asyncio.sleep(TELL_PEERS_POLL_S)
+        if state.untold()[0]:
+            log.warning(
+                "task 0: %d registered hosts had not heard the shutdown after %.1f s (the heartbeat timeout); "
+                "stopping the coordination service",
+                state.untold()[0],
+                limit,
             )
 
     # --- background work -------------------------------------------------------------------------
