@@ -20,7 +20,7 @@ from . import netns
 from .faultlib import SLACK_S, Victim, check, names_victim, outcomes, park_barriers, status, watch_exits
 from .recorder import HostOutcome, Measurement, first_error
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.netns]  # make test runs these beside the rest
 
 HEARTBEAT_TIMEOUT_S = 5.0
 DEADLINE_S = HEARTBEAT_TIMEOUT_S + 2.0

@@ -23,7 +23,7 @@ from harness.clusters import LocalCluster, spec_text
 
 from . import netns
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.netns]  # make test runs these beside the rest
 
 PORT = 8477  # nothing else listens inside these namespaces
 HEARTBEAT_TIMEOUT_S = 3.0
