@@ -140,3 +140,33 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
     wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
     status = json.loads(c.tpuctl("status", "--json", task=0).out)
     assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == json.loads(again[0])["generation"], status
+
+
+def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for_it(make_cluster) -> None:
+    """The race of soak seed 30049: task 0's new init looks for a live service while the survivors are still
+    looking for the successor (here task 2 cannot bind, so they wait for it a heartbeat timeout before task 1
+    serves), finds none and serves itself. Two services, each waiting for the hosts registered with the
+    other, until the register timeout: instead task 0's steps down when task 1's is up, and task 0 joins it."""
+    spec = {**SPEC, "heartbeat_timeout": "5s"}  # a wider window between the loss and the successor serving
+    c: LocalCluster = make_cluster("v4-16", **spec)
+    c.num_hosts = 4
+    c.hosts = loopback_hosts(4)
+    text = spec_text("v4-16", c.hosts, c.port, **spec)
+    c.spec.write_text(text.replace("accelerator: v4-16\n", "accelerator: v4-16\nnum_slices: 2\n"))
+    c.up()
+    with socket.socket() as squatter:  # task 2, the first successor, cannot serve: it answers no probe either
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind((c.hosts[2], c.port))
+        squatter.listen(8)
+        os.kill(c.agent_pid(0), signal.SIGKILL)
+        c.wait_for_log(2, "cannot serve as the coordinator", timeout=5.0 + 10)
+        c.start_init(0, label="init-again-0")  # the survivors wait 5 s for task 2 before task 1 serves
+        back = c.wait_init("init-again-0", 20)  # well within the register timeout (30 s)
+    assert back.code == 0, c.logs()
+    assert "task 0: coordination service listening" in back.err, f"task 0 found the successor at once: no race\n{back.err}"
+    assert f"task 1 ({c.hosts[1]}:{c.port}) took the coordination service over" in back.err, back.err
+    wait_until(lambda: one_generation(c) is not None, 10, "one generation everywhere", logs=c.logs)
+    assert not serving(c.hosts[0], c.port), "task 0 still serves a second service"
+    for task in range(4):
+        status = json.loads(c.tpuctl("status", "--json", task=task).out)
+        assert status["coordinator"] == f"{c.hosts[1]}:{c.port}" and not status["forming"], status

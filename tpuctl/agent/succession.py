@@ -10,6 +10,11 @@ refuses the connection at once):
   cluster with the highest generation; none: the cluster is fresh (task 0 starts the service).
 * ``wait_for_service``: a survivor of a lost coordinator asks one candidate again and again, for a bounded
   time (the heartbeat timeout), before moving to the next of the succession order.
+* ``superseded``: a host serving a generation that has not formed yet asks the other candidates, every
+  ``WATCH_EVERY_S``, whether one serves the cluster in its place: a returning task 0 whose discovery ran
+  before the survivors' successor was up, or a coordinator frozen past the heartbeat timeout. Two services
+  would each wait for the hosts registered with the other; ``yields_to`` decides, the same way on both
+  sides, which one steps down (its host joins the other as a worker), so one service is left to form.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpuctl.agent.coordinator import connect
@@ -31,6 +37,8 @@ PROBE_S = 1.0
 packets costs this much, in parallel with the others)."""
 PROBE_EVERY_S = 0.25
 """How often a survivor asks a candidate that has not answered yet (about the channel's reconnect pace)."""
+WATCH_EVERY_S = 0.5
+"""How often a service whose generation forms asks the other candidates whether one took over."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,42 @@ async def discover(spec: ClusterSpec, token: str | None, *, timeout: float = PRO
     return max(found, key=lambda item: (item[0], item[1]))[2]
 
 
+def yields_to(successors: Sequence[int], task: int, took_over_from: int | None, own_generation: int, other: Found) -> bool:
+    """Whether task ``task``'s service (started to take over from task ``took_over_from``; None: task 0's
+    own start, not a succession) steps down for ``other``, another candidate's live service. Never for a
+    lower generation. Task 0's own service yields to any successor's (a successor serves only after the
+    survivors judged the coordinator lost); a successor's never to the coordinator it replaced (that one
+    yields), to a higher generation always, and at the same one to a candidate earlier in the succession
+    order after ``took_over_from`` (the order every survivor tried). Antisymmetric: of two services, at
+    most one yields to the other."""
+    from tpuctl.spec.successors import succession_order
+
+    if other.task == task or other.generation < own_generation:
+        return False
+    if took_over_from is None:
+        return True
+    if other.task == took_over_from:
+        return False
+    if other.generation > own_generation:
+        return True
+    order = succession_order(successors, took_over_from)
+    rank = {t: i for i, t in enumerate(order)}
+    return rank.get(other.task, len(order)) < rank.get(task, len(order))
+
+
+async def superseded(
+    spec: ClusterSpec, token: str | None, task: int, took_over_from: int | None, own_generation: int
+) -> Found | None:
+    """The live service of another candidate that task ``task``'s service yields to (``yields_to``), or
+    None. One round of probes, in parallel: at most ``PROBE_S`` (+ a margin); O(successors)."""
+    others = [t for t in candidates(spec) if t != task]
+    answers = await asyncio.gather(*(probe(spec, token, t) for t in others))
+    winners = [a for a in answers if a is not None and yields_to(spec.successors, task, took_over_from, own_generation, a)]
+    if not winners:
+        return None
+    return max(winners, key=lambda a: (a.generation, -others.index(a.task)))
+
+
 async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, within: float) -> Found | None:
     """Ask task ``task``'s host until it serves this cluster, for ``within`` seconds at most."""
     deadline = time.monotonic() + within
@@ -90,4 +134,6 @@ async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, with
         await asyncio.sleep(min(PROBE_EVERY_S, left))
 
 
-__all__ = ["PROBE_S", "Found", "candidates", "discover", "probe", "wait_for_service"]
+__all__ = [
+    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "superseded", "wait_for_service", "yields_to",
+]
