@@ -170,3 +170,20 @@ def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for
     for task in range(4):
         status = json.loads(c.tpuctl("status", "--json", task=task).out)
         assert status["coordinator"] == f"{c.hosts[1]}:{c.port}" and not status["forming"], status
+
+
+def test_a_coordinator_that_leaves_between_generations_is_succeeded_within_the_heartbeat_timeout(make_cluster) -> None:
+    """`tpuctl down` on task 0: the others hear that it left (its generation ends) and register again with
+    its address, where nothing answers any more (soak seed 30049). They judge it lost after the heartbeat
+    timeout, as a session does, and register with the successor (task 2) instead of retrying task 0 for the
+    whole restart timeout (30 s) while the others wait in task 2's service."""
+    c = two_slices(make_cluster)
+    c.up()
+    assert c.tpuctl("down", task=0, timeout=30).code == 0, c.logs()
+    for task in (1, 2, 3):  # generation 2 or 3: task 2's service continues above what a host remembers
+        c.wait_for_log(task, f"registered with {c.hosts[2]}:{c.port} (generation", timeout=HEARTBEAT_TIMEOUT_S + 10)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0", 30).code == 0, c.logs()
+    wait_until(lambda: one_generation(c) is not None, 15, "one generation everywhere", logs=c.logs)
+    status = json.loads(c.tpuctl("status", "--json", task=1).out)
+    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}", status

@@ -361,7 +361,7 @@ class Agent:
         registering: Registering = {
             "incarnation": self.incarnation,
             "hostname": socket.gethostname(),
-            "connect_timeout": wait,
+            "connect_timeout": self._connect_within(wait),
             "generation": self._last_generation,
             "previous_credential": self._previous_credential,
             "answered_before": self.current is not None,  # this process registered before: the coordinator was up
@@ -649,6 +649,19 @@ class Agent:
                     return
                 self.reporter.progress(f"task {task}: task {candidate} ({where}) did not answer within {per:g} s; "
                                        "trying the next successor")  # fmt: skip
+
+    def _connect_within(self, wait: float) -> float:
+        """How long a registration retries a coordinator that does not answer at all: ``wait`` (the
+        register or restart timeout), but only the heartbeat timeout when registering again (this process
+        was answered before) to another host's service that a successor may replace: a coordinator gone
+        between two generations (``tpuctl down`` on its host: the survivors re-form, then find nobody) is
+        lost as one that stops answering a session is, and ``_succeed`` finds the next."""
+        spec = self.spec
+        if self.current is None or self.coordinator_task == self.task:
+            return wait
+        if not any(t != self.coordinator_task for t in spec.successors):
+            return wait  # nobody else may serve: wait for this coordinator to come back
+        return min(wait, spec.coordinator.heartbeat_timeout)
 
     async def _serve(self, first: int, lost: int) -> bool:
         """Start the coordination service on this host's address at generation ``first`` (a successor taking
