@@ -187,3 +187,37 @@ def test_a_coordinator_that_leaves_between_generations_is_succeeded_within_the_h
     wait_until(lambda: one_generation(c) is not None, 15, "one generation everywhere", logs=c.logs)
     status = json.loads(c.tpuctl("status", "--json", task=1).out)
     assert status["coordinator"] == f"{c.hosts[2]}:{c.port}", status
+
+
+def test_a_successor_frozen_past_the_heartbeat_timeout_steps_down_for_the_next(make_cluster) -> None:
+    """Soak seed 41010: the coordinator moves twice. Task 0 killed: task 2 takes over (task 0 comes back as a
+    worker); task 2 frozen past the heartbeat timeout: task 1 takes over from it. Task 2 resumes serving
+    itself alone while the others wait in task 1's service for it: the lone service yields (the one more
+    hosts registered with wins), task 2 joins task 1, one generation forms."""
+    c = two_slices(make_cluster)
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0", 60).code == 0, c.logs()
+    wait_until(lambda: one_generation(c) is not None, 30, "one generation with task 0 back", logs=c.logs)
+    pid = c.agent_pid(2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: serving(c.hosts[1], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 1 to serve", logs=c.logs)
+        c.wait_for_log(1, "(taking over from task 2)", timeout=5)
+        for task in (0, 3):
+            c.wait_for_log(task, f"registered with {c.hosts[1]}:{c.port} (generation", timeout=3 * HEARTBEAT_TIMEOUT_S + 10)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    c.wait_for_log(2, f"task 1 ({c.hosts[1]}:{c.port}) took the coordination service over", timeout=20)
+    target = f"{c.hosts[1]}:{c.port}"
+
+    def formed_at_task_1() -> bool:
+        found = one_generation(c)
+        return found is not None and all(
+            json.loads(c.tpuctl("status", "--json", task=t).out).get("coordinator") == target for t in range(4)
+        )
+
+    wait_until(formed_at_task_1, 30, "one generation served by task 1", interval=1.0, logs=c.logs)
+    wait_until(lambda: not serving(c.hosts[2], c.port), 5, "task 2's own service to stop", logs=c.logs)

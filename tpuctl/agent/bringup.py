@@ -725,7 +725,7 @@ class Agent:
         its host joins the other as a worker (its registrants find the successor as after any loss)."""
         from tpuctl.agent.succession import WATCH_EVERY_S, superseded
 
-        while not gen.all_registered and self._server is not None and not gen.ended.done():
+        while not gen.all_registered and not gen.membership.standby and self._server is not None and not gen.ended.done():
             own = self._server.service.state.generation
             found = await superseded(self.spec, self._token, self.task, self._took_over_from, own)
             if found is not None and not gen.all_registered and gen is self.current:

@@ -84,40 +84,87 @@ async def discover(spec: ClusterSpec, token: str | None, *, timeout: float = PRO
     return max(found, key=lambda item: (item[0], item[1]))[2]
 
 
-def yields_to(successors: Sequence[int], task: int, took_over_from: int | None, own_generation: int, other: Found) -> bool:
+def yields_to(
+    successors: Sequence[int],
+    task: int,
+    took_over_from: int | None,
+    own_generation: int,
+    other: Found,
+    own_hosts: int | None = None,
+    other_hosts: int | None = None,
+) -> bool:
     """Whether task ``task``'s service (started to take over from task ``took_over_from``; None: task 0's
-    own start, not a succession) steps down for ``other``, another candidate's live service. Never for a
-    lower generation. Task 0's own service yields to any successor's (a successor serves only after the
-    survivors judged the coordinator lost); a successor's never to the coordinator it replaced (that one
-    yields), to a higher generation always, and at the same one to a candidate earlier in the succession
-    order after ``took_over_from`` (the order every survivor tried). Antisymmetric: of two services, at
-    most one yields to the other."""
+    own start, not a succession) steps down for ``other``, another candidate's live service.
+    ``own_hosts``/``other_hosts``: how many hosts each has registered (None: unknown).
+
+    Never for a lower generation (a service frozen, then resumed, is at the generation it had: its
+    registrations are stale until it ends it), always for a higher one. At the same generation the service
+    more hosts registered with wins (each host registers with one service at a time: the same decision on
+    both sides; a returning task 0 alone yields to the survivors' successor, a successor cut off and
+    serving itself alone to the others' service, two coordinators that each replaced the other settle).
+    On a tie, by history: task 0's own service yields to any successor's (a successor serves only after
+    the survivors judged the coordinator lost); a successor's never to the coordinator it replaced (that
+    one yields), and to another successor earlier in the succession order after ``took_over_from`` (the
+    order every survivor tried). Antisymmetric: of two services, at most one yields to the other.
+    """
     from tpuctl.spec.successors import succession_order
 
     if other.task == task or other.generation < own_generation:
         return False
+    if other.generation > own_generation:
+        return True
+    if own_hosts is not None and other_hosts is not None and own_hosts != other_hosts:
+        return other_hosts > own_hosts
     if took_over_from is None:
         return True
     if other.task == took_over_from:
         return False
-    if other.generation > own_generation:
-        return True
     order = succession_order(successors, took_over_from)
     rank = {t: i for i, t in enumerate(order)}
     return rank.get(other.task, len(order)) < rank.get(task, len(order))
+
+
+async def registered(spec: ClusterSpec, token: str | None, task: int, timeout: float = PROBE_S) -> int | None:
+    """How many hosts are registered with task ``task``'s service and heard from within the heartbeat
+    timeout (None: no answer). A full status call,
+    O(hosts): asked only of a competing service, while two serve the cluster."""
+    from tpuctl.coordination.values import TaskState
+
+    client = connect(spec, token, target=spec.coordinator_target_at(task))
+    try:
+        status = await asyncio.wait_for(client.status(timeout=timeout), timeout + 0.5)
+    except (TpuctlError, OSError, asyncio.TimeoutError):
+        return None
+    finally:
+        with contextlib.suppress(BaseException):
+            await client.close()
+    # A service frozen, then resumed, still lists the hosts that left it meanwhile as connected: only a
+    # heartbeat within the heartbeat timeout (by its clock) counts.
+    fresh = spec.coordinator.heartbeat_timeout
+    return sum(
+        1 for t in status.tasks
+        if t.state is TaskState.CONNECTED and t.seconds_since_heartbeat is not None and t.seconds_since_heartbeat <= fresh
+    )  # fmt: skip
 
 
 async def superseded(
     spec: ClusterSpec, token: str | None, task: int, took_over_from: int | None, own_generation: int
 ) -> Found | None:
     """The live service of another candidate that task ``task``'s service yields to (``yields_to``), or
-    None. One round of probes, in parallel: at most ``PROBE_S`` (+ a margin); O(successors)."""
+    None. One round of brief probes, in parallel (at most ``PROBE_S`` + a margin; O(successors)); only when
+    another candidate serves, how many hosts each service has (one full status call each)."""
     others = [t for t in candidates(spec) if t != task]
-    answers = await asyncio.gather(*(probe(spec, token, t) for t in others))
-    winners = [a for a in answers if a is not None and yields_to(spec.successors, task, took_over_from, own_generation, a)]
+    live = [a for a in await asyncio.gather(*(probe(spec, token, t) for t in others)) if a is not None]
+    if not live:
+        return None
+    own, *counts = await asyncio.gather(registered(spec, token, task), *(registered(spec, token, a.task) for a in live))
+    winners = [
+        (count, a) for a, count in zip(live, counts, strict=True)
+        if yields_to(spec.successors, task, took_over_from, own_generation, a, own, count)
+    ]  # fmt: skip
     if not winners:
         return None
-    return max(winners, key=lambda a: (a.generation, -others.index(a.task)))
+    return max(winners, key=lambda w: (w[0] or 0, w[1].generation, -others.index(w[1].task)))[1]
 
 
 async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, within: float) -> Found | None:
@@ -135,5 +182,6 @@ async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, with
 
 
 __all__ = [
-    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "superseded", "wait_for_service", "yields_to",
+    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "registered", "superseded", "wait_for_service",
+    "yields_to",
 ]
