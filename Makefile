@@ -50,11 +50,13 @@ $(TORCH_STAMP): $(STAMP) pyproject.toml
 install-torch: $(TORCH_STAMP)
 
 ## The fuzz tests (CPU-bound, in-process: no loopback address, port or process of their own) run beside the
-## rest, one core each on a 2-core machine; their output follows the rest's, and either failing fails `make test`.
+## rest, one core each on a 2-core machine, then the soak's fixed-seed slice (its hosts in network namespaces
+## of its own where it may make them); their output follows the rest's, and any failing fails `make test`.
 test: install install-torch bytecode check-protos prometheus
-	@rm -f .fuzz.log; $(PY) -m pytest -q -p no:cacheprovider -m fuzz > .fuzz.log 2>&1 & fuzz=$$!; \
+	@rm -f .fuzz.log; { $(PY) -m pytest -q -p no:cacheprovider -m fuzz && \
+	  $(PY) -m pytest -q -p no:cacheprovider -m soak tests/soak; } > .fuzz.log 2>&1 & fuzz=$$!; \
 	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz and not soak"; rest=$$?; \
-	wait $$fuzz; fuzzed=$$?; echo "--- the fuzz tests (pytest -m fuzz), run beside:"; cat .fuzz.log; \
+	wait $$fuzz; fuzzed=$$?; echo "--- the fuzz tests and the soak slice (pytest -m fuzz; pytest -m soak), run beside:"; cat .fuzz.log; \
 	test $$rest -eq 0 && test $$fuzzed -eq 0
 
 ## Only the fast tests (skips multi-process clusters).
@@ -98,12 +100,14 @@ demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/tpuctl sim down --root $(DEMO_ROOT)
 
 ## bench/run.py: first tpuctl.job.progress beside a bare socket.send (fails above 5x; target 2x), then the rest;
+## bench/elastic.py: kill -9 of a host to the job running without it, policy elastic beside torchrun --nnodes=2:3;
 ## bench/metrics.py: a scrape of the coordinator of 10,000 hosts beside its status answer (fails above 300
 ## series or 50 ms).
 bench: install bytecode
 	$(PY) bench/run.py
 	$(PY) bench/scale.py --sizes 256 --steady 10 --xla-heartbeat-timeout 10
 	$(PY) bench/metrics.py --hosts 10000
+	$(PY) bench/elastic.py --rounds 3
 
 ## The coordination service at pod scale beside XLA's C++ service (minutes per size; docs/development/performance.md);
 ## --progress: the watchdog's pace reports (service CPU against the steady phase) and a hang named to every host
@@ -115,7 +119,7 @@ bench-scale: install bytecode
 ## of kill -9, SIGSTOP/SIGCONT, partitions (network namespaces: root), restarts, barrier timeouts and
 ## `tpuctl down` over an 8-host simulated cluster under restart: rejoin, every invariant checked after each.
 ## SEED=N starts at schedule N (SEED=N SCHEDULES=1 replays it). Report: $(SOAK_ROOT)/report.txt and .json.
-## The soak's fixed-seed slice alone (tests/soak/test_slice.py; not yet part of `make test`).
+## The soak's fixed-seed slice alone (tests/soak/test_slice.py; `make test` runs it beside the rest).
 soak-slice: install bytecode
 	$(PY) -m pytest -q -m soak tests/soak
 

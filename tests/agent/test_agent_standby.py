@@ -1,14 +1,12 @@
 """A standby host's agent and its local commands: ``tpuctl status``, ``env``, ``barrier``, ``run`` and ``down``.
 
 A host registered into a generation without being one of its members (a spare, or a host of a slice the
-generation left out) stands by: its agent serves local commands with a standby description. The coordinator
-decides who stands by (``Membership.standby``); these tests stand in for that one decision only: the standby
-agent's first registration is answered standing by, in generation 1, without the service (``StandbyFirst``).
-Everything else is real: two agents (task 0 with the service, task 1) form generation 1 on loopback in this
-process, the standby agent is a third one for task 1's place, and the commands are real ``tpuctl``
-processes on its state dir. When task 1 leaves, generation 1 ends (restart policy rejoin), the standby
-agent registers into generation 2 for real, as task 1, and takes its place: ``tpuctl run``, waiting on it,
-then starts the job with generation 2's environment.
+generation left out) stands by: its agent serves local commands with a standby description. Nothing is faked:
+a spec of 3 one-host slices (v4-8, ``num_slices: 3``) and one spare host (task 3), restart policy rejoin; four
+agents on loopback in this process (task 0 with the service, tasks 1 and 2, the spare) and the commands as real
+``tpuctl`` processes on the spare's state dir. When task 1 leaves, generation 1 ends, the spare slice takes
+slice 1's place in generation 2, and ``tpuctl run``, waiting on the spare, starts the job with generation 2's
+environment (rank 1, task 3); 2 of the 3 hosts survived, a majority.
 """
 
 from __future__ import annotations
@@ -24,15 +22,12 @@ from typing import Any
 
 import pytest
 
-from tpuctl.agent import bringup
 from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
 from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
-from tpuctl.coordination.client import CoordinationClient
-from tpuctl.coordination.values import ClusterFailure, Membership, TaskFailure, TaskInfo, TaskRef
 from tpuctl.errors import EXIT_CLUSTER, StandbyError, TpuctlError
 from tpuctl.sim.cluster import free_port, loopback_hosts
 from tpuctl.spec.model import ClusterSpec
@@ -60,56 +55,14 @@ class Recorder(Reporter):
             self.outcome.set_result(exc)
 
 
-class StandbySession:
-    """What the service will answer a host it places as standby: a membership of generation 1 with
-    ``standby=True``; heartbeats that go on; the generation's end when the test says (``end``)."""
-
-    def __init__(self, membership: Membership) -> None:
-        self.membership = membership
-        self.ended: object = None  # the session's own end (the agent compares the error watch's error to it)
-        self.ending: asyncio.Future[ClusterFailure] = asyncio.get_running_loop().create_future()
-        self.on_verdict = self.on_notice = self.on_agreement = self.on_dump = None
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()  # heartbeats until the generation's tasks are cancelled
-
-    async def watch_errors(self) -> ClusterFailure:
-        return await self.ending
-
-    def end(self, host: str) -> None:
-        """Generation 1 ended (a member left) and the cluster re-forms: what the service pushes."""
-        cause = "left the cluster (tpuctl down)"
-        self.ending.set_result(ClusterFailure((TaskFailure(TaskInfo(1, host), cause),), generation=1, rejoin=True))
-
-
-class StandbyFirst:
-    """The standby agent's client: its first registration stands by (``StandbySession``); every later call is
-    the real client's."""
-
-    def __init__(self, real: CoordinationClient) -> None:
-        self.real = real
-        self.standby: StandbySession | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    async def open_session(self, cluster: str, task_id: int, **kwargs: Any) -> Any:
-        if self.standby is not None:
-            return await self.real.open_session(cluster, task_id, **kwargs)
-        membership = Membership(
-            task=TaskRef(task_id, kwargs["incarnation"], b"", 1), service_incarnation=1, tasks=(),
-            heartbeat_timeout=5.0, barrier_timeout=60.0, num_tasks=2, standby=True,
-        )  # fmt: skip
-        self.standby = StandbySession(membership)
-        return self.standby
-
-
 def spec_of(tmp_path: Path, restart_timeout: str = "1m") -> tuple[ClusterSpec, list[str]]:
-    hosts = loopback_hosts(2)
+    hosts = loopback_hosts(4)
     text = f"""cluster: standby
-accelerator: v4-16
+accelerator: v4-8
+num_slices: 3
 backend: sim
-hosts: [{hosts[0]}, {hosts[1]}]
+hosts: [{hosts[0]}, {hosts[1]}, {hosts[2]}]
+spares: [{hosts[3]}]
 coordinator: {{port: {free_port(hosts[0])}, heartbeat_interval: 1s, heartbeat_timeout: 5s, register_timeout: 1m}}
 barrier_timeout: 1m
 restart: {{policy: rejoin, timeout: {restart_timeout}}}
@@ -129,27 +82,18 @@ def agent(spec: ClusterSpec, tmp_path: Path, task: int, name: str, address: str)
 
 
 async def standby_cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart_timeout: str = "1m"
-) -> tuple[list[Agent], list[asyncio.Task[int]], StandbyFirst, Recorder]:
-    """Tasks 0 and 1 form generation 1; a third agent for task 1's place (state dir ``spare``) stands by."""
+    tmp_path: Path, restart_timeout: str = "1m"
+) -> tuple[list[Agent], list[asyncio.Task[int]], Recorder]:
+    """Tasks 0, 1 and 2 form generation 1; the spare, task 3 (state dir ``spare``), stands by."""
     spec, hosts = spec_of(tmp_path, restart_timeout)
-    members = [agent(spec, tmp_path, task, f"host-{task}", hosts[task]) for task in range(2)]
-    runs = [asyncio.create_task(a.run()) for a, _ in members]
+    members = [agent(spec, tmp_path, task, f"host-{task}", hosts[task]) for task in range(3)]
+    spare, recorder = agent(spec, tmp_path, 3, "spare", hosts[3])
+    runs = [asyncio.create_task(a.run()) for a, _ in [*members, (spare, recorder)]]
     outcomes = await asyncio.wait_for(asyncio.gather(*(r.outcome for _, r in members)), DEADLINE_S)
     assert all(isinstance(o, dict) for o in outcomes), outcomes
-    clients: list[StandbyFirst] = []
-
-    def connect(spec: ClusterSpec, token: str | None) -> StandbyFirst:
-        clients.append(StandbyFirst(real_connect(spec, token)))
-        return clients[-1]
-
-    real_connect = bringup.connect
-    monkeypatch.setattr(bringup, "connect", connect)
-    spare, recorder = agent(spec, tmp_path, 1, "spare", hosts[1])
-    runs.append(asyncio.create_task(spare.run()))
     summary = await asyncio.wait_for(recorder.outcome, DEADLINE_S)
     assert isinstance(summary, dict) and summary.get("role") == "standby", summary
-    return [members[0][0], members[1][0], spare], runs, clients[0], recorder
+    return [*(a for a, _ in members), spare], runs, recorder
 
 
 async def stop_all(agents: list[Agent], runs: list[asyncio.Task[int]]) -> list[int]:
@@ -166,46 +110,52 @@ async def tpuctl(*args: str, env: dict[str, str] | None = None) -> subprocess.Co
     )  # fmt: skip
 
 
-def test_a_standby_agent_serves_status_and_refuses_env_and_barrier_naming_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_standby_agent_serves_status_and_refuses_env_and_barrier_naming_why(tmp_path: Path) -> None:
     async def scenario() -> None:
-        agents, runs, _, recorder = await standby_cluster(tmp_path, monkeypatch)
+        agents, runs, recorder = await standby_cluster(tmp_path)
         state = StateDir(tmp_path / "spare")
         try:
             assert any("standing by in generation 1" in line for line in recorder.lines), recorder.lines
             info = state.read_info()  # agent.json: role standby, its task, the cluster, the generation
-            assert (info.role, info.task, info.cluster, info.generation, info.rank) == ("standby", 1, "standby", 1, None)
+            assert (info.role, info.task, info.cluster, info.generation, info.rank) == (
+                "standby",
+                3,
+                "standby",
+                1,
+                None,
+            )
             assert AgentInfo.from_json(await asyncio.to_thread(call, state, Op.INFO, timeout=10)) == info
-            report = ErrorReport.from_json(await asyncio.to_thread(call, state, Op.WAIT_ERROR, {"timeout": 0}, timeout=10))
+            report = ErrorReport.from_json(
+                await asyncio.to_thread(call, state, Op.WAIT_ERROR, {"timeout": 0}, timeout=10)
+            )
             assert report.standby and not report.formed and not report.down
 
             status = await tpuctl("status", "--state-dir", str(state.path))
             assert status.returncode == 0, status.stderr
-            assert "(this host: task 1, standing by in generation 1" in status.stdout, status.stdout
+            assert "(this host: task 3, standing by in generation 1" in status.stdout, status.stdout
 
             env = await tpuctl("env", "--state-dir", str(state.path))
             assert env.returncode == EXIT_CLUSTER and env.stdout == "", (env.returncode, env.stdout)
-            assert "task 1 (127.0.0.3) is a host the generation left out standing by in generation 1; it has no " \
+            assert "task 3 (127.0.0.5) is a spare standing by in generation 1; it has no " \
                    "job environment until it takes a place" in env.stderr, env.stderr  # fmt: skip
 
             barrier = await tpuctl("barrier", "step", "--state-dir", str(state.path))
             assert barrier.returncode == EXIT_CLUSTER, barrier.stderr
-            assert "barrier 'step': task 1 (127.0.0.3) is a host the generation left out standing by" in barrier.stderr
+            assert "barrier 'step': task 3 (127.0.0.5) is a spare standing by" in barrier.stderr
             with pytest.raises(StandbyError):  # the error's own class crosses the control socket
                 await asyncio.to_thread(call, state, Op.ENV, timeout=10)
         finally:
             codes = await stop_all(agents, runs)
-        assert codes == [0, 0, 0], codes
+        assert codes == [0, 0, 0, 0], codes
 
     asyncio.run(scenario())
 
 
 def test_tpuctl_down_stops_a_standby_agent_over_its_control_socket_and_the_members_stay(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> None:
-        agents, runs, _, _ = await standby_cluster(tmp_path, monkeypatch)
+        agents, runs, _ = await standby_cluster(tmp_path)
         try:
             caplog.set_level(logging.INFO, logger="tpuctl.agent.bringup")
             caplog.clear()
@@ -214,22 +164,22 @@ def test_tpuctl_down_stops_a_standby_agent_over_its_control_socket_and_the_membe
             # the command, not the SIGTERM `tpuctl down` falls back on for an agent that takes no command (here:
             # this test's process, every agent's pid)
             assert not [r for r in caplog.records if "received SIGTERM" in r.getMessage()]
-            assert await asyncio.wait_for(runs[2], DEADLINE_S) == 0
+            assert await asyncio.wait_for(runs[3], DEADLINE_S) == 0
             assert StateDir(tmp_path / "spare").live_pid() is None
             status = await tpuctl("status", "--state-dir", str(tmp_path / "host-1"))
             assert status.returncode == 0, status.stdout + status.stderr  # the members' cluster is untouched
         finally:
-            await stop_all(agents[:2], runs[:2])
+            await stop_all(agents[:3], runs[:3])
 
     asyncio.run(scenario())
 
 
 def test_tpuctl_run_on_a_standby_host_waits_then_starts_the_job_in_the_generation_that_takes_it_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        agents, runs, client, _ = await standby_cluster(tmp_path, monkeypatch)
-        job = "echo generation=$TPUCTL_GENERATION task=$TPUCTL_TASK_ID"
+        agents, runs, _ = await standby_cluster(tmp_path)
+        job = "echo generation=$TPUCTL_GENERATION task=$TPUCTL_TASK_ID rank=$TPUCTL_RANK"
         try:
             run = await asyncio.to_thread(
                 subprocess.Popen, [sys.executable, "-m", "tpuctl", "run", "--state-dir", str(tmp_path / "spare"), "--",
@@ -241,35 +191,33 @@ def test_tpuctl_run_on_a_standby_host_waits_then_starts_the_job_in_the_generatio
                 agents[1].stop.set()  # task 1 leaves (as `tpuctl down` on its host): generation 1 ends
                 agents[1].notify()
                 assert await asyncio.wait_for(runs[1], DEADLINE_S) == 0
-                assert client.standby is not None
-                client.standby.end(agents[1].options.address)
                 out, err = await asyncio.to_thread(run.communicate, timeout=DEADLINE_S)
             finally:
                 if run.poll() is None:
                     run.send_signal(signal.SIGKILL)
                     run.wait()
             assert run.returncode == 0, err
-            assert "tpuctl: standing by: task 1 is not a member of generation 1" in err, err
-            assert "task 1 took a place in generation 2; starting the job" in err, err
-            assert out == "generation=2 task=1\n"
-            assert agents[2].description.role == "member" and agents[2].generation == 2
+            assert "tpuctl: standing by: task 3 is not a member of generation 1" in err, err
+            assert "task 3 took a place in generation 2; starting the job" in err, err
+            assert out == "generation=2 task=3 rank=1\n"  # the spare slice in slice 1's place
+            assert agents[3].description.role == "member" and agents[3].generation == 2
         finally:
-            codes = await stop_all([agents[0], agents[2]], [runs[0], runs[2]])
-        assert codes == [0, 0], codes
+            codes = await stop_all([agents[0], agents[2], agents[3]], [runs[0], runs[2], runs[3]])
+        assert codes == [0, 0, 0], codes
 
     asyncio.run(scenario())
 
 
 def test_tpuctl_run_on_a_standby_host_waits_at_most_the_restart_timeout_and_a_signal_ends_the_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        agents, runs, _, _ = await standby_cluster(tmp_path, monkeypatch, restart_timeout="2s")
+        agents, runs, _ = await standby_cluster(tmp_path, restart_timeout="2s")
         state = str(tmp_path / "spare")
         try:
             timed_out = await tpuctl("run", "--state-dir", state, "--", "true")
             assert timed_out.returncode == 4, timed_out.stderr  # EXIT_DEADLINE: no generation took it in
-            assert "task 1 stood by for 2 s (restart.timeout) and no generation took it in; the job was not " \
+            assert "task 3 stood by for 2 s (restart.timeout) and no generation took it in; the job was not " \
                    "started" in timed_out.stderr, timed_out.stderr  # fmt: skip
 
             run = await asyncio.to_thread(
@@ -279,7 +227,7 @@ def test_tpuctl_run_on_a_standby_host_waits_at_most_the_restart_timeout_and_a_si
             try:
                 assert run.stderr is not None
                 first = await asyncio.wait_for(asyncio.to_thread(run.stderr.readline), DEADLINE_S)
-                assert first.startswith("tpuctl: standing by: task 1"), first  # its handlers are in place by now
+                assert first.startswith("tpuctl: standing by: task 3"), first  # its handlers are in place by now
                 run.send_signal(signal.SIGTERM)
                 _, err = await asyncio.to_thread(run.communicate, timeout=DEADLINE_S)
             finally:
@@ -290,6 +238,6 @@ def test_tpuctl_run_on_a_standby_host_waits_at_most_the_restart_timeout_and_a_si
             assert "stopped by SIGTERM while this host stood by; the job was not started" in err, err
         finally:
             codes = await stop_all(agents, runs)
-        assert codes == [0, 0, 0], codes
+        assert codes == [0, 0, 0, 0], codes
 
     asyncio.run(scenario())

@@ -203,8 +203,10 @@ def test_elastic_grows_back_when_a_dropped_slice_s_hosts_register_again() -> Non
     assert state.generation == 2 and formed(state, refs, 2.0)
     ranks = {t: state.placement.rank_of(t) for t in range(6)}
     back = state.register(registration(3, 333, slice_shape=SHAPE), now=3.0)  # the host's new process
-    assert back.standby and back.task.generation == 2
     assert state.generation == 3 and state.plan == Plan.of([0, 2, 1])  # appended: the others keep their ranks
+    # The registration that completed the slice is answered in the generation it grows, as a member (answered
+    # in generation 2, which it ended, the host's session stream was refused: its `tpuctl init` failed)
+    assert not back.standby and back.task.generation == 3 and state.placement.rank_of(3) == 5
     ended = state.generations.ended(2)
     assert ended is not None and not ended.failures
     assert str(ended) == (
@@ -212,8 +214,9 @@ def test_elastic_grows_back_when_a_dropped_slice_s_hosts_register_again() -> Non
     )
     assert state.failed_since is None  # not a failure
     assert all(state.placement.rank_of(t) == ranks[t] for t in (0, 1, 4, 5))
-    refs = rejoin(state, refs | {3: back.task}, [0, 1, 2, 3, 4, 5], 4.0)
+    refs = rejoin(state, refs, [0, 1, 2, 4, 5], 4.0) | {3: back.task}
     assert formed(state, refs, 4.0) and [state.placement.rank_of(t) for t in (2, 3)] == [4, 5]
+    assert state.session_opened(back.task, 1, now=4.0) is None  # its session stream is of a live generation
 
 
 def test_grow_needs_a_restart_left() -> None:
@@ -223,6 +226,45 @@ def test_grow_needs_a_restart_left() -> None:
     refs = rejoin(state, refs, [0, 1, 2, 4, 5], 2.0)
     state.register(registration(3, 333, slice_shape=SHAPE), now=3.0)
     assert state.generation == 2 and state.formed  # no restart left: it stays at 2 slices
+
+
+# --- a successor's service (the coordinator's host was lost) -------------------------------------------------
+
+
+def test_a_successors_service_puts_a_ready_spare_slice_in_the_lost_coordinators_slice() -> None:
+    """Task 2's new service at generation 2, task 0 lost with the old one: it waits for slice 0 only until the
+    spare slice is ready, then gives way to generation 3 with the spare slice in slice 0's place (before the
+    fix it waited for task 0 until the restart timeout, the spare slice standing by)."""
+    state = cluster(first_generation=2, coordinator_task=2, lost=(0,))
+    assert state.plan == Plan.of([0, 1, 2])  # no standby slice known ready yet: the position waits
+    refs = join(state, [1, 2, 3, 4, 5, 6])
+    assert state.generation == 2 and not state.formed
+    last = state.register(registration(7, slice_shape=SHAPE), now=1.0)  # the spare slice is complete
+    assert state.generation == 3 and state.plan == Plan.of([3, 1, 2])
+    assert not last.standby and last.task.generation == 3 and state.placement.rank_of(7) == 1
+    ended = state.generations.ended(2)
+    assert ended is not None and str(ended) == (
+        "generation 2 is over: generation 3 forms with spare slice 3 (tasks 6, 7) in place of slice 0"
+    )
+    refs = rejoin(state, refs, [1, 2, 3, 4, 5, 6], 2.0) | {7: last.task}
+    assert formed(state, refs, 2.0) and [state.placement.rank_of(t) for t in (6, 1, 2)] == [0, None, 2]
+    assert state.register(registration(0, 999, slice_shape=SHAPE), now=3.0).standby  # the old host, back
+
+
+def test_an_elastic_successors_service_drops_the_lost_coordinators_slice_at_once() -> None:
+    state = cluster(spares=0, policy=elastic(2), first_generation=2, coordinator_task=2, lost=(0,))
+    assert state.plan == Plan.of([1, 2])
+    refs = join(state, [1, 2, 3, 4, 5])
+    assert formed(state, refs, 0.0) and state.generation == 2 and state.placement.rank_of(2) == 0
+    assert state.placement.rank_of(1) is None  # its slice's other host stands by
+
+
+def test_a_successors_service_starts_from_the_lost_coordinators_plan() -> None:
+    """A shrunk generation's successor keeps the shrunk plan (it does not wait for the dropped slice)."""
+    state = cluster(spares=0, policy=elastic(2), first_generation=3, coordinator_task=4, previous_plan=Plan.of([0, 2]))
+    assert state.plan == Plan.of([0, 2])
+    refs = join(state, [0, 1, 4, 5])
+    assert formed(state, refs, 0.0)
 
 
 # --- the majority rule -----------------------------------------------------------------------------------

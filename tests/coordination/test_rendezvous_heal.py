@@ -74,6 +74,24 @@ def test_a_late_arrival_before_anyone_asked_the_outcome_joins_the_next_instance(
     assert state.barrier_outcome(late, now=3.5) == 2
 
 
+def test_a_late_hosts_first_call_completes_the_instance_the_others_wait_at() -> None:
+    """The rule the fault soak's seed 30063 met (it had reported it as a round passing without a host):
+    a host's k-th call joins the k-th instance, whichever round its caller meant. Tasks 0-2 and 4-7 wait at
+    #1 (2 s); tasks 1, 3, 5, 6 call again at 0.5 s: task 3's first call completes #1 (it passes on all
+    eight), the others' second calls open #2, which times out without tasks 0, 2, 3, 4 and 7."""
+    state = new_state(8)
+    refs = register(state, range(8))
+    first = {state.barrier_arrive(refs[t], "step", 2.0, now=0.01 * t) for t in (0, 1, 2, 4, 5, 6, 7)}
+    assert first == {BarrierId("step", 1)}
+    second = {t: state.barrier_arrive(refs[t], "step", 2.4, now=0.5) for t in (1, 3, 5, 6)}
+    assert second[3] == BarrierId("step", 1)
+    assert {second[t] for t in (1, 5, 6)} == {BarrierId("step", 2)}
+    assert state.barrier_outcome(BarrierId("step", 1), now=0.6) == 1
+    assert timed_out(state, second[5], now=2.9).endswith("3 of 8 hosts arrived; missing: " + ", ".join(
+        f"task {t} (127.0.0.{t + 1})" for t in (0, 2, 3, 4, 7)))  # fmt: skip
+    assert round_(state, refs, "step", now=10.0) == 3  # every host's next call: the round heals
+
+
 def test_a_host_is_never_told_it_is_itself_missing() -> None:
     """Before the fix host 1's first call joined #1 after it timed out and heard `missing: task 1`."""
     state = new_state(2)

@@ -34,11 +34,17 @@ def spec_text(
     barrier_timeout: str = "30s",
     job_ports: str = "",
     successors: str = "",
+    num_slices: int = 1,
+    spares: list[str] | None = None,
     extra: str = "",
 ) -> str:
+    """The spec: ``hosts`` every slice's hosts (``num_slices`` slices of ``accelerator``), ``spares`` the standby
+    hosts (whole slices; the test's ``extra`` names a restart policy that allows them)."""
     host_lines = "\n".join(f"  - {h}" for h in hosts)
+    slices = f"num_slices: {num_slices}\n" if num_slices > 1 else ""
+    spare_lines = "spares:\n" + "".join(f"  - {h}\n" for h in spares) if spares else ""
     return (
-        f"cluster: {cluster}\naccelerator: {accelerator}\nbackend: sim\nhosts:\n{host_lines}\n"
+        f"cluster: {cluster}\naccelerator: {accelerator}\n{slices}backend: sim\nhosts:\n{host_lines}\n{spare_lines}"
         f"coordinator: {{port: {port}, heartbeat_interval: {heartbeat}, heartbeat_timeout: {heartbeat_timeout}, "
         f"register_timeout: {register_timeout}{', job_ports: ' + job_ports if job_ports else ''}"
         f"{', successors: ' + successors if successors else ''}}}\n"
@@ -132,25 +138,39 @@ class _Cluster:
 
 
 class LocalCluster(_Cluster):
-    """A cluster spec under ``root`` and one ``tpuctl init`` per host, each started by the test."""
+    """A cluster spec under ``root`` and one ``tpuctl init`` per host, each started by the test.
 
-    def __init__(self, root: Path, accelerator: str, processes: Processes, **spec_options: str) -> None:
+    ``num_slices`` slices of ``accelerator`` (tasks ``0 .. active - 1``) and ``spares`` spare slices after them
+    (tasks ``active ..``; ``num_hosts`` counts them too: every host's task id is below it)."""
+
+    def __init__(
+        self, root: Path, accelerator: str, processes: Processes, *, num_slices: int = 1, spares: int = 0,
+        **spec_options: str,
+    ) -> None:  # fmt: skip
         super().__init__(root, accelerator, processes)
-        self.num_hosts = resolve_slice(accelerator=accelerator).num_hosts
+        self.hosts_per_slice = resolve_slice(accelerator=accelerator).num_hosts
+        self.active = self.hosts_per_slice * num_slices
+        self.num_hosts = self.active + self.hosts_per_slice * spares
+        self.spares = range(self.active, self.num_hosts)
+        """The spares' task ids (``init --spare``)."""
         self.hosts = loopback_hosts(self.num_hosts)
         self.port = free_port(self.hosts[0])
         self.spec = root / "cluster.yaml"
-        self.spec.write_text(spec_text(accelerator, self.hosts, self.port, **spec_options))
+        spares_hosts = self.hosts[self.active :]
+        text = spec_text(accelerator, self.hosts[: self.active], self.port, num_slices=num_slices, spares=spares_hosts,
+                         **spec_options)  # fmt: skip
+        self.spec.write_text(text)
 
     def start_init(
         self, task: int, *, spec: Path | None = None, state: Path | None = None, env: dict[str, str] | None = None,
         label: str | None = None,
     ) -> Proc:  # fmt: skip
+        """``tpuctl init`` of host ``task`` (a spare's with ``--spare``)."""
         state = state or self.state(task)
         state.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dirs are owner-only
         command = [
             *TPUCTL, "init", "--config", str(spec or self.spec), "--task-id", str(task),
-            "--state-dir", str(state), "--out", str(state / "mapping.json"),
+            "--state-dir", str(state), "--out", str(state / "mapping.json"), *(["--spare"] if task in self.spares else []),
         ]  # fmt: skip
         return self.start(label or f"init-{task}", command, env=env)
 
@@ -219,7 +239,7 @@ class Clusters:
     def _folder(self) -> Path:
         return self.root / f"c{len(self.made)}"
 
-    def local(self, accelerator: str, **spec_options: str) -> LocalCluster:
+    def local(self, accelerator: str, **spec_options: Any) -> LocalCluster:
         """``local("v4-32", heartbeat_timeout="2s")``: a loopback cluster's spec; the test starts its hosts."""
         cluster = LocalCluster(self._folder(), accelerator, self.processes, **spec_options)
         self.made.append(cluster)

@@ -110,3 +110,21 @@ def test_generation_one_records_no_plan(tmp_path: Path) -> None:
     assert for_plan(spec, roster_of(spec).identity()) is spec
     _, mapping = _generation(Plan.of([0, 1, 2]))
     assert mapping.plan == ((0, 3),)
+
+
+def test_the_job_loads_its_own_ranks_task_from_the_mapping_by_its_host_task_id(tmp_path: Path) -> None:
+    """``tpuctl.load_mapping()`` in a job on spare task 7 (rank 3) picks rank 3's devices, not task 7 (out of
+    range in a 6-rank mapping: the job of every spare that took a place failed), nor task 4's rank for task 4."""
+    from tpuctl.errors import MappingError
+    from tpuctl.job.api import load_mapping
+
+    _, mapping = _generation(Plan.of([0, 3, 2]))
+    path = write_mapping(tmp_path / "mapping.json", mapping)
+    loaded = load_mapping(environ={"TPUCTL_MAPPING": str(path), "TPUCTL_TASK_ID": "7"})
+    assert (loaded.task, loaded.this_task.host_task) == (3, 7)
+    assert loaded.local_devices == mapping.tasks[3].devices
+    assert load_mapping(path, task=4, environ={}).this_task.id == 4
+    with pytest.raises(MappingError, match=r"task 2 is not a member of generation 4 .*tasks 0, 1, 4, 5, 6, 7\)"):
+        load_mapping(path, environ={"TPUCTL_MAPPING": str(path), "TPUCTL_TASK_ID": "2"})
+    shrunk = write_mapping(tmp_path / "shrunk.json", _generation(Plan.of([0, 2]))[1])
+    assert load_mapping(shrunk, task=5, environ={}).task == 3  # slice 2 at position 1

@@ -18,9 +18,7 @@ import time
 
 import pytest
 from harness import wait_until
-from harness.clusters import LocalCluster, spec_text
-
-from tpuctl.sim.cluster import loopback_hosts
+from harness.clusters import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +30,8 @@ SPEC = {
 
 
 def two_slices(make_cluster) -> LocalCluster:
-    """4 hosts: v4-16 (2 hosts a slice), num_slices 2 (the harness writes one slice: the spec is rewritten)."""
-    c: LocalCluster = make_cluster("v4-16", **SPEC)
-    c.num_hosts = 4
-    c.hosts = loopback_hosts(4)
-    text = spec_text("v4-16", c.hosts, c.port, **SPEC)
-    c.spec.write_text(text.replace("accelerator: v4-16\n", "accelerator: v4-16\nnum_slices: 2\n"))
+    """4 hosts: v4-16 (2 hosts a slice), num_slices 2."""
+    c: LocalCluster = make_cluster("v4-16", num_slices=2, **SPEC)
     return c
 
 

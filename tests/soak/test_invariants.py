@@ -183,7 +183,36 @@ def test_barrier_rounds_every_host_must_pass_and_nobody_is_told_it_is_missing() 
     assert "failed on 3 of 4 hosts (exit codes 0:4 1:4 2:0 3:4)" in found[0].detail
     assert "tasks [1, 3] were told they are themselves missing" in found[1].detail
     partial = inv.barrier_outcomes([(0, 0, ""), (1, 4, "")], callers=[0, 1], hosts=HOSTS, must_pass=False, what="r")
-    assert ["tasks [0] passed a round only tasks [0, 1] called" in v.detail for v in partial] == [True]
+    assert ["tasks [0] passed a round only tasks [0, 1] called (no call of tasks [2, 3]" in v.detail for v in partial] == [True]
+
+
+def test_a_round_some_hosts_skipped_may_pass_with_a_call_made_for_an_overlapping_round() -> None:
+    """Soak seed 30063, as recorded (8 hosts): tasks 0-2, 4-7 call at 0.0 s (2 s timeout); task 3's first
+    call, made for a later round of tasks 1, 3, 5, 6 at 0.47 s, joins that instance and it passes on all 8
+    at 0.58 s, as it must (a host's k-th call joins the k-th instance). Before, the soak reported both
+    rounds as passing without a host. A round whose skipped hosts called nothing meanwhile still may not pass."""
+    hosts = 8
+    first = [(t, 0, 0.0, 0.58) for t in (0, 1, 2, 4, 5, 6, 7)]
+    second = [(1, 3, 0.47, 6.35), (3, 0, 0.47, 0.58), (5, 4, 0.47, 3.04), (6, 4, 0.47, 3.04)]
+    assert inv.joined_elsewhere(first, second) == {3}
+    assert inv.joined_elsewhere(second, first) == {0, 2, 4, 7}
+    for calls, others in ((first, second), (second, first)):
+        results = [(task, code, "") for task, code, _, _ in calls]
+        callers = [task for task, _, _, _ in calls]
+        joined = inv.joined_elsewhere(calls, others)
+        assert inv.barrier_outcomes(results, callers=callers, hosts=hosts, must_pass=False, what="r", joined=joined) == []
+    # Task 3's call came after the round ended, or failed, or is of the round itself: no excuse.
+    for late in ((3, 0, 0.6, 0.7), (3, 4, 0.47, 3.0)):
+        joined = inv.joined_elsewhere(first, [late])
+        assert joined == set()
+        found = inv.barrier_outcomes([(t, 0, "") for t, _, _, _ in first], callers=[t for t, _, _, _ in first],
+                                     hosts=hosts, must_pass=False, what="r", joined=joined)  # fmt: skip
+        assert [v.detail for v in found] == [
+            "r: tasks [0, 1, 2, 4, 5, 6, 7] passed a round only tasks [0, 1, 2, 4, 5, 6, 7] called (no call of "
+            "tasks [3] ran meanwhile and passed)"
+        ]
+    assert inv.joined_elsewhere(first, [(3, None, 0.5, None)]) == set()  # still running: it did not pass (yet)
+    assert inv.joined_elsewhere([(0, None, 0.0, None)], [(3, 0, 5.0, 6.0)]) == {3}  # a round still running
 
 
 def test_tracebacks_and_internal_errors_are_found_in_any_output() -> None:

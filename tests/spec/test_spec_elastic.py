@@ -98,3 +98,18 @@ CASES: list[tuple[str, str, list[str]]] = [
 @pytest.mark.parametrize(("name", "text", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_problems(name: str, text: str, expected: list[str]) -> None:
     assert _check(text) == expected
+
+
+def test_a_mesh_policy_elastic_could_not_shrink_is_named_before_the_cluster_starts() -> None:
+    """A mesh that cannot be resized to every slice count from min_slices up would fail a generation at
+    run time (issue 26): validate names it at its place, with what to change; one that can passes."""
+    elastic = "restart: {policy: elastic, min_slices: 1}\n"
+    spread = "meshes:\n  - {name: grid, shape: {data: 6, model: 4}, options: {dcn_shape: [3, 1]}}\n"
+    assert _check(BASE + elastic + spread) == []
+    odd = "meshes:\n  - {name: odd, shape: {data: 4, model: 6}, options: {dcn_shape: {model: 3}}}\n"
+    assert _check(BASE + elastic + odd) == []
+    two_axes = BASE.replace("num_slices: 3", "num_slices: 4").replace("h5]", "h5, h6, h7]")
+    two_axes += elastic + "meshes:\n  - {name: grid, shape: {data: 4, model: 8}, options: {dcn_shape: [2, 2]}}\n"
+    [problem] = _check(two_axes)
+    assert problem.startswith("c.yaml:8:3: meshes: mesh 'grid' {data: 4, model: 8} cannot go to 1 slices: its dcn_shape [2, 2] spreads the 4 slices over several axes (restart.policy elastic may go down to min_slices 1); give the mesh a dcn_shape"), problem
+    assert _check(two_axes.replace(elastic, "restart: {policy: rejoin}\n")) == []  # never shrinks: fine

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tpuctl.coordination.plan import Plan, SliceShape
-from tpuctl.errors import InputError
+from tpuctl.errors import InputError, SpecError
 from tpuctl.spec.elastic import MeshResizeError, for_plan, host_shape, roster_of
 from tpuctl.spec.model import ClusterSpec
 from tpuctl.spec.yamlfile import check_spec_text
@@ -67,6 +67,9 @@ def test_a_mesh_with_slices_over_two_axes_is_named() -> None:
         "hosts: [h0, h1, h2, h3, h4, h5]", "hosts: [h0, h1, h2, h3, h4, h5, h6, h7]"
     )
     text = text.split("meshes:")[0] + "meshes:\n  - {name: grid, shape: {a: 4, b: 8}, options: {dcn_shape: [2, 2]}}\n"
+    with pytest.raises(SpecError, match=r"mesh 'grid' .* cannot go to 2 slices"):  # validate names it first
+        _spec(text)
+    text = text.replace("policy: elastic, min_slices: 2", "policy: rejoin")  # a spec that never shrinks
     with pytest.raises(MeshResizeError) as caught:
         for_plan(_spec(text), Plan.of([0, 1, 2]))
     assert caught.value.message == (

@@ -15,8 +15,10 @@ stop                      ``stop`` (SIGSTOP of the agent), ``cont`` (SIGCONT) af
 partition                 ``cut`` (the host's port off the bridge), ``heal`` after a time as for stop
 down                      ``down`` (``tpuctl down`` on the host), then ``restart`` as for kill
 barrier                   ``barrier_some``: ``tpuctl barrier`` on some hosts only, with a short
-                          ``--timeout`` (it times out), then ``barrier_all``, the retry on every host,
-                          which must pass when no other episode overlaps it (``expect="pass"``)
+                          ``--timeout`` (it times out, unless the calls of another barrier episode
+                          that overlaps it complete its instance: calls join by count), then
+                          ``barrier_all``, the retry on every host, which must pass when no other
+                          episode overlaps it (``expect="pass"``)
 down-all                  ``down_all`` (``tpuctl down --all`` on one host), then ``restart_all``; always
                           the schedule's last episode, after the others' steps
 ========================  ===========================================================================

@@ -334,6 +334,8 @@ class Agent:
             if not end.rejoin or self.stop.is_set():
                 self.failures = end.failures
                 self.cluster_error = end.error
+                if not first:  # after init nobody else says it (``_fail`` finds the error already set)
+                    log.error("task %d: %s", self.task, end.error.message)
                 raise end.error
             if end.again:
                 await self._register_again(end)
@@ -367,6 +369,10 @@ class Agent:
             "answered_before": self.current is not None,  # this process registered before: the coordinator was up
         }
         cast("dict[str, object]", registering).update(slice_shape=self.shape, spare=spec.is_spare(task))
+        if self.current is not None and self.current.number == self._last_generation:
+            # The plan of the generation this host was in: a successor's fresh service forms the next one only
+            # with a majority of its members (a partition leaves at most one side able to).
+            registering["previous_plan"] = self.current.membership.plan
         asked = time.monotonic()
         try:
             session = await self.client.open_session(
@@ -668,8 +674,10 @@ class Agent:
         over from task ``lost``); False, said, when it cannot (the port is taken, TLS files missing)."""
         spec, task = self.spec, self.task
         try:
+            previous = self.current.membership.plan if self.current is not None else None
             self._server = await start_service(
-                spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task
+                spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task,
+                previous_plan=previous, lost=(lost,),
             )  # fmt: skip
         except (TpuctlError, OSError) as exc:
             why = exc.message if isinstance(exc, TpuctlError) else str(exc)

@@ -11,6 +11,7 @@ from tpuctl.spec.model import ClusterSpec, TlsSpec
 
 if TYPE_CHECKING:
     from tpuctl.coordination.client import CoordinationClient
+    from tpuctl.coordination.plan import Plan
     from tpuctl.coordination.server import CoordinationServer
     from tpuctl.coordination.tls import ClientTls
     from tpuctl.coordination.values import ServiceConfig
@@ -26,10 +27,12 @@ def load_token(spec: ClusterSpec) -> str | None:
 
 
 def service_config(
-    spec: ClusterSpec, token: str | None, *, first_generation: int = 1, coordinator_task: int = 0
-) -> ServiceConfig:
+    spec: ClusterSpec, token: str | None, *, first_generation: int = 1, coordinator_task: int = 0,
+    previous_plan: Plan | None = None, lost: tuple[int, ...] = (),
+) -> ServiceConfig:  # fmt: skip
     """The coordination service's configuration for the spec: every roster host (hosts, then spares), the
-    roster's slices and the cluster's slice shape (a spare must match it), the restart policy."""
+    roster's slices and the cluster's slice shape (a spare must match it), the restart policy; a successor's
+    also the lost coordinator's generation's plan and the tasks lost with it."""
     from tpuctl.coordination.values import RestartPolicy, ServiceConfig, TaskSpec
     from tpuctl.spec.elastic import cluster_shape, roster_of
 
@@ -50,6 +53,8 @@ def service_config(
         first_generation=first_generation,
         watchdog=spec.watchdog,
         coordinator_task=coordinator_task,
+        previous_plan=previous_plan,
+        lost=lost,
     )
 
 
@@ -61,15 +66,21 @@ async def start_service(
     journal: Path | None = None,
     started: float | None = None,
     task: int = 0,
+    previous_plan: Plan | None = None,
+    lost: tuple[int, ...] = (),
 ) -> CoordinationServer:
     """Task 0's coordination service for the spec's cluster, listening at the spec's address. ``journal``: the
     goodput ledger's journal (task 0's state dir), continued when the service starts above generation 1;
     ``started``: when task 0's init started (wall seconds; default: now), the ledger's start. ``task``: the
-    task serving it (a successor, after the coordinator's host was lost: on its own address, same port)."""
+    task serving it (a successor, after the coordinator's host was lost: on its own address, same port);
+    ``previous_plan`` and ``lost``: a successor's, the lost coordinator's generation's plan and the tasks lost
+    with it (:class:`ServiceConfig`)."""
     from tpuctl.coordination.ledger import ServiceLedger
     from tpuctl.coordination.server import start_server
 
-    config = service_config(spec, token, first_generation=first_generation, coordinator_task=task)
+    config = service_config(
+        spec, token, first_generation=first_generation, coordinator_task=task, previous_plan=previous_plan, lost=lost
+    )
     tls = spec.auth.tls if spec.auth is not None else None
     server_tls = None
     if tls is not None:

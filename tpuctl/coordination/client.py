@@ -38,7 +38,7 @@ from tpuctl.coordination.calls import (
     report,
 )
 from tpuctl.coordination.channel import Channel
-from tpuctl.coordination.plan import SliceShape
+from tpuctl.coordination.plan import Plan, SliceShape
 from tpuctl.coordination.session import Session
 from tpuctl.coordination.values import (
     CREDENTIAL_BYTES,
@@ -93,6 +93,8 @@ class Registering(TypedDict, total=False):
     """This host's slice as its backend found it (the service refuses one unlike the cluster's)."""
     spare: bool
     """This host is one of the spec's spares (``tpuctl init --spare``)."""
+    previous_plan: Plan | None
+    """The plan of ``generation`` as this host learnt it (a fresh service applies the majority rule to it)."""
     answered_before: bool
     """The coordinator answered this process before (an earlier generation): one that does not answer now
     stopped, and the error says so (``Channel.lost_hint``), not the start-up advice."""
@@ -227,6 +229,9 @@ class CoordinationClient(Channel):
         shape = registering.get("slice_shape")
         if shape is not None:
             request.slice_shape.CopyFrom(convert.slice_shape_pb(shape))
+        previous = registering.get("previous_plan")
+        if previous is not None:
+            request.previous_plan.extend(convert.plan_pb(previous))
         return task, request
 
     async def _retrying(

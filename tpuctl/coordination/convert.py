@@ -26,6 +26,7 @@ from tpuctl.coordination.values import (
     OpenBarrier,
     Pending,
     Reason,
+    Refused,
     Registration,
     RegistrationProgress,
     RendezvousKind,
@@ -62,6 +63,8 @@ from tpuctl.watchdog.pace import MAX_STEP, PaceReport
 
 MAX_AGE_S = 10.0 * 365 * 86400  # a step age or step time beyond ten years is a mistake, not a measurement
 MAX_VERDICT_TASKS = 16
+MAX_PLAN_RUNS = 1 << 16
+"""Runs a registrant's previous plan may have (a plan has at most one per slice; more is no cluster's)."""
 
 HINT_KEY = "x-tpuctl-hint-bin"
 """Trailing metadata carrying a refusal's hint (``-bin``: UTF-8 bytes, as any text may end up there)."""
@@ -188,7 +191,22 @@ def registration(request: pb.RegisterTaskRequest, *, peer: str, credential: byte
         previous_credential=request.previous_credential,
         slice_shape=slice_shape(request.slice_shape) if request.HasField("slice_shape") else None,
         spare=request.spare,
+        previous_plan=_previous_plan(request),
     )
+
+
+def _previous_plan(request: pb.RegisterTaskRequest) -> Plan | None:
+    """The plan a registrant learnt for the generation it was in, refused ``INVALID`` when malformed."""
+    runs = request.previous_plan
+    if not runs:
+        return None
+    if len(runs) > MAX_PLAN_RUNS:
+        raise Refused(Reason.INVALID, f"task {request.task_id}: its previous plan has {len(runs)} runs, more than "
+                      f"{MAX_PLAN_RUNS} (a plan has at most one per slice)")  # fmt: skip
+    try:
+        return Plan(tuple((r.first, r.count) for r in runs))
+    except InputError as exc:
+        raise Refused(Reason.INVALID, f"task {request.task_id}: its previous plan is malformed: {exc.message}") from exc
 
 
 def register_response(membership: Membership, *, with_tasks: bool) -> pb.RegisterTaskResponse:

@@ -133,9 +133,12 @@ def plan_next(
     policy: RestartPolicy,
     *,
     generation: int,
+    after: int = 0,
 ) -> NextPlan:
-    """The plan of generation ``generation`` (the next one): ``lost`` maps each position that lost members
-    to how many; ``ready`` the ready standby roster slices, ascending. O(positions + ready)."""
+    """The plan of generation ``generation`` (the next one) after generation ``after`` (default: the one
+    before), whose plan ``placement`` is: ``lost`` maps each position that lost members to how many;
+    ``ready`` the ready standby roster slices, ascending. O(positions + ready)."""
+    after = after or generation - 1
     roster, per = placement.roster, placement.per
     positions = len(placement)
     slices = list(placement.slice_at)
@@ -160,7 +163,7 @@ def plan_next(
     members = positions * per
     if 2 * survivors <= members:
         held = (
-            f"only {survivors} of generation {generation - 1}'s {members} hosts survived, not a majority: a cluster "
+            f"only {survivors} of generation {after}'s {members} hosts survived, not a majority: a cluster "
             "forms only with a majority of the previous generation's hosts (a network partition leaves at most one "
             f"side able to), so generation {generation} waits for the lost hosts"
         )

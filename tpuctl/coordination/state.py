@@ -102,6 +102,7 @@ from tpuctl.coordination.values import (
     sample_text,
 )
 from tpuctl.durations import format_duration
+from tpuctl.errors import InputError
 from tpuctl.messages import count, shown
 
 _NO_WAKEUP = Wakeup()
@@ -140,6 +141,14 @@ class CoordinationState:
         """Roster slices outside the current plan whose every host is connected: ready standby slices."""
         self._held = ""
         """Why the majority rule kept the lost positions of the generation before (for the restart timeout)."""
+        self._previous: Placement | None = None
+        """The plan of the last generation that formed before the current one (None: none known), the one the
+        majority rule counts against: this service's own, or what the registrants of a fresh service brought
+        (``Registration.previous_plan``)."""
+        self._previous_generation = 0
+        self._settle_at: float | None = None
+        """A fresh service that learnt the previous plan: when its members not registered by then count as
+        lost, and the first generation is planned from the previous one (``_settle``)."""
         self._table = TaskTable(self.tasks, self.counters, heartbeat_timeout=config.heartbeat_timeout)
         self.generations = Generations(
             config.first_generation, config.restart, service_incarnation=service_incarnation,
@@ -176,6 +185,56 @@ class CoordinationState:
         self._took_part: set[int] = set()
         """Tasks that called a barrier or gather of the current generation (its core-ID merge, at least)."""
         self._kv = KeyValueStore(self.counters, config.kv_limits)
+        self._lost = frozenset(config.lost)
+        """Tasks lost with the old coordinator (a successor's service), until a generation forms."""
+        if config.previous_plan is not None or config.lost:
+            self._plan_first(config.previous_plan or self.roster.identity())
+
+    def _plan_first(self, previous: Plan) -> None:
+        """A successor's first generation: the lost coordinator's generation's plan without the lost hosts'
+        positions where policy elastic allows dropping them (no standby slice is known ready yet: none has
+        registered). O(positions), once."""
+        placement = Placement(previous, self.roster, self.tasks)
+        lost: dict[int, int] = {}
+        for task_id in self._lost:
+            rank = placement.rank_of(task_id)
+            if rank is not None:
+                lost[rank // placement.per] = lost.get(rank // placement.per, 0) + 1
+        plan = previous
+        if lost and self.config.restart.rejoin:
+            plan = plan_next(placement, lost, [], self.config.restart, generation=self.generation).plan
+        self.placement = Placement(plan, self.roster, self.tasks)
+        self._unregistered = Missing(self.placement.member_count)
+        self._restart_at(self.generation)
+
+    def _replace_lost_if_ready(self, now: float) -> None:
+        """A successor's generation still forming, a lost host's position still empty, and a standby slice
+        now ready (every host registered): the generation gives way to the next, with that slice in the
+        lost one's place (the hosts registered so far register again, as after any end). O(1) unless it
+        re-plans (then O(positions + ready))."""
+        policy = self.config.restart
+        if not (self._lost and self._ready and not self._formed and policy.rejoin):
+            return
+        if self.generations.restarts >= policy.max_restarts:
+            return
+        per = self.placement.per
+        lost: dict[int, int] = {}
+        for task_id in self._lost:
+            rank = self.placement.rank_of(task_id)
+            if rank is not None and rank in self._unregistered:
+                lost[rank // per] = lost.get(rank // per, 0) + 1
+        if not lost:
+            return
+        ready = sorted(self._ready)
+        self.counters.touched += len(self.placement) + len(ready)
+        following = plan_next(self.placement, lost, ready, policy, generation=self.generation + 1)
+        if following.plan == self.placement.plan:
+            return
+        end = self.generations.end((), shutdown=False, next=following.note)
+        assert end.rejoin
+        self._start_generation(self.generation + 1, now, following.plan)
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
 
     @property
     def failure(self) -> ClusterFailure | None:
@@ -275,6 +334,8 @@ class CoordinationState:
             # Bounded by the last generation the restart limit allows (a larger one is no cluster's: it
             # would make the first failure final).
             self._continue_above(registration.generation, now)
+        if registration.previous_plan is not None and self.generations.first > 1 and self._first_forming():
+            self._learn_previous(registration.generation, registration.previous_plan, now)
         if task.state is TaskState.CONNECTED:
             same = self._table.same_process(task, registration)
             if same and not self._left(registration):
@@ -346,7 +407,8 @@ class CoordinationState:
             self._disconnected.discard(rank)
             if self._unregistered.discard(rank) and not self._unregistered:
                 self._formed = formed = True
-                self._restart_deadline = None
+                self._lost = frozenset()  # every member is back: the lost coordinator's host is history
+                self._restart_deadline = self._settle_at = None
                 self._held = ""
                 self._woken.add(REGISTRATION)
         if self._register_deadline is None:
@@ -354,9 +416,20 @@ class CoordinationState:
             # within the register timeout.
             first = self.generations.first == 1
             self._register_deadline = now + (self.config.register_timeout if first else self.config.restart.timeout)
+            if not first and self._restart_deadline is None and self._unregistered:
+                self._restart_deadline = self._register_deadline  # it fails as a restart does, naming who is missing
         membership = self._membership(task)
         if formed or rank is None:
+            generation = self.generation
             self._grow_if_ready(now)  # a slice became ready standby, or the generation formed short of one
+            if rank is None and self.generation == generation:
+                self._replace_lost_if_ready(now)  # a successor's generation waits for a lost host's slice
+            if rank is None and self.generation != generation:
+                # This registration completed its slice and the generation grew (or gave way, the slice in a
+                # lost host's place): the host registers into the generation it caused at once (its place is
+                # held for its process), instead of being answered with the one that just ended (its session
+                # would be refused as of an ended generation).
+                return self.register(registration, now=now)
         return membership
 
     def registration_waiting(self, caller: TaskRef, *, now: float) -> float | None:
@@ -427,6 +500,7 @@ class CoordinationState:
         the time the service itself was stalled since it last heard from the task (``service_stalled``).
         O(1 + late tasks): tasks are ordered by their last heartbeat (and so by their silence: stalls
         only accumulate)."""
+        self._settle(now)
         self._check_restart_deadline(now, refuse=False)
         self._release(self._table.late(self._table.reserved, now), now)
         late = self._table.late(self._table.by_heartbeat, now)
@@ -778,7 +852,7 @@ class CoordinationState:
         )
 
     def _registration_closed(self, now: float) -> bool:
-        if self.generations.any_ended:
+        if self.generations.any_ended or self.generations.first > 1:
             return False  # after a restart the restart deadline rules (``_check_restart_deadline``)
         deadline = self._register_deadline
         return deadline is not None and now >= deadline and bool(self._unregistered)
@@ -863,6 +937,7 @@ class CoordinationState:
             self.failed_seen = dict(seen[:SAMPLE])
             if end.rejoin:
                 assert following is not None
+                self._previous, self._previous_generation = self.placement, self.generation
                 self._start_generation(self.generation + 1, now, following.plan)
                 self._held = following.held
             else:
@@ -890,6 +965,7 @@ class CoordinationState:
         end = self.generations.end((), shutdown=False, next=grown.note)
         assert end.rejoin
         self.failed_since, self.failed_seen = None, {}
+        self._previous, self._previous_generation = self.placement, self.generation
         self._start_generation(self.generation + 1, now, grown.plan)
         self._wake_everyone = True
         self._woken.add(ERRORS)
@@ -948,6 +1024,88 @@ class CoordinationState:
         self._restart_at(generation)
         self._kv = KeyValueStore(self.counters, self.config.kv_limits, version=self._kv.version + 1)
 
+    def _learn_previous(self, generation: int, plan: Plan, now: float) -> None:
+        """A registrant of this fresh service's first generation (still forming) brought the plan of the
+        generation it was in. The registrants of the one right before this service's first generation know
+        the plan the majority rule counts against: the first of them sets it; if nobody has registered yet,
+        the first generation takes that plan (its members must come back), and ``heartbeat_timeout`` later
+        the hosts still missing count as lost (``_settle``). O(roster slices), once per generation learnt."""
+        if generation != self.generation - 1 or generation <= self._previous_generation:
+            return
+        roster = self.roster
+        try:
+            if len(plan) > roster.num_slices:
+                raise InputError(f"{len(plan)} slices, more than the spec's {roster.num_slices}")
+            previous = Placement(plan, roster, self.tasks)
+        except InputError as exc:
+            raise Refused(
+                Reason.INVALID,
+                f"the plan of generation {generation} this host brought ({plan.describe()}) does not fit this "
+                f"cluster's roster: {exc.message}",
+                hint="run the same tpuctl version and cluster spec on every host",
+            ) from exc
+        self._previous, self._previous_generation = previous, generation
+        self.counters.touched += roster.roster_slices
+        if not any(self._connected) and plan != self.plan:
+            self.placement = previous
+            self._unregistered = Missing(previous.member_count)
+            self._ready = set()
+            self._restart_at(self.generation)
+        if self._settle_at is None:
+            self._settle_at = now + self.config.heartbeat_timeout
+
+    def _settle(self, now: float) -> None:
+        """A fresh service's first generation has not formed ``heartbeat_timeout`` after it learnt the
+        previous plan: its previous members still missing count as lost, as a silent member would, and the
+        generation is planned from the previous one (``plan_next``: a spare slice in a lost one's place,
+        slices dropped under policy elastic) under the majority rule. When that plan differs, this
+        generation gives way to the next one, which the registrants join as survivors do; else it waits
+        (for the restart timeout). O(roster slices), once."""
+        at, previous = self._settle_at, self._previous
+        if at is None or now < at or previous is None or self._formed or self._failure is not None:
+            return
+        self._settle_at = None
+        roster, per, connected = self.roster, self.roster.per_slice, self._connected
+        lost = {p: per - connected[s] for p, s in enumerate(previous.slice_at) if connected[s] < per}
+        ready = [s for s in range(roster.roster_slices) if not previous.is_member_slice(s) and connected[s] == per]
+        self.counters.touched += roster.roster_slices
+        policy = self.config.restart
+        following = plan_next(
+            previous, lost, ready, policy, generation=self.generation + 1, after=self._previous_generation
+        )
+        self._held = following.held
+        if following.plan == self.plan or following.held or self.generations.restarts >= policy.max_restarts:
+            return
+        records = self._table.records
+        missing = [t for s in previous.slice_at for t in roster.tasks_of(s) if records[t].state is not TaskState.CONNECTED]
+        cause = (
+            f"not heard from within the heartbeat timeout ({self.config.heartbeat_timeout:g} s) after task "
+            f"{self.config.coordinator_task} started the coordination service at generation {self.generations.first}"
+        )
+        failures = [TaskFailure(self.tasks[t], cause) for t in missing]
+        end = self.generations.end(failures, shutdown=False, next=following.note)
+        self.failed_since, self.failed_seen = None, {}
+        self._start_generation(self.generation + 1, now, following.plan)
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
+        assert end.rejoin
+
+    def _minority(self) -> str:
+        """When the hosts registered into the current generation are not a majority of the previous
+        generation's members, why it cannot form (empty otherwise). O(positions)."""
+        previous = self._previous
+        if previous is None:
+            return ""
+        heard = sum(self._connected[s] for s in previous.slice_at)
+        members = previous.member_count
+        if 2 * heard > members:
+            return ""
+        return (
+            f"this coordinator heard from only {heard} of generation {self._previous_generation}'s {members} "
+            "hosts, not a majority: a generation forms only with more than half of the previous one's hosts, "
+            f"so a network partition leaves at most one side able to go on"
+        )
+
     def _missing_again(self, task: TaskRecord) -> None:
         self._set_state(task, TaskState.WAITING)
         task.reserved = False
@@ -982,8 +1140,9 @@ class CoordinationState:
             f"did not rejoin generation {self.generation} within the restart timeout "
             f"({self.config.restart.timeout:g} s)"
         )
-        if self._held:
-            cause += f"; {self._held} (a network partition?)"
+        held = self._held or self._minority()
+        if held:
+            cause += f"; {held} (a network partition?)"
         for task in sample:
             task.cause = cause
         self._failure = ClusterFailure(

@@ -170,6 +170,13 @@ class ServiceConfig:
     coordinator_task: int = 0
     """The task whose host runs this service: task 0, or a successor that took over after the coordinator's
     host was lost (``coordinator.successors``); messages name it."""
+    previous_plan: Plan | None = None
+    """A successor's service: the plan of the generation whose coordinator was lost (None: every slice of the
+    spec); its first generation starts from it."""
+    lost: tuple[int, ...] = ()
+    """A successor's service: the tasks lost with the old coordinator (its host). Their positions are dropped
+    at once under policy elastic (down to ``min_slices``); otherwise a ready standby slice takes their place
+    as soon as there is one, before the generation forms (the generation gives way to the next)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -252,6 +259,9 @@ class Registration:
     """What the host's backend found about its own slice (None: not known, not checked)."""
     spare: bool = False
     """The host says it is one of the spec's spares (``tpuctl init --spare``): refused unless it is."""
+    previous_plan: Plan | None = None
+    """The plan of ``generation`` as this host learnt it (None: none): a service that starts fresh above
+    that generation (a successor's) applies the majority rule against it. O(runs)."""
 
 
 def fingerprint(credential: bytes) -> str:

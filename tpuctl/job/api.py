@@ -58,7 +58,9 @@ class JobMapping(DeviceMapping):
     this process runs as, and where it was read from."""
 
     task: int | None = None
-    """This process's task (``TPUCTL_TASK_ID``); None when unknown (then ``local_devices`` refuses)."""
+    """This process's task in the mapping: its rank in the generation (the host's ``TPUCTL_TASK_ID`` through the
+    mapping's plan; the same number unless spares or policy elastic moved it); None when unknown (then
+    ``local_devices`` refuses)."""
     path: str = ""
 
     @classmethod
@@ -137,8 +139,11 @@ def load_mapping(
 ) -> JobMapping:
     """Load and check the device mapping (default ``$TPUCTL_MAPPING``) for this process's task.
 
-    ``task`` defaults to ``$TPUCTL_TASK_ID`` (set by ``tpuctl run`` / ``tpuctl env``), or 0 in a one-host
-    cluster. A bad file raises MappingError (exit code 7) naming the file and the problem.
+    ``task`` is this host's task id in the spec and defaults to ``$TPUCTL_TASK_ID`` (set by ``tpuctl run`` /
+    ``tpuctl env``), or 0 in a one-host cluster; the mapping's task it picks is that host's rank in the
+    generation (a generation with a plan of its own, under spares or policy elastic, places hosts by rank). A
+    bad file, or a host that is not a member of the mapping's generation, raises MappingError (exit code 7)
+    naming the file and the problem.
     """
     env = _environ(environ)
     if path is None:
@@ -154,9 +159,26 @@ def load_mapping(
             task = int(raw)
         elif mapping.num_tasks == 1:
             task = 0
-    if task is not None:
+    if task is not None and mapping.plan:
+        rank = mapping.rank_of(task)
+        if rank is None:
+            members = sorted(t.host_task for t in mapping.tasks)
+            raise MappingError(
+                f"task {task} is not a member of generation {mapping.generation} of cluster {mapping.cluster!r} "
+                f"in {os.fspath(path)} (its members: tasks {_sample(members)})",
+                hint="a standby host (a spare, or a host of a slice the generation left out) has no job until it "
+                "takes a place: `tpuctl run` waits for that",
+            )
+        task = rank
+    elif task is not None:
         mapping.get_task(task)  # MappingError when out of range
     return JobMapping.of(mapping, task, os.fspath(path))
+
+
+def _sample(tasks: list[int], most: int = 8) -> str:
+    """``0, 1, 6, 7`` or, past ``most``, the first ones and how many more (bounded in any cluster size)."""
+    shown = ", ".join(str(t) for t in tasks[:most])
+    return shown if len(tasks) <= most else f"{shown} and {len(tasks) - most} more"
 
 
 # --- meshes ----------------------------------------------------------------------------------------

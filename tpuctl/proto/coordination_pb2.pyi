@@ -321,6 +321,7 @@ class RegisterTaskRequest(_message.Message):
     PREVIOUS_CREDENTIAL_FIELD_NUMBER: _builtins.int
     SLICE_SHAPE_FIELD_NUMBER: _builtins.int
     SPARE_FIELD_NUMBER: _builtins.int
+    PREVIOUS_PLAN_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     cluster_name: _builtins.str
     task_id: _builtins.int
@@ -346,6 +347,12 @@ class RegisterTaskRequest(_message.Message):
     def slice_shape(self) -> Global___SliceShape:
         """The host's slice as its backend found it (unset: not checked)."""
 
+    @_builtins.property
+    def previous_plan(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanRun]:
+        """The plan of `generation` as this host learnt it at registration (runs; empty: none): a service that
+        starts fresh above it (a successor's, a restarted coordinator's) applies the majority rule against it.
+        """
+
     def __init__(
         self,
         *,
@@ -360,10 +367,11 @@ class RegisterTaskRequest(_message.Message):
         previous_credential: _builtins.bytes = ...,
         slice_shape: Global___SliceShape | None = ...,
         spare: _builtins.bool = ...,
+        previous_plan: _abc.Iterable[Global___PlanRun] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape", "slice_shape", b"slice_shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape", "cluster_name", b"cluster_name", "generation", b"generation", "hostname", b"hostname", "incarnation", b"incarnation", "previous_credential", b"previous_credential", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "slice_shape", b"slice_shape", "spare", b"spare", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape", "cluster_name", b"cluster_name", "generation", b"generation", "hostname", b"hostname", "incarnation", b"incarnation", "previous_credential", b"previous_credential", "previous_plan", b"previous_plan", "protocol_version", b"protocol_version", "retry_secret", b"retry_secret", "slice_shape", b"slice_shape", "spare", b"spare", "task_id", b"task_id", "with_tasks", b"with_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__slice_shape: _TypeAlias = _typing.Literal["slice_shape"]  # noqa: Y015
     _WhichOneofArgType__slice_shape: _TypeAlias = _typing.Literal["_slice_shape", b"_slice_shape"]  # noqa: Y015

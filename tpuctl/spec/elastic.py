@@ -153,3 +153,17 @@ __all__ = [
     "roster_of",
     "shape_of",
 ]
+
+
+def resize_problems(meshes: tuple[MeshSpec, ...], num_slices: int, fewest: int) -> list[str]:
+    """What stops each mesh from running on every slice count policy elastic allows (``fewest`` up to
+    ``num_slices``), one line per mesh that cannot; [] when every one can. O(meshes x slice counts)."""
+    found = []
+    for mesh in meshes:
+        for slices in range(fewest, num_slices):
+            try:
+                resize_mesh(mesh, num_slices, slices)
+            except MeshResizeError as exc:
+                found.append(f"{exc.message} (restart.policy elastic may go down to min_slices {fewest}); {exc.hint}")
+                break
+    return found

@@ -704,6 +704,11 @@ def _cluster(ck: Checker, root: Node, source: str) -> ClusterSpec | None:
     auth = _auth(ck, keys["auth"]) if "auth" in keys else None
     restart = _restart(ck, keys["restart"], tpu) if "restart" in keys else RestartSpec()
     spares = _spares(ck, keys["spares"], tpu, hosts, restart) if "spares" in keys else ()
+    if restart is not None and restart.elastic and meshes and tpu is not None and "meshes" in keys:
+        from tpuctl.spec.elastic import resize_problems  # the generation's spec is built there (it imports this)
+
+        for problem in resize_problems(meshes, tpu.num_slices, restart.min_slices or tpu.num_slices):
+            ck.add(keys["meshes"], "meshes", problem)
     rejoin = restart.rejoin if restart is not None else None
     count = len(hosts) if hosts is not None else None
     coordinator = _coordinator(ck, keys["coordinator"], count, rejoin) if "coordinator" in keys else CoordinatorSpec()
