@@ -142,11 +142,7 @@ def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for
     serves), finds none and serves itself. Two services, each waiting for the hosts registered with the
     other, until the register timeout: instead task 0's steps down when task 1's is up, and task 0 joins it."""
     spec = {**SPEC, "heartbeat_timeout": "5s"}  # a wider window between the loss and the successor serving
-    c: LocalCluster = make_cluster("v4-16", **spec)
-    c.num_hosts = 4
-    c.hosts = loopback_hosts(4)
-    text = spec_text("v4-16", c.hosts, c.port, **spec)
-    c.spec.write_text(text.replace("accelerator: v4-16\n", "accelerator: v4-16\nnum_slices: 2\n"))
+    c: LocalCluster = make_cluster("v4-16", num_slices=2, **spec)
     c.up()
     with socket.socket() as squatter:  # task 2, the first successor, cannot serve: it answers no probe either
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
