@@ -49,7 +49,7 @@ def spec_text(hosts: list[str], port: int) -> str:
     return (
         f"cluster: soak\naccelerator: {ACCELERATOR}\nbackend: sim\nhosts:\n{host_lines}\n"
         f"coordinator: {{port: {port}, heartbeat_interval: {HEARTBEAT}, heartbeat_timeout: {HEARTBEAT_TIMEOUT_S:g}s, "
-        f"register_timeout: {REGISTER_TIMEOUT_S:g}s, successors: [0]}}\n"
+        f"register_timeout: {REGISTER_TIMEOUT_S:g}s}}\n"
         f"barrier_timeout: 30s\n"
         f"restart: {{policy: rejoin, timeout: {RESTART_TIMEOUT_S:g}s, max: {MAX_RESTARTS}}}\n"
     )
