@@ -134,3 +134,80 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
     wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
     status = json.loads(c.tpuctl("status", "--json", task=0).out)
     assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == json.loads(again[0])["generation"], status
+
+
+def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for_it(make_cluster) -> None:
+    """The race of soak seed 30049: task 0's new init looks for a live service while the survivors are still
+    looking for the successor (here task 2 cannot bind, so they wait for it a heartbeat timeout before task 1
+    serves), finds none and serves itself. Two services, each waiting for the hosts registered with the
+    other, until the register timeout: instead task 0's steps down when task 1's is up, and task 0 joins it."""
+    spec = {**SPEC, "heartbeat_timeout": "5s"}  # a wider window between the loss and the successor serving
+    c: LocalCluster = make_cluster("v4-16", num_slices=2, **spec)
+    c.up()
+    with socket.socket() as squatter:  # task 2, the first successor, cannot serve: it answers no probe either
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind((c.hosts[2], c.port))
+        squatter.listen(8)
+        os.kill(c.agent_pid(0), signal.SIGKILL)
+        c.wait_for_log(2, "cannot serve as the coordinator", timeout=5.0 + 10)
+        c.start_init(0, label="init-again-0")  # the survivors wait 5 s for task 2 before task 1 serves
+        back = c.wait_init("init-again-0", 20)  # well within the register timeout (30 s)
+    assert back.code == 0, c.logs()
+    assert "task 0: coordination service listening" in back.err, f"task 0 found the successor at once: no race\n{back.err}"
+    assert f"task 1 ({c.hosts[1]}:{c.port}) took the coordination service over" in back.err, back.err
+    wait_until(lambda: one_generation(c) is not None, 10, "one generation everywhere", logs=c.logs)
+    assert not serving(c.hosts[0], c.port), "task 0 still serves a second service"
+    for task in range(4):
+        status = json.loads(c.tpuctl("status", "--json", task=task).out)
+        assert status["coordinator"] == f"{c.hosts[1]}:{c.port}" and not status["forming"], status
+
+
+def test_a_coordinator_that_leaves_between_generations_is_succeeded_within_the_heartbeat_timeout(make_cluster) -> None:
+    """`tpuctl down` on task 0: the others hear that it left (its generation ends) and register again with
+    its address, where nothing answers any more (soak seed 30049). They judge it lost after the heartbeat
+    timeout, as a session does, and register with the successor (task 2) instead of retrying task 0 for the
+    whole restart timeout (30 s) while the others wait in task 2's service."""
+    c = two_slices(make_cluster)
+    c.up()
+    assert c.tpuctl("down", task=0, timeout=30).code == 0, c.logs()
+    for task in (1, 2, 3):  # generation 2 or 3: task 2's service continues above what a host remembers
+        c.wait_for_log(task, f"registered with {c.hosts[2]}:{c.port} (generation", timeout=HEARTBEAT_TIMEOUT_S + 10)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0", 30).code == 0, c.logs()
+    wait_until(lambda: one_generation(c) is not None, 15, "one generation everywhere", logs=c.logs)
+    status = json.loads(c.tpuctl("status", "--json", task=1).out)
+    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}", status
+
+
+def test_a_successor_frozen_past_the_heartbeat_timeout_steps_down_for_the_next(make_cluster) -> None:
+    """Soak seed 41010: the coordinator moves twice. Task 0 killed: task 2 takes over (task 0 comes back as a
+    worker); task 2 frozen past the heartbeat timeout: task 1 takes over from it. Task 2 resumes serving
+    itself alone while the others wait in task 1's service for it: the lone service yields (the one more
+    hosts registered with wins), task 2 joins task 1, one generation forms."""
+    c = two_slices(make_cluster)
+    c.up()
+    os.kill(c.agent_pid(0), signal.SIGKILL)
+    wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
+    c.start_init(0, label="init-again-0")
+    assert c.wait_init("init-again-0", 60).code == 0, c.logs()
+    wait_until(lambda: one_generation(c) is not None, 30, "one generation with task 0 back", logs=c.logs)
+    pid = c.agent_pid(2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: serving(c.hosts[1], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 1 to serve", logs=c.logs)
+        c.wait_for_log(1, "(taking over from task 2)", timeout=5)
+        for task in (0, 3):
+            c.wait_for_log(task, f"registered with {c.hosts[1]}:{c.port} (generation", timeout=3 * HEARTBEAT_TIMEOUT_S + 10)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    c.wait_for_log(2, f"task 1 ({c.hosts[1]}:{c.port}) took the coordination service over", timeout=20)
+    target = f"{c.hosts[1]}:{c.port}"
+
+    def formed_at_task_1() -> bool:
+        found = one_generation(c)
+        return found is not None and all(
+            json.loads(c.tpuctl("status", "--json", task=t).out).get("coordinator") == target for t in range(4)
+        )
+
+    wait_until(formed_at_task_1, 30, "one generation served by task 1", interval=1.0, logs=c.logs)
+    wait_until(lambda: not serving(c.hosts[2], c.port), 5, "task 2's own service to stop", logs=c.logs)

@@ -281,3 +281,58 @@ def test_a_round_some_hosts_skipped_may_pass_with_a_call_made_for_an_overlapping
 def test_tracebacks_and_internal_errors_are_found_in_any_output() -> None:
     found = inv.tracebacks([("a", "fine\n"), ("b", "tpuctl: internal error: KeyError: 3\n"), ("c", "x\nTraceback (most recent call last):\n")])
     assert [v.detail.split(":")[0] for v in found] == ["b", "c"]
+
+
+# --- a coordinator that moves (coordinator.successors): the invariants follow whichever task serves ---------
+
+TARGETS = {f"{address}:8476": task for task, address in enumerate(ADDRESSES)}
+
+
+def registered(task: int, after: float, serving: int) -> LogLine:
+    return LogLine(task, T0 + after, "INFO", f"task {task}: registered with {ADDRESSES[serving]}:8476 (generation 2); waiting")
+
+
+def moved_to(serving: int, after: float = -10.0, hosts: range = range(HOSTS)) -> inv.Coordinators:
+    coordinators = inv.Coordinators(TARGETS)
+    coordinators.add([registered(t, after, serving) for t in hosts])
+    return coordinators
+
+
+def all_names(task: int) -> tuple[str, ...]:
+    return (f"task {task} ({ADDRESSES[task]})", f"{ADDRESSES[task]}:8476")
+
+
+def test_the_coordinator_is_the_service_most_hosts_last_registered_with() -> None:
+    coordinators = inv.Coordinators(TARGETS)
+    assert coordinators.at() == 0  # nobody registered yet: task 0
+    coordinators.add([registered(t, 0.0, 0) for t in range(HOSTS)])
+    coordinators.add([registered(t, 5.0, 2) for t in range(HOSTS)])
+    assert coordinators.at(T0 + 1.0) == 0 and coordinators.at(T0 + 6.0) == 2 and coordinators.at() == 2
+    coordinators.add([registered(1, 8.0, 1)])  # a successor cut off, serving itself alone: not the coordinator
+    assert coordinators.at() == 2
+    coordinators.add([LogLine(3, T0 + 9.0, "INFO", f"task 2: registered with {ADDRESSES[1]}:8476; waiting")])
+    assert coordinators.views()[3] == 2, "a line about another host's registration is not this host's view"
+    later = coordinators.since(T0 + 6.0)
+    assert later.changes == [] and later.at() == 2, "the next schedule starts from the views at its start"
+
+
+def test_a_failure_while_the_moved_coordinator_is_frozen_is_not_judged() -> None:
+    """Every word between hosts goes through the coordinator: task 2 serves and is frozen, so nobody
+    can hear of task 1's kill meanwhile (with task 0 taken for the coordinator this was a violation)."""
+    frozen = [Disturbed(2, T0 - 1.0, T0 + 6.0)]
+    violations, _ = inv.detection([kill(1)], [], frozen, all_names, hosts=HOSTS, limit=5.0, coordinator=moved_to(2).at)
+    assert violations == []
+    violations, _ = inv.detection([kill(1)], [], frozen, all_names, hosts=HOSTS, limit=5.0)
+    assert [v.invariant for v in violations] == ["detection"]
+
+
+def test_a_kill_of_the_moved_coordinator_is_named_by_a_verdict_not_by_registration_lines() -> None:
+    coordinator = moved_to(2).at
+    lost = "task {t}: the coordinator at 10.0.0.4:8476 (task 2) stopped answering; " + inv.REFORMING
+    heard = [LogLine(t, T0 + 3.2, "WARNING", lost.format(t=t)) for t in (0, 1, 3)]
+    violations, measured = inv.detection([kill(2)], heard, [], all_names, hosts=HOSTS, limit=5.0, coordinator=coordinator)
+    assert violations == [] and measured == [("kill", pytest.approx(3.2))]
+    # registering with the coordinator's address names it, but says nothing about its loss
+    chatter = [registered(t, 1.0, 2) for t in (0, 1, 3)]
+    violations, _ = inv.detection([kill(2)], chatter, [], all_names, hosts=HOSTS, limit=5.0, coordinator=coordinator)
+    assert [v.invariant for v in violations] == ["detection"] and "task 0 never" in violations[0].detail

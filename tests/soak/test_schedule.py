@@ -181,3 +181,19 @@ def test_a_schedule_describes_itself_one_step_a_line() -> None:
         "   1.60s cont task 0",
         "   2.06s barrier 'step' --timeout 10.0s on every host (must pass)",
     ]
+
+
+def test_a_swapped_schedule_hits_the_serving_task_where_the_schedule_hit_task_0() -> None:
+    """The runner maps the schedule's task 0 (the coordinator's share of the faults) to whichever task
+    serves when it starts (a successor, once the coordinator moved); the other task takes task 0's place."""
+    schedule = s.Schedule(7, (
+        s.Step(1.0, s.KILL, task=0),
+        s.Step(2.0, s.STOP, task=2, seconds=1.0, expect=s.FAIL),
+        s.Step(3.0, s.BARRIER_SOME, seconds=2.0, hosts=(0, 1, 3)),
+        s.Step(4.0, s.RESTART_ALL),
+    ))  # fmt: skip
+    swapped = schedule.swapped(0, 2)
+    assert [(s.action, s.task, s.hosts) for s in swapped.steps] == [
+        (s.KILL, 2, ()), (s.STOP, 0, ()), (s.BARRIER_SOME, -1, (1, 2, 3)), (s.RESTART_ALL, -1, ()),
+    ]  # fmt: skip
+    assert swapped.kinds() == schedule.kinds() and schedule.swapped(0, 0) == schedule

@@ -49,7 +49,7 @@ def spec_text(hosts: list[str], port: int) -> str:
     return (
         f"cluster: soak\naccelerator: {ACCELERATOR}\nbackend: sim\nhosts:\n{host_lines}\n"
         f"coordinator: {{port: {port}, heartbeat_interval: {HEARTBEAT}, heartbeat_timeout: {HEARTBEAT_TIMEOUT_S:g}s, "
-        f"register_timeout: {REGISTER_TIMEOUT_S:g}s, successors: [0]}}\n"
+        f"register_timeout: {REGISTER_TIMEOUT_S:g}s}}\n"
         f"barrier_timeout: 30s\n"
         f"restart: {{policy: rejoin, timeout: {RESTART_TIMEOUT_S:g}s, max: {MAX_RESTARTS}}}\n"
     )
@@ -249,9 +249,13 @@ class Cluster:
         return self.state(task) / "agent.log"
 
     def victim_names(self, task: int) -> tuple[str, ...]:
-        """How a message names host ``task``: ``task N (ADDRESS)``; for task 0 also the coordinator's address."""
-        names = (f"task {task} ({self.hosts[task]})",)
-        return (*names, f"{self.hosts[0]}:{self.net.port}") if task == 0 else names
+        """How a message names host ``task``: ``task N (ADDRESS)``, or its coordination service's address
+        (any task may serve: task 0, or a successor once the coordinator moved)."""
+        return (f"task {task} ({self.hosts[task]})", f"{self.hosts[task]}:{self.net.port}")
+
+    def targets(self) -> dict[str, int]:
+        """Each host's coordination service address (``HOST:PORT``, as the agents log it) to its task."""
+        return {f"{host}:{self.net.port}": task for task, host in enumerate(self.hosts)}
 
     def agent_pid(self, task: int) -> int | None:
         """The live agent holding host ``task``'s state dir (one this soak started), else None."""

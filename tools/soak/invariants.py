@@ -11,10 +11,12 @@ The invariants, one name each (a :class:`Violation` carries it):
   it; ``unformed-mapping``: no mapping file of a generation that never formed (one that appeared on a single
   host and that no other host formed);
 * ``detection``: every failure (a kill, a ``tpuctl down``, a stop or a cut that outlasted the heartbeat
-  timeout) is named (``task N (ADDRESS)``; for task 0 the coordinator's address) in the log of every host
-  that was undisturbed meanwhile, within heartbeat timeout + 2 s of the fault (a stop or cut around the
-  timeout counts as a failure only when some host named it before the victim had been back that long;
-  the history of earlier generations a line carries, after ``; earlier: ``, names nothing); ``down-all``: every
+  timeout) is named (``task N (ADDRESS)``; for the coordinator also its service's address, or its role)
+  in the log of every host that was undisturbed meanwhile, within heartbeat timeout + 2 s of the fault (a
+  stop or cut around the timeout counts as a failure only when some host named it before the victim had been
+  back that long; the history of earlier generations a line carries, after ``; earlier: ``, names nothing).
+  The coordinator is whichever task serves at the time (it moves to a successor when its host is lost,
+  ``coordinator.successors``): the one most hosts last registered with (``Coordinators``); ``down-all``: every
   undisturbed agent exits within that time of ``tpuctl down --all`` (a host disturbed until less than that
   time before is still reconnecting; none while the coordinator, task 0, is: ``told_of_down_all``; none when the command said its own agent
   could not take it, ``down_all_refused``);
@@ -43,6 +45,7 @@ HISTORY = "; earlier: "
 RETRYING = "(will retry)"  # a heartbeat that failed once: not yet a verdict on anyone
 VERDICT_LEVELS = ("WARNING", "ERROR")  # a host's verdict on the coordinator is logged at these
 FORMED = re.compile(r"task \d+: generation (\d+) formed")
+REGISTERED = re.compile(r"task (\d+): registered with ([^\s;]+)")  # every host, every generation: whose service
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "internal error", "agent crashed")
 STALE_GRACE_S = 1.5  # the agent removes its mapping right after it logs that it re-forms
 FORMED_WINDOW_S = 10.0  # another host's evidence of the same generation within this much of the sample
@@ -124,6 +127,44 @@ def tracebacks(outputs: Iterable[tuple[str, str]]) -> list[Violation]:
     return found
 
 
+class Coordinators:
+    """Which task serves the cluster at any time, from the agents' registration lines: each host's view is
+    the service it last registered with (``task N: registered with ADDRESS``); the coordinator is the task
+    whose service most hosts' views name (a host cut off that serves itself is one view; on a tie the
+    lowest task). ``targets``: service address (``HOST:PORT``) to task. O(lines) to build; ``at`` replays."""
+
+    def __init__(self, targets: dict[str, int], initial: dict[int, int] | None = None) -> None:
+        self.targets = targets
+        self.initial = dict(initial or {})
+        self.changes: list[tuple[float, int, int]] = []  # (when, host, the task whose service it registered with)
+
+    def add(self, lines: Iterable[LogLine]) -> None:
+        for line in lines:
+            m = REGISTERED.search(line.text)
+            if m and int(m.group(1)) == line.task and m.group(2) in self.targets:
+                self.changes.append((line.at, line.task, self.targets[m.group(2)]))
+        self.changes.sort(key=lambda change: change[0])
+
+    def views(self, when: float = float("inf")) -> dict[int, int]:
+        views = dict(self.initial)
+        for at, host, task in self.changes:
+            if at > when:
+                break
+            views[host] = task
+        return views
+
+    def at(self, when: float = float("inf")) -> int:
+        """The coordinator at ``when`` (task 0 before any host registered)."""
+        counts: dict[int, int] = {}
+        for task in self.views(when).values():
+            counts[task] = counts.get(task, 0) + 1
+        return min(counts, key=lambda task: (-counts[task], task)) if counts else 0
+
+    def since(self, when: float) -> Coordinators:
+        """The same, with the views at ``when`` as the start (for the next schedule)."""
+        return Coordinators(self.targets, self.views(when))
+
+
 def _disturbed(task: int, start: float, end: float, disturbed: Sequence[Disturbed]) -> bool:
     return any(d.task == task and d.start <= end and start <= d.end for d in disturbed)
 
@@ -136,9 +177,11 @@ def detection(
     *,
     hosts: int,
     limit: float,
+    coordinator: Callable[[float], int] = lambda when: 0,
 ) -> tuple[list[Violation], list[tuple[str, float]]]:
     """Every failure named on every undisturbed host within ``limit`` s. Returns the violations and the
-    detection times measured: (fault kind, seconds from the fault to the last host's naming)."""
+    detection times measured: (fault kind, seconds from the fault to the last host's naming).
+    ``coordinator(when)``: the task serving the cluster then (``Coordinators.at``)."""
     violations: list[Violation] = []
     measured: list[tuple[str, float]] = []
     lines = sorted(lines, key=lambda line: line.at)
@@ -146,11 +189,12 @@ def detection(
         if fault.kind == "down-all":
             continue  # judged by the runner: every agent must exit
         window = (fault.at - 0.2, fault.at + limit)
-        if fault.task != 0 and _disturbed(0, fault.at - 0.5, window[1], disturbed):
-            continue  # every word between hosts goes through task 0: with it frozen, cut off or dead, no one can hear
+        serving = coordinator(fault.at - 0.5)
+        if fault.task != serving and _disturbed(serving, fault.at - 0.5, window[1], disturbed):
+            continue  # every word between hosts goes through the coordinator: with it frozen, cut off or dead, no one can hear
         observers = [t for t in range(hosts) if t != fault.task and not _disturbed(t, fault.at - 0.5, window[1], disturbed)]
         own = [d for d in disturbed if not (d.task == fault.task and d.start == fault.at)]
-        if fault.kind == "partition" and fault.task != 0 and not _disturbed(fault.task, fault.at, window[1], own):
+        if fault.kind == "partition" and fault.task != serving and not _disturbed(fault.task, fault.at, window[1], own):
             observers.append(fault.task)  # the host cut off must learn too: it names the coordinator
         first: dict[int, float] = {}
         absorbed: set[int] = set()  # hosts that re-formed anyway while the victim was away, then formed with it
@@ -162,20 +206,20 @@ def detection(
                 absorbed.add(line.task)
             if line.at < window[0] or line.task in first or RETRYING in line.text:
                 continue
-            if fault.task == 0 and line.level not in VERDICT_LEVELS:
+            if fault.task == serving and line.level not in VERDICT_LEVELS:
                 continue  # the coordinator's address is in every registration line: only a verdict names it
             # the host cut off names the coordinator it lost, or itself, failed by the others; a verdict on
-            # task 0 may name it by its role ("the coordinator restarted")
-            wanted = (*names(0), *names(fault.task)) if line.task == fault.task else names(fault.task)
+            # the coordinator may name it by its role ("the coordinator restarted")
+            wanted = (*names(serving), *names(fault.task)) if line.task == fault.task else names(fault.task)
             text = line.text.split(HISTORY, 1)[0]  # what ended earlier generations names no fault of now
-            by_role = (line.task == fault.task or fault.task == 0) and "coordinator" in text
+            by_role = (line.task == fault.task or fault.task == serving) and "coordinator" in text
             if any(name in text for name in wanted) or by_role:
                 first[line.task] = line.at
         # Did the service judge it failed? Only a naming before the victim had been back for ``limit`` s
         # says so: a later one is about something else (seed 50340: a later `tpuctl down --all`).
         judged_by = fault.until + limit
         failed = fault.expect == "fail" or any(
-            (t in observers or t == 0) and at <= judged_by for t, at in first.items() if t != fault.task
+            (t in observers or t == serving) and at <= judged_by for t, at in first.items() if t != fault.task
         )
         if fault.expect == "survive" or not failed or not observers:
             continue

@@ -77,6 +77,7 @@ class Soak:
         self.fresh_starts = 0
         self._log_offsets: dict[Path, int] = {}
         self._mapping_keys: dict[int, tuple[int, int, int] | None] = {}
+        self.coordinators = inv.Coordinators(self.cluster.targets())  # who serves: task 0, or a successor
         # per schedule
         self.lines: list[inv.LogLine] = []
         self.marked: list[tuple[str, str]] = []
@@ -105,6 +106,7 @@ class Soak:
         self.cluster.wipe()
         self.cluster.remove_archive()
         self._log_offsets.clear()
+        self.coordinators = inv.Coordinators(self.cluster.targets())
         for attempt in range(2):
             started = [self.cluster.init(t, "start") for t in range(HOSTS)]
             self._wait(started, START_S)
@@ -130,6 +132,11 @@ class Soak:
         self._ingest_logs()  # what the logs said before this schedule is not its business
         self.lines.clear()
         self.marked.clear()
+        self.coordinators = self.coordinators.since(time.time())
+        serving = self.coordinators.at()
+        if serving != 0:  # the schedule's task 0 is the coordinator: whichever task serves now
+            schedule = schedule.swapped(0, serving)
+            self.notes.append(f"task {serving} serves the cluster: the schedule's tasks 0 and {serving} swapped")
         self._sample_mappings()
         faults: Counter[str] = Counter()
         skipped: Counter[str] = Counter()
@@ -148,7 +155,7 @@ class Soak:
         self._ingest_commands()
         self.violations += inv.tracebacks(self.marked)
         found, detections = inv.detection(self.faults, self.lines, self.disturbed, self.cluster.victim_names,
-                                          hosts=HOSTS, limit=LIMIT_S)  # fmt: skip
+                                          hosts=HOSTS, limit=LIMIT_S, coordinator=self.coordinators.at)  # fmt: skip
         self.violations += found
         self.violations += inv.survived(self.faults, self.lines, self.cluster.victim_names, self.disturbed, limit=LIMIT_S)
         self.violations += inv.stale_mappings(self.samples, self.lines, hosts=HOSTS)
@@ -471,6 +478,7 @@ class Soak:
         self._log_offsets[path] = offset + cut
         lines, marked = inv.parse_log(task, data[:cut].decode(errors="replace"))
         self.lines += lines
+        self.coordinators.add(lines)
         self.marked += [(f"task {task}'s agent.log", text) for text in marked]
 
     def _ingest_logs(self) -> None:

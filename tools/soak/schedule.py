@@ -28,6 +28,7 @@ The runner (``tools/soak/runner.py``) performs the steps and checks the invarian
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -114,6 +115,19 @@ class Step:
 class Schedule:
     seed: int
     steps: tuple[Step, ...]
+
+    def swapped(self, a: int, b: int) -> Schedule:
+        """The same schedule with tasks ``a`` and ``b`` exchanged (the runner maps the schedule's task 0, the
+        coordinator's share of the faults, to whichever task serves the cluster when it starts)."""
+
+        def other(task: int) -> int:
+            return b if task == a else a if task == b else task
+
+        steps = tuple(
+            dataclasses.replace(step, task=other(step.task), hosts=tuple(sorted(other(t) for t in step.hosts)))
+            for step in self.steps
+        )
+        return Schedule(self.seed, steps)
 
     def kinds(self) -> Counter[str]:
         """The faults this schedule injects, by kind."""

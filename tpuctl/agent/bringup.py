@@ -62,7 +62,7 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import MEMBER, NO_JOB_PORTS, STANDBY, AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
-from tpuctl.agent.succession import Found, discover, probe, wait_for_service
+from tpuctl.agent.succession import Found, discover, wait_for_service
 from tpuctl.coordination.values import ClusterFailed
 from tpuctl.errors import (
     ClusterError,
@@ -157,6 +157,8 @@ class Agent:
         self.coordinator_target = self.spec.coordinator_target
         self._token: str | None = None
         self._lost_coordinator: GenerationEnd | None = None  # the coordinator's host was lost: find its successor
+        self._took_over_from: int | None = None  # this host's service took over from that task (None: task 0's own)
+        self._moving_to: Found | None = None  # this host's service yields to that one: join it (``_watch_succession``)
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -346,7 +348,10 @@ class Agent:
     async def _form_once(self, *, first: bool) -> GenerationEnd | None:
         """One generation's bring-up: None once it formed, else why it ended first."""
         spec, task = self.spec, self.task
-        if self._lost_coordinator is not None:
+        if self._moving_to is not None:
+            found, self._moving_to = self._moving_to, None
+            await self._move_to(found)
+        elif self._lost_coordinator is not None:
             lost, self._lost_coordinator = self._lost_coordinator, None
             await self._succeed(lost)
         elif not first and self._server is not None and self.coordinator_task == task and spec.successors:
@@ -360,7 +365,7 @@ class Agent:
         registering: Registering = {
             "incarnation": self.incarnation,
             "hostname": socket.gethostname(),
-            "connect_timeout": wait,
+            "connect_timeout": self._connect_within(wait),
             "generation": self._last_generation,
             "previous_credential": self._previous_credential,
             "answered_before": self.current is not None,  # this process registered before: the coordinator was up
@@ -405,6 +410,8 @@ class Agent:
         self.options.state.write_registration(spec.cluster, task, number, self._previous_credential)
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         gen.tasks.append(asyncio.create_task(self._heartbeats(gen), name=f"heartbeats-{number}"))
+        if self._server is not None and self.coordinator_task == task and spec.successors:
+            gen.tasks.append(asyncio.create_task(self._watch_succession(gen), name=f"watch-succession-{number}"))
         steps = asyncio.create_task(self._form_steps(gen, wait), name=f"form-{number}")
         waiting: set[asyncio.Future[None] | asyncio.Future[GenerationEnd]] = {steps, gen.ended}
         try:
@@ -574,13 +581,14 @@ class Agent:
         """The service dropped this host's registration while generation ``end.generation`` formed (silent
         for the heartbeat timeout: frozen or cut off while waiting for the others): register into it again.
         Nothing of the generation was done here yet (every host had not registered), so nothing is redone."""
-        log.warning(
-            "task %d: the coordinator dropped this host's registration into generation %d while it formed (%s); "
-            "registering again",
-            self.task,
-            end.generation,
-            end.error.message,
-        )
+        if self._moving_to is None:
+            log.warning(
+                "task %d: the coordinator dropped this host's registration into generation %d while it formed (%s); "
+                "registering again",
+                self.task,
+                end.generation,
+                end.error.message,
+            )
         gen = self.current
         if gen is not None:
             await gen.stop()
@@ -650,6 +658,19 @@ class Agent:
                 self.reporter.progress(f"task {task}: task {candidate} ({where}) did not answer within {per:g} s; "
                                        "trying the next successor")  # fmt: skip
 
+    def _connect_within(self, wait: float) -> float:
+        """How long a registration retries a coordinator that does not answer at all: ``wait`` (the
+        register or restart timeout), but only the heartbeat timeout when registering again (this process
+        was answered before) to another host's service that a successor may replace: a coordinator gone
+        between two generations (``tpuctl down`` on its host: the survivors re-form, then find nobody) is
+        lost as one that stops answering a session is, and ``_succeed`` finds the next."""
+        spec = self.spec
+        if self.current is None or self.coordinator_task == self.task:
+            return wait
+        if not any(t != self.coordinator_task for t in spec.successors):
+            return wait  # nobody else may serve: wait for this coordinator to come back
+        return min(wait, spec.coordinator.heartbeat_timeout)
+
     async def _serve(self, first: int, lost: int) -> bool:
         """Start the coordination service on this host's address at generation ``first`` (a successor taking
         over from task ``lost``); False, said, when it cannot (the port is taken, TLS files missing)."""
@@ -667,6 +688,7 @@ class Agent:
                 f"task {task}: cannot serve as the coordinator: {why}; handing over to the next successor"
             )
             return False
+        self._took_over_from = lost
         self.reporter.progress(
             f"task {task}: coordination service listening on {spec.coordinator_target_at(task)} at generation "
             f"{first} (taking over from task {lost})"
@@ -676,7 +698,7 @@ class Agent:
     async def _move_to(self, found: Found) -> None:
         """Talk to the service ``found`` from now on (this host's own service, if it is another, stops)."""
         if found.task != self.task and self._server is not None:
-            server, self._server = self._server, None
+            server, self._server, self._took_over_from = self._server, None, None
             await server.stop(grace=FAILED_STOP_GRACE_S)
         if found.target != self.coordinator_target or self.client is None:
             old, self.client = self.client, connect(self.spec, self._token, target=found.target)
@@ -691,21 +713,41 @@ class Agent:
         """This host serves, and its generation ended: when a successor took over meanwhile (this host was
         frozen or cut off longer than the heartbeat timeout), its service at the same or a later generation
         wins, and this host joins it as a worker. O(successors) probes, refused at once when nobody serves."""
-        from tpuctl.agent.succession import candidates
+        from tpuctl.agent.succession import superseded
 
         assert self._server is not None
         own = self._server.service.state.generation
-        others = [t for t in candidates(self.spec) if t != self.task]
-        answers = await asyncio.gather(*(probe(self.spec, self._token, t) for t in others))
-        ahead = [a for a in answers if a is not None and a.generation >= own]
-        if not ahead:
+        found = await superseded(self.spec, self._token, self.task, self._took_over_from, own)
+        if found is None:
             return
-        found = max(ahead, key=lambda a: a.generation)
         log.warning("task %d: task %d serves the cluster at generation %d (this host's service is at %d): "
                     "joining it as a worker", self.task, found.task, found.generation, own)  # fmt: skip
         self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination service "
                                f"over at generation {found.generation}; joining it")  # fmt: skip
         await self._move_to(found)
+
+    async def _watch_succession(self, gen: Generation) -> None:
+        """This host serves, and generation ``gen`` forms: until every host registered, ask the other
+        candidates every ``WATCH_EVERY_S`` whether one serves in this service's place (a successor that
+        took over while this host was away, or started after this host's own discovery found nobody). Two
+        services would each wait for the hosts registered with the other until the timeouts: the one that
+        yields (``succession.yields_to``, decided the same way on both sides) ends its generation, stops, and
+        its host joins the other as a worker (its registrants find the successor as after any loss)."""
+        from tpuctl.agent.succession import WATCH_EVERY_S, superseded
+
+        while not gen.all_registered and not gen.membership.standby and self._server is not None and not gen.ended.done():
+            own = self._server.service.state.generation
+            found = await superseded(self.spec, self._token, self.task, self._took_over_from, own)
+            if found is not None and not gen.all_registered and gen is self.current:
+                why = (f"task {found.task} ({found.target}) serves the cluster at generation {found.generation} "
+                       f"(this host's service is at {own})")  # fmt: skip
+                log.warning("task %d: %s: stepping down, joining it as a worker", self.task, why)
+                self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination "
+                                       f"service over at generation {found.generation}; joining it")  # fmt: skip
+                self._moving_to = found
+                self._end(gen, GenerationEnd(gen.number, True, ClusterError(f"task {self.task}: {why}"), again=True))
+                return
+            await asyncio.sleep(WATCH_EVERY_S)
 
     def _watch_metadata(self) -> None:
         """The GCE metadata server's preemption and maintenance notices, where a watch belongs

@@ -10,6 +10,11 @@ refuses the connection at once):
   cluster with the highest generation; none: the cluster is fresh (task 0 starts the service).
 * ``wait_for_service``: a survivor of a lost coordinator asks one candidate again and again, for a bounded
   time (the heartbeat timeout), before moving to the next of the succession order.
+* ``superseded``: a host serving a generation that has not formed yet asks the other candidates, every
+  ``WATCH_EVERY_S``, whether one serves the cluster in its place: a returning task 0 whose discovery ran
+  before the survivors' successor was up, or a coordinator frozen past the heartbeat timeout. Two services
+  would each wait for the hosts registered with the other; ``yields_to`` decides, the same way on both
+  sides, which one steps down (its host joins the other as a worker), so one service is left to form.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpuctl.agent.coordinator import connect
@@ -31,6 +37,8 @@ PROBE_S = 1.0
 packets costs this much, in parallel with the others)."""
 PROBE_EVERY_S = 0.25
 """How often a survivor asks a candidate that has not answered yet (about the channel's reconnect pace)."""
+WATCH_EVERY_S = 0.5
+"""How often a service whose generation forms asks the other candidates whether one took over."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,89 @@ async def discover(spec: ClusterSpec, token: str | None, *, timeout: float = PRO
     return max(found, key=lambda item: (item[0], item[1]))[2]
 
 
+def yields_to(
+    successors: Sequence[int],
+    task: int,
+    took_over_from: int | None,
+    own_generation: int,
+    other: Found,
+    own_hosts: int | None = None,
+    other_hosts: int | None = None,
+) -> bool:
+    """Whether task ``task``'s service (started to take over from task ``took_over_from``; None: task 0's
+    own start, not a succession) steps down for ``other``, another candidate's live service.
+    ``own_hosts``/``other_hosts``: how many hosts each has registered (None: unknown).
+
+    Never for a lower generation (a service frozen, then resumed, is at the generation it had: its
+    registrations are stale until it ends it), always for a higher one. At the same generation the service
+    more hosts registered with wins (each host registers with one service at a time: the same decision on
+    both sides; a returning task 0 alone yields to the survivors' successor, a successor cut off and
+    serving itself alone to the others' service, two coordinators that each replaced the other settle).
+    On a tie, by history: task 0's own service yields to any successor's (a successor serves only after
+    the survivors judged the coordinator lost); a successor's never to the coordinator it replaced (that
+    one yields), and to another successor earlier in the succession order after ``took_over_from`` (the
+    order every survivor tried). Antisymmetric: of two services, at most one yields to the other.
+    """
+    from tpuctl.spec.successors import succession_order
+
+    if other.task == task or other.generation < own_generation:
+        return False
+    if other.generation > own_generation:
+        return True
+    if own_hosts is not None and other_hosts is not None and own_hosts != other_hosts:
+        return other_hosts > own_hosts
+    if took_over_from is None:
+        return True
+    if other.task == took_over_from:
+        return False
+    order = succession_order(successors, took_over_from)
+    rank = {t: i for i, t in enumerate(order)}
+    return rank.get(other.task, len(order)) < rank.get(task, len(order))
+
+
+async def registered(spec: ClusterSpec, token: str | None, task: int, timeout: float = PROBE_S) -> int | None:
+    """How many hosts are registered with task ``task``'s service and heard from within the heartbeat
+    timeout (None: no answer). A full status call,
+    O(hosts): asked only of a competing service, while two serve the cluster."""
+    from tpuctl.coordination.values import TaskState
+
+    client = connect(spec, token, target=spec.coordinator_target_at(task))
+    try:
+        status = await asyncio.wait_for(client.status(timeout=timeout), timeout + 0.5)
+    except (TpuctlError, OSError, asyncio.TimeoutError):
+        return None
+    finally:
+        with contextlib.suppress(BaseException):
+            await client.close()
+    # A service frozen, then resumed, still lists the hosts that left it meanwhile as connected: only a
+    # heartbeat within the heartbeat timeout (by its clock) counts.
+    fresh = spec.coordinator.heartbeat_timeout
+    return sum(
+        1 for t in status.tasks
+        if t.state is TaskState.CONNECTED and t.seconds_since_heartbeat is not None and t.seconds_since_heartbeat <= fresh
+    )  # fmt: skip
+
+
+async def superseded(
+    spec: ClusterSpec, token: str | None, task: int, took_over_from: int | None, own_generation: int
+) -> Found | None:
+    """The live service of another candidate that task ``task``'s service yields to (``yields_to``), or
+    None. One round of brief probes, in parallel (at most ``PROBE_S`` + a margin; O(successors)); only when
+    another candidate serves, how many hosts each service has (one full status call each)."""
+    others = [t for t in candidates(spec) if t != task]
+    live = [a for a in await asyncio.gather(*(probe(spec, token, t) for t in others)) if a is not None]
+    if not live:
+        return None
+    own, *counts = await asyncio.gather(registered(spec, token, task), *(registered(spec, token, a.task) for a in live))
+    winners = [
+        (count, a) for a, count in zip(live, counts, strict=True)
+        if yields_to(spec.successors, task, took_over_from, own_generation, a, own, count)
+    ]  # fmt: skip
+    if not winners:
+        return None
+    return max(winners, key=lambda w: (w[0] or 0, w[1].generation, -others.index(w[1].task)))[1]
+
+
 async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, within: float) -> Found | None:
     """Ask task ``task``'s host until it serves this cluster, for ``within`` seconds at most."""
     deadline = time.monotonic() + within
@@ -90,4 +181,7 @@ async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, with
         await asyncio.sleep(min(PROBE_EVERY_S, left))
 
 
-__all__ = ["PROBE_S", "Found", "candidates", "discover", "probe", "wait_for_service"]
+__all__ = [
+    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "registered", "superseded", "wait_for_service",
+    "yields_to",
+]
