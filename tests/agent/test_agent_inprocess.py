@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.recorder import Recorder
 
 from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, BarrierPassed, ErrorReport
-from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
 from tpuctl.errors import ClusterError, TpuctlError
 from tpuctl.job.env import JobEnv
@@ -29,23 +29,6 @@ from tpuctl.spec.yamlfile import load_spec_text
 HOSTS = 4
 DEADLINE_S = 60.0
 
-
-class Recorder(Reporter):
-    """Collects what an agent reports, and lets a test await its outcome."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.outcome: asyncio.Future[dict[str, Any] | TpuctlError] = asyncio.get_running_loop().create_future()
-
-    def progress(self, text: str) -> None:
-        self.lines.append(text)
-
-    def ready(self, summary: dict[str, Any]) -> None:
-        self.outcome.set_result(summary)
-
-    def failed(self, exc: TpuctlError) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(exc)
 
 
 async def start_cluster(tmp_path: Path) -> tuple[list[Agent], list[Recorder], list[asyncio.Task[int]]]:

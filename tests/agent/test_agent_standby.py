@@ -18,17 +18,16 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from harness.recorder import Recorder
 
 from tpuctl.agent.bringup import Agent
 from tpuctl.agent.control import Op, call
 from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.protocol import AgentInfo, ErrorReport
-from tpuctl.agent.reporter import Reporter
 from tpuctl.agent.statedir import StateDir
-from tpuctl.errors import EXIT_CLUSTER, StandbyError, TpuctlError
+from tpuctl.errors import EXIT_CLUSTER, StandbyError
 from tpuctl.sim.cluster import free_port, loopback_hosts
 from tpuctl.spec.model import ClusterSpec
 from tpuctl.spec.yamlfile import load_spec_text
@@ -36,23 +35,6 @@ from tpuctl.spec.yamlfile import load_spec_text
 pytestmark = pytest.mark.slow  # real `tpuctl` processes against in-process agents
 DEADLINE_S = 60.0
 
-
-class Recorder(Reporter):
-    """What an agent reports; ``outcome``: its summary or its error."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.outcome: asyncio.Future[dict[str, Any] | TpuctlError] = asyncio.get_running_loop().create_future()
-
-    def progress(self, text: str) -> None:
-        self.lines.append(text)
-
-    def ready(self, summary: dict[str, Any]) -> None:
-        self.outcome.set_result(summary)
-
-    def failed(self, exc: TpuctlError) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(exc)
 
 
 def spec_of(tmp_path: Path, restart_timeout: str = "1m") -> tuple[ClusterSpec, list[str]]:

@@ -42,3 +42,12 @@ def _no_namespaces_or_mounts_left() -> Iterator[None]:
 
 MOUNTED: set[str] = set()
 """Mount points the tests mounted and have not unmounted yet."""
+
+
+@pytest.fixture(scope="module")
+def namespaces_usable() -> None:
+    """Skip the module's tests where network namespaces cannot be made (not root, no ``ip``)."""
+    reason = netns.unavailable()
+    if reason:
+        pytest.skip(reason)
+

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import TPUCTL, Proc
 from harness.clusters import LocalCluster
 
+from . import netns
 from .recorder import HostOutcome, first_error
 
 PYTHON = sys.executable
@@ -217,3 +218,17 @@ def park_barriers(c: LocalCluster, peers: list[int], name: str = "step") -> dict
 
     wait_until(arrived, 30, f"{peers} to wait at barrier {name!r}", interval=0.2, logs=c.logs)
     return procs
+
+
+def init_in_namespaces(c: LocalCluster, net: netns.Network, hosts: int) -> None:
+    """``tpuctl init`` of every host inside its own namespace; every one must come up."""
+    procs = []
+    for t in range(hosts):
+        state = c.state(t)
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        command = [*net.exec(t), *TPUCTL, "init", "--config", str(c.spec), "--task-id", str(t),
+                   "--state-dir", str(state), "--out", str(state / "mapping.json")]  # fmt: skip
+        procs.append(c.start(f"init-{t}", command))
+    results = c.processes.wait_all(procs, 90)
+    assert [r.code for r in results] == [0] * hosts, c.logs()
+

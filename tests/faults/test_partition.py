@@ -17,7 +17,17 @@ from harness import TPUCTL, Proc
 from harness.clusters import LocalCluster, spec_text
 
 from . import netns
-from .faultlib import SLACK_S, Victim, check, names_victim, outcomes, park_barriers, status, watch_exits
+from .faultlib import (
+    SLACK_S,
+    Victim,
+    check,
+    init_in_namespaces,
+    names_victim,
+    outcomes,
+    park_barriers,
+    status,
+    watch_exits,
+)
 from .recorder import HostOutcome, Measurement, first_error
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]  # make test runs these beside the rest
@@ -26,13 +36,6 @@ HEARTBEAT_TIMEOUT_S = 5.0
 DEADLINE_S = HEARTBEAT_TIMEOUT_S + 2.0
 SHORT_CUT_S = 2.0
 PORT = 8476  # nothing else listens inside these namespaces
-
-
-@pytest.fixture(scope="module")
-def namespaces_usable() -> None:
-    reason = netns.unavailable()
-    if reason:
-        pytest.skip(reason)
 
 
 @pytest.fixture
@@ -52,15 +55,7 @@ def net_cluster(namespaces_usable, make_cluster, request) -> Iterator[tuple[Loca
 
 
 def up(c: LocalCluster, net: netns.Network) -> None:
-    procs = []
-    for t in range(4):
-        state = c.state(t)
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
-        command = [*net.exec(t), *TPUCTL, "init", "--config", str(c.spec), "--task-id", str(t),
-                   "--state-dir", str(state), "--out", str(state / "mapping.json")]  # fmt: skip
-        procs.append(c.start(f"init-{t}", command))
-    results = c.processes.wait_all(procs, 90)
-    assert [r.code for r in results] == [0] * 4, c.logs()
+    init_in_namespaces(c, net, 4)
 
 
 def blames_own_agent(text: str) -> bool:

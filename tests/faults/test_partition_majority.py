@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import TPUCTL, wait_until
+from harness import wait_until
 from harness.clusters import LocalCluster, spec_text
 
 from . import netns
+from .faultlib import init_in_namespaces
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]  # make test runs these beside the rest
 
@@ -29,13 +30,6 @@ PORT = 8477  # nothing else listens inside these namespaces
 HEARTBEAT_TIMEOUT_S = 3.0
 RESTART_TIMEOUT_S = 10.0
 EXTRA = "num_slices: 3\nrestart: {policy: elastic, min_slices: 1, timeout: 10s, max: 5}\n"
-
-
-@pytest.fixture(scope="module")
-def namespaces_usable() -> None:
-    reason = netns.unavailable()
-    if reason:
-        pytest.skip(reason)
 
 
 @pytest.fixture
@@ -54,15 +48,7 @@ def three_slices(namespaces_usable, make_cluster, request) -> Iterator[tuple[Loc
 
 
 def up(c: LocalCluster, net: netns.Network) -> None:
-    procs = []
-    for t in range(3):
-        state = c.state(t)
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
-        command = [*net.exec(t), *TPUCTL, "init", "--config", str(c.spec), "--task-id", str(t),
-                   "--state-dir", str(state), "--out", str(state / "mapping.json")]  # fmt: skip
-        procs.append(c.start(f"init-{t}", command))
-    results = c.processes.wait_all(procs, 90)
-    assert [r.code for r in results] == [0] * 3, c.logs()
+    init_in_namespaces(c, net, 3)
     assert all(generation_of(c.mapping(t)) == 1 for t in range(3))
 
 

@@ -285,10 +285,7 @@ class Session:
                     if self._ended is not None:
                         raise self._ended
                     if self._reopened != reopened:
-                        raise CoordinatorUnreachable(
-                            f"the session with the coordinator at {client.target} broke while sending {call}",
-                            hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
-                        )
+                        raise self._broke_while_sending(call)
                 left = started + own + WITHDRAW_GRACE_S - time.monotonic()
                 done, _ = await asyncio.wait({future}, timeout=max(0.01, left))  # never cancels the future
                 if not done:
@@ -324,6 +321,13 @@ class Session:
         finally:
             if not handed_off:
                 self._forget(request_id, future)
+
+    def _broke_while_sending(self, call: str) -> CoordinatorUnreachable:
+        """The error of a request whose stream ended under its write (the session reopened since)."""
+        return CoordinatorUnreachable(
+            f"the session with the coordinator at {self._client.target} broke while sending {call}",
+            hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
+        )
 
     async def _lost_answer(
         self, request_id: int, name: str, broke: CoordinatorUnreachable, deadline: float
@@ -474,10 +478,7 @@ class Session:
                 if self._ended is not None:
                     raise self._ended
                 if self._reopened != reopened:
-                    raise CoordinatorUnreachable(
-                        f"the session with the coordinator at {client.target} broke while sending {call}",
-                        hint="it may have restarted or been cut off; `tpuctl status` shows what it sees",
-                    )
+                    raise self._broke_while_sending(call)
             left = deadline - time.monotonic()
             try:
                 return await within(future, max(0.01, left))  # the future is this call's alone
