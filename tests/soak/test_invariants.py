@@ -336,3 +336,11 @@ def test_a_kill_of_the_moved_coordinator_is_named_by_a_verdict_not_by_registrati
     chatter = [registered(t, 1.0, 2) for t in (0, 1, 3)]
     violations, _ = inv.detection([kill(2)], chatter, [], all_names, hosts=HOSTS, limit=5.0, coordinator=coordinator)
     assert [v.invariant for v in violations] == ["detection"] and "task 0 never" in violations[0].detail
+
+
+def test_a_down_all_while_a_successor_coordinator_is_disturbed_need_stop_nobody() -> None:
+    """The coordinator may be a successor (the schedule's task 0 swapped with it): while it is disturbed, a
+    down --all reaches nobody, whichever task it is (soak seeds 60014, 60342)."""
+    disturbed = [Disturbed(2, T0 + 1.0, T0 + 4.0)]
+    assert inv.told_of_down_all(T0 + 5.0, disturbed, hosts=4, reconnect=5.0, coordinator=2) == []
+    assert inv.told_of_down_all(T0 + 5.0, disturbed, hosts=4, reconnect=5.0, coordinator=0) == [0, 1, 3]

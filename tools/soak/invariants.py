@@ -250,15 +250,17 @@ def down_all_refused(code: int | None, err: str) -> bool:
     return code == 5 and any(words in err for words in NOT_TAKEN)
 
 
-def told_of_down_all(down_at: float, disturbed: Sequence[Disturbed], *, hosts: int, reconnect: float) -> list[int]:
+def told_of_down_all(
+    down_at: float, disturbed: Sequence[Disturbed], *, hosts: int, reconnect: float, coordinator: int = 0
+) -> list[int]:
     """The hosts whose agents a ``tpuctl down --all`` at ``down_at`` must stop (``down-all``): not those
     disturbed then, nor those whose disturbance ended less than ``reconnect`` s before (the heartbeat
     timeout + 2 s: a host just resumed or healed is still reconnecting, gRPC's own backoff included, or
     registering again after the others dropped it; task 0 stops the service once the shutdown is out, so
     such a host finds the coordinator gone, as after a partition, and waits for it, as it must); none while
-    task 0 is so disturbed itself."""
+    the coordinator (the task serving when the schedule started, ``coordinator``) is so disturbed itself."""
     excused = {d.task for d in disturbed if d.start < down_at and d.end != float("inf") and d.end >= down_at - reconnect}
-    if any(d.task == 0 and d.start < down_at and d.end >= down_at - reconnect for d in disturbed):
+    if any(d.task == coordinator and d.start < down_at and d.end >= down_at - reconnect for d in disturbed):
         # The shutdown goes out through the coordinator: with task 0 dead, frozen, cut off or just back,
         # `tpuctl down --all` reaches nobody and says so (seed 50272: task 0 killed, its new init 2.4 s before
         # the down, its service not listening yet: "coordinator unreachable ... Connection refused"), or every

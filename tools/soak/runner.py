@@ -78,6 +78,7 @@ class Soak:
         self._log_offsets: dict[Path, int] = {}
         self._mapping_keys: dict[int, tuple[int, int, int] | None] = {}
         self.coordinators = inv.Coordinators(self.cluster.targets())  # who serves: task 0, or a successor
+        self.serving = 0  # the task that served when the current schedule started (its task 0)
         # per schedule
         self.lines: list[inv.LogLine] = []
         self.marked: list[tuple[str, str]] = []
@@ -133,7 +134,7 @@ class Soak:
         self.lines.clear()
         self.marked.clear()
         self.coordinators = self.coordinators.since(time.time())
-        serving = self.coordinators.at()
+        serving = self.serving = self.coordinators.at()
         if serving != 0:  # the schedule's task 0 is the coordinator: whichever task serves now
             schedule = schedule.swapped(0, serving)
             self.notes.append(f"task {serving} serves the cluster: the schedule's tasks 0 and {serving} swapped")
@@ -324,7 +325,7 @@ class Soak:
         """After ``tpuctl down --all``: every undisturbed agent must have exited within the limit; then
         every host without an agent starts again."""
         down_at = next((f.at for f in reversed(self.faults) if f.kind == "down-all"), now)
-        told = inv.told_of_down_all(down_at, self.disturbed, hosts=HOSTS, reconnect=LIMIT_S)
+        told = inv.told_of_down_all(down_at, self.disturbed, hosts=HOSTS, reconnect=LIMIT_S, coordinator=self.serving)
         end = time.monotonic() + max(0.0, down_at + LIMIT_S - time.time())
         command = self.down_all
         while time.monotonic() < end and any(self.cluster.agent_pid(t) is not None for t in told):
