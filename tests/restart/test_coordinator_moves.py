@@ -115,8 +115,12 @@ def one_generation(c: LocalCluster) -> list[bytes] | None:
 
 
 def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_successor(make_cluster) -> None:
-    """Task 0 frozen (SIGSTOP) longer than the heartbeat timeout: task 2 serves generation 2; when task 0
-    resumes, its own generation ends, it finds task 2's service and joins it as a worker (no second cluster)."""
+    """Task 0 frozen (SIGSTOP) longer than the heartbeat timeout: task 2 serves generation 2. When task 0
+    resumes there are two services for a moment, and exactly one stays (``yields_to``: the higher generation,
+    then the one more hosts were heard by, then the succession order): usually task 0 finds task 2's service
+    and joins it as a worker; on a loaded machine the other hosts may not have left task 0 yet, and task 2
+    steps down for it. Either way: one service, one generation everywhere, byte-identical mappings, and every
+    host's status names the same coordinator (no second cluster)."""
     c = two_slices(make_cluster)
     c.up()
     pid = c.agent_pid(0)
@@ -125,15 +129,21 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
         wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
     finally:
         os.kill(pid, signal.SIGCONT)
-    c.wait_for_log(0, "took the coordination service over at generation 2; joining it", timeout=20)
-    # Task 0's own service had started a generation 2 of its own (unformed) before it stepped down: the
-    # successor's service continues above any generation a host remembers, so the cluster may form at 3.
-    wait_until(lambda: one_generation(c) is not None, 30, "one generation everywhere", logs=c.logs)
+    # Task 0's own service may have started a generation 2 of its own before it stepped down: the successor's
+    # service continues above any generation a host remembers, so the cluster may form at 3.
+    wait_until(lambda: one_generation(c) is not None, 40, "one generation everywhere", logs=c.logs)
     again = one_generation(c)
     assert again is not None and json.loads(again[0])["generation"] in (2, 3), again[0]
-    wait_until(lambda: not serving(c.hosts[0], c.port), 5, "task 0's own service to stop", logs=c.logs)
-    status = json.loads(c.tpuctl("status", "--json", task=0).out)
-    assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and status["generation"] == json.loads(again[0])["generation"], status
+    generation = json.loads(again[0])["generation"]
+    coordinators = {f"{c.hosts[t]}:{c.port}" for t in (0, 2)}
+
+    def one_service() -> bool:
+        return serving(c.hosts[0], c.port) != serving(c.hosts[2], c.port)
+
+    wait_until(one_service, 10, "one of the two services to stop", logs=c.logs)
+    statuses = [json.loads(c.tpuctl("status", "--json", task=t).out) for t in range(4)]
+    assert len({s["coordinator"] for s in statuses}) == 1, [s["coordinator"] for s in statuses]
+    assert statuses[0]["coordinator"] in coordinators and all(s["generation"] == generation for s in statuses), statuses[0]
 
 
 def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for_it(make_cluster) -> None:
