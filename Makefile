@@ -43,8 +43,16 @@ prometheus:
 
 ## The torch extra (torch 2.9.0 + torch_xla 2.9.0, pinned together) into the same .venv, with a stamp of its own:
 ## 3.9 GB to download and 4 minutes once; the torch_xla and torch.distributed tests need it (`make test`).
+## Its peak is about 11 GB on the disk: the 3.9 GB of wheels sit in pip's temporary folder while 7.1 GB unpack
+## (no copy in pip's cache). It checks the space first and says what it found, rather than failing half-way.
 $(TORCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install -q -e '.[torch]'
+	@avail=$$(df -Pk $(VENV) | awk 'NR==2 {print $$4}'); tmp=$$(df -Pk $${TMPDIR:-/tmp} | awk 'NR==2 {print $$4}'); \
+	need=$$((11 * 1024 * 1024)); \
+	if [ "$$avail" -lt "$$need" ] || [ "$$tmp" -lt "$$((4 * 1024 * 1024))" ]; then \
+	  echo "make install-torch: the torch extra needs about 11 GB free at its peak (7.1 GB installed in $(VENV), 3.9 GB of wheels in $${TMPDIR:-/tmp} meanwhile);" >&2; \
+	  echo "  free now: $$((avail / 1048576)) GB beside $(VENV), $$((tmp / 1048576)) GB in $${TMPDIR:-/tmp}. Free some space (old clones and their .venv, pip cache purge) or point TMPDIR elsewhere, then run make again." >&2; \
+	  exit 1; fi
+	$(PY) -m pip install -q --no-cache-dir -e '.[torch]'
 	touch $(TORCH_STAMP)
 
 install-torch: $(TORCH_STAMP)
