@@ -146,6 +146,35 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
     assert statuses[0]["coordinator"] in coordinators and all(s["generation"] == generation for s in statuses), statuses[0]
 
 
+def test_a_frozen_coordinator_that_resumes_steps_down_at_once_and_says_where_the_cluster_went(make_cluster) -> None:
+    """Soak seed 70045: the coordinator frozen just past the heartbeat timeout; some hosts judged it lost
+    and went to its successor, others saw it answer again and stayed. Here task 0 and task 3 freeze
+    together, so task 3 cannot judge: tasks 1 and 2 go to task 2's service. On resuming, task 0's service
+    knows it could not run (its own watchdog woke that late) and looks for a successor at once, instead of a
+    heartbeat timeout later, when it would have judged tasks 1 and 2 failed; it steps down from the
+    generation it still served (1), telling every host where the cluster went, and one generation forms."""
+    c = two_slices(make_cluster)
+    c.up()
+    frozen = [c.agent_pid(0), c.agent_pid(3)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: serving(c.hosts[2], c.port), HEARTBEAT_TIMEOUT_S + 10, "task 2 to serve", logs=c.logs)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    c.wait_for_log(0, "coordination service could not run for", timeout=HEARTBEAT_TIMEOUT_S)
+    c.wait_for_log(0, "(this host's service is at 1): stepping down, joining it as a worker", timeout=HEARTBEAT_TIMEOUT_S + 5)
+    stepped = time.monotonic() - resumed
+    assert stepped < HEARTBEAT_TIMEOUT_S + 2, f"task 0 stepped down {stepped:.1f} s after resuming\n{c.logs()}"
+    wait_until(lambda: one_generation(c) is not None, 30, "one generation everywhere", logs=c.logs)
+    assert not serving(c.hosts[0], c.port), "task 0 still serves a second service"
+    for task in range(4):
+        status = json.loads(c.tpuctl("status", "--json", task=task).out)
+        assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and not status["forming"], status
+
+
 def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for_it(make_cluster) -> None:
     """The race of soak seed 30049: task 0's new init looks for a live service while the survivors are still
     looking for the successor (here task 2 cannot bind, so they wait for it a heartbeat timeout before task 1

@@ -62,8 +62,8 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import MEMBER, NO_JOB_PORTS, STANDBY, AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
-from tpuctl.agent.succession import Found, discover, wait_for_service
-from tpuctl.coordination.values import ClusterFailed
+from tpuctl.agent.succession import Found, candidates, discover, wait_for_service
+from tpuctl.coordination.values import ClusterFailed, Moved
 from tpuctl.errors import (
     ClusterError,
     CoordinatorUnreachable,
@@ -159,6 +159,8 @@ class Agent:
         self._lost_coordinator: GenerationEnd | None = None  # the coordinator's host was lost: find its successor
         self._took_over_from: int | None = None  # this host's service took over from that task (None: task 0's own)
         self._moving_to: Found | None = None  # this host's service yields to that one: join it (``_watch_succession``)
+        self._stalled = asyncio.Event()  # this host's service could not run for half the heartbeat timeout or more
+        self._look_until = 0.0  # until then (monotonic) a formed generation's service looks for a successor
 
     def notify(self) -> None:
         """Wake every local long-poll (``tpuctl run``'s watcher): something changed."""
@@ -297,6 +299,7 @@ class Agent:
                 spec, token, first_generation=first, journal=Path(self.options.state.goodput_journal),
                 started=self.options.started or None,
             )  # fmt: skip
+            self._server.service.on_stalled = self._service_stalled
             again = f" at generation {first} (the previous coordinator died)" if first > 1 else ""
             self.reporter.progress(f"task 0: coordination service listening on {spec.coordinator_target}{again}")
         self.client = connect(spec, token, target=self.coordinator_target)
@@ -349,7 +352,7 @@ class Agent:
         """One generation's bring-up: None once it formed, else why it ended first."""
         spec, task = self.spec, self.task
         if self._moving_to is not None:
-            found, self._moving_to = self._moving_to, None
+            found, self._moving_to, self._lost_coordinator = self._moving_to, None, None
             await self._move_to(found)
         elif self._lost_coordinator is not None:
             lost, self._lost_coordinator = self._lost_coordinator, None
@@ -681,6 +684,7 @@ class Agent:
                 spec, self._token, first_generation=first, journal=Path(self.options.state.goodput_journal), task=task,
                 previous_plan=previous, lost=(lost,),
             )  # fmt: skip
+            self._server.service.on_stalled = self._service_stalled
         except (TpuctlError, OSError) as exc:
             why = exc.message if isinstance(exc, TpuctlError) else str(exc)
             log.warning("task %d: cannot take the coordination service over: %s", task, why)
@@ -724,30 +728,72 @@ class Agent:
                     "joining it as a worker", self.task, found.task, found.generation, own)  # fmt: skip
         self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination service "
                                f"over at generation {found.generation}; joining it")  # fmt: skip
+        # The hosts that registered again here meanwhile go there at once, not after a heartbeat timeout of
+        # refused connections.
+        self._server.service.step_down(
+            Moved(found.task, found.generation),
+            f"stepped down as the coordinator: task {found.task} ({found.target}) serves the cluster at generation "
+            f"{found.generation} (this host's service is at {own})",
+        )
         await self._move_to(found)
 
     async def _watch_succession(self, gen: Generation) -> None:
-        """This host serves, and generation ``gen`` forms: until every host registered, ask the other
-        candidates every ``WATCH_EVERY_S`` whether one serves in this service's place (a successor that
-        took over while this host was away, or started after this host's own discovery found nobody). Two
-        services would each wait for the hosts registered with the other until the timeouts: the one that
-        yields (``succession.yields_to``, decided the same way on both sides) ends its generation, stops, and
-        its host joins the other as a worker (its registrants find the successor as after any loss)."""
-        from tpuctl.agent.succession import WATCH_EVERY_S, superseded
+        """This host serves generation ``gen``: look for another candidate serving in this service's place (a
+        successor that took over while this host was frozen or cut off, or that started after this host's
+        own discovery found nobody). While ``gen`` forms, every ``WATCH_EVERY_S``: two services would each
+        wait for the hosts registered with the other until the timeouts. Once it formed, only after this
+        service stalled (``_service_stalled``: its host frozen past half the heartbeat timeout), every
+        ``PROBE_EVERY_S`` for as long as the survivors take to judge it lost and a successor to serve: the
+        hosts that stayed with this service would otherwise learn only when it judged the others failed, a
+        heartbeat timeout later (soak seed 70045). The service that yields (``succession.yields_to``,
+        decided the same way on both sides) steps down: it tells every host where the cluster went
+        (``ClusterFailure.moved``), and its host joins the other as a worker. O(successors) brief probes
+        a round; nothing at all while a formed generation's service runs smoothly."""
+        from tpuctl.agent.succession import PROBE_EVERY_S, WATCH_EVERY_S, superseded
 
-        while not gen.all_registered and not gen.membership.standby and self._server is not None and not gen.ended.done():
+        while self._server is not None and gen is self.current and not gen.ended.done():
+            forming = not gen.all_registered and not gen.membership.standby
+            if not forming and time.monotonic() >= self._look_until:
+                self._stalled.clear()
+                await self._stalled.wait()
+                continue
             own = self._server.service.state.generation
             found = await superseded(self.spec, self._token, self.task, self._took_over_from, own)
-            if found is not None and not gen.all_registered and gen is self.current:
-                why = (f"task {found.task} ({found.target}) serves the cluster at generation {found.generation} "
-                       f"(this host's service is at {own})")  # fmt: skip
-                log.warning("task %d: %s: stepping down, joining it as a worker", self.task, why)
-                self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination "
-                                       f"service over at generation {found.generation}; joining it")  # fmt: skip
-                self._moving_to = found
-                self._end(gen, GenerationEnd(gen.number, True, ClusterError(f"task {self.task}: {why}"), again=True))
+            if found is not None and self._server is not None and gen is self.current and not gen.ended.done():
+                self._step_down(gen, found, own)
                 return
-            await asyncio.sleep(WATCH_EVERY_S)
+            await asyncio.sleep(WATCH_EVERY_S if forming else PROBE_EVERY_S)
+
+    def _service_stalled(self, seconds: float) -> None:
+        """This host's service could not run for ``seconds`` (at least half the heartbeat timeout: its host
+        was frozen or starved): the survivors may have judged it lost and a successor may serve. Look for
+        one (``_watch_succession``) for as long as that takes: the heartbeat timeout for the judgement, then
+        as much again for each candidate before the last one to answer or be passed over."""
+        if not self.spec.successors:
+            return
+        per = self.spec.coordinator.heartbeat_timeout
+        self._look_until = time.monotonic() + per * (len(candidates(self.spec)) + 1)
+        log.info("task %d: this host's coordination service could not run for %.1f s; looking for a successor that "
+                 "took over meanwhile", self.task, seconds)  # fmt: skip
+        self._stalled.set()
+
+    def _step_down(self, gen: Generation, found: Found, own: int) -> None:
+        """This host's service yields to ``found``: every host hears where the cluster went (the service's
+        ``step_down``, pushed now, the answer to every call after), and this host joins it as a worker."""
+        assert self._server is not None
+        why = (f"task {found.task} ({found.target}) serves the cluster at generation {found.generation} "
+               f"(this host's service is at {own})")  # fmt: skip
+        log.warning("task %d: %s: stepping down, joining it as a worker", self.task, why)
+        self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination "
+                               f"service over at generation {found.generation}; joining it")  # fmt: skip
+        self._moving_to = found
+        cause = f"stepped down as the coordinator: {why}"
+        self._server.service.step_down(Moved(found.task, found.generation), cause)
+        if gen.all_registered:  # formed: the job here stops, as on any other host
+            failure = Failure(self.task, self.spec.hosts[self.task], cause)
+            self._end(gen, GenerationEnd(gen.number, True, ClusterError(f"task {self.task}: {why}"), (failure,)))
+        else:
+            self._end(gen, GenerationEnd(gen.number, True, ClusterError(f"task {self.task}: {why}"), again=True))
 
     def _watch_metadata(self) -> None:
         """The GCE metadata server's preemption and maintenance notices, where a watch belongs
@@ -964,6 +1010,11 @@ class Agent:
 
     def _failure_end(self, failure: ClusterFailure) -> GenerationEnd:
         end = failure_end(failure, self.spec.cluster)
+        moved = failure.moved
+        if end.rejoin and moved is not None and moved.task != self.task and moved.task in candidates(self.spec):
+            # The coordinator stepped down for a successor's service: register there at once, at the address
+            # this host's spec gives that task (never one from the wire).
+            self._moving_to = Found(moved.task, self.spec.coordinator_target_at(moved.task), moved.generation)
         if end.shutdown:
             log.info("cluster shut down: %s", end.error.message)
             self.shutdown_all = True

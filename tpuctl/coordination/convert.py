@@ -23,6 +23,7 @@ from tpuctl.coordination.values import (
     FailedBarrier,
     Gathered,
     Membership,
+    Moved,
     OpenBarrier,
     Pending,
     Reason,
@@ -140,6 +141,7 @@ def cluster_failure_pb(failure: ClusterFailure) -> pb.ClusterFailure:
         rejoin=failure.rejoin,
         earlier=failure.earlier,
         next=failure.next,
+        moved=None if failure.moved is None else pb.CoordinatorMoved(task=failure.moved.task, generation=failure.moved.generation),
     )
 
 
@@ -152,6 +154,7 @@ def cluster_failure(message: pb.ClusterFailure) -> ClusterFailure:
         rejoin=message.rejoin,
         earlier=message.earlier,
         next=clip(message.next),
+        moved=Moved(message.moved.task, message.moved.generation) if message.HasField("moved") else None,
     )
 
 

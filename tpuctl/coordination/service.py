@@ -49,6 +49,7 @@ from tpuctl.coordination.values import (
     BarrierId,
     ClusterFailure,
     Membership,
+    Moved,
     Pending,
     Reason,
     Refused,
@@ -153,6 +154,10 @@ class CoordinationServicer:
         self.preemptions = Preemptions(state, self._streams.push_verdict, wall=time.time, record=self.ledger.record)
         """Preemption notices, the agreed checkpoint step, and their timeline (``preemptions.events``); each
         event goes to the goodput ledger as it is made."""
+        self.on_stalled: Callable[[float], None] | None = None
+        """Called (on the event loop) with how long the service could not run, when that was at least half
+        the heartbeat timeout (its host frozen, or starved): the hosts may have judged it lost meanwhile,
+        and a successor may serve in its place (the agent looks, :mod:`tpuctl.agent.succession`)."""
 
     @property
     def state(self) -> CoordinationState:
@@ -538,6 +543,8 @@ class CoordinationServicer:
             late = loop.time() - due
             if late > STALL_S:
                 self._state.service_stalled(late)
+                if self.on_stalled is not None and late >= self._state.config.heartbeat_timeout / 2:
+                    self.on_stalled(late)
             due = loop.time() + self._check_interval
             self._log_failures(self._state.expire(now=self._clock()))
             self._wake()
@@ -608,6 +615,15 @@ class CoordinationServicer:
             report.add_done_callback(lambda done: None if done.cancelled() else self.black_box.log_report(done.result()))
 
         asyncio.get_running_loop().call_later(HANG_DUMP_AFTER_S, order)
+
+    def step_down(self, moved: Moved, cause: str) -> bool:
+        """Step down for task ``moved.task``'s service (``CoordinationState.step_down``): every host hears
+        where the cluster went, now. False when the cluster was in error already (nothing sent)."""
+        if self._state.step_down(moved, cause) is None:
+            return False
+        log.warning("the coordinator steps down: %s", cause)
+        self._wake()
+        return True
 
     def _log_failures(self, failures: tuple[TaskFailure, ...]) -> None:
         for failure in failures[:SAMPLE]:

@@ -78,6 +78,7 @@ from tpuctl.coordination.values import (
     Counters,
     Gathered,
     Membership,
+    Moved,
     Pending,
     Reason,
     Refused,
@@ -523,6 +524,23 @@ class CoordinationState:
                 [(task, f"shut the cluster down: {clip(cause) or 'no reason given'}")], shutdown=True, now=now
             )
         return self._fail([(task, f"reported an error: {clip(cause) or 'no cause given'}")], now=now)
+
+    def step_down(self, moved: Moved, cause: str) -> ClusterFailure | None:
+        """This service's host steps down for another candidate's service (``moved``: a successor took over
+        while this host was frozen or cut off past the heartbeat timeout). The cluster's error says where
+        the cluster went, with this host's ``cause`` as its one failure: pushed to every host now, the answer
+        to every call from then on, so no host waits for this service to stop answering. No restart is
+        counted (the other service counts its own). None, and nothing done, once the cluster is in error."""
+        if self._failure is not None:
+            return None
+        own = self._table.records[self.config.coordinator_task].info
+        self._failure = ClusterFailure(
+            (TaskFailure(own, clip(cause)),), generation=self.generation, rejoin=True, moved=moved
+        )
+        self._told.add(own.task_id)
+        self._wake_everyone = True
+        self._woken.add(ERRORS)
+        return self._failure
 
     def disconnect(self, caller: TaskRef, *, now: float) -> None:
         """Leave gracefully. Barriers still waiting for this task fail at once (they can no longer pass)."""

@@ -380,6 +380,15 @@ class TaskFailure:
 
 
 @dataclass(frozen=True)
+class Moved:
+    """The coordinator stepped down for another candidate's service (``ClusterFailure.moved``): task
+    ``task``'s host serves the cluster, at generation ``generation``."""
+
+    task: int
+    generation: int
+
+
+@dataclass(frozen=True)
 class ClusterFailure:
     """The cluster is in error: the tasks declared failed first (usually one).
 
@@ -401,6 +410,9 @@ class ClusterFailure:
     """With ``rejoin``: how the next generation forms when it is not simply the same hosts again, e.g.
     ``generation 4 forms with spare slice 3 (tasks 6, 7) in place of slice 1`` (bounded text). Alone,
     without failures: the generation ended to grow (a dropped slice is complete again)."""
+    moved: Moved | None = None
+    """The coordinator stepped down (its one failure says why): every host registers with ``moved.task``'s
+    service, without waiting for this one to stop answering."""
 
     def __post_init__(self) -> None:
         if self.total < len(self.failures):
@@ -412,6 +424,9 @@ class ClusterFailure:
             if self.earlier:  # what ended the earlier generations: history, labelled as such
                 return f"{text} (in generation {self.generation}; earlier: {self.earlier})"
             return f"{text} (in generation {self.generation})" if self.generation > 1 else text
+        if self.moved is not None and self.failures:  # not a failure: the service moved
+            return (f"{self.failures[0].task} {self.failures[0].cause}; generation {self.generation} is over: "
+                    f"every host registers with task {self.moved.task}'s service")  # fmt: skip
         if not self.failures and self.next:  # not a failure: it ended to grow
             return f"generation {self.generation} is over: {self.next}"
         if self.total == 1 and len(self.failures) == 1:

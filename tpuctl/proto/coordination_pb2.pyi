@@ -216,6 +216,7 @@ class ClusterFailure(_message.Message):
     REJOIN_FIELD_NUMBER: _builtins.int
     EARLIER_FIELD_NUMBER: _builtins.int
     NEXT_FIELD_NUMBER: _builtins.int
+    MOVED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """How many tasks failed in that first batch (0: as many as listed)."""
     shutdown: _builtins.bool
@@ -234,6 +235,13 @@ class ClusterFailure(_message.Message):
     def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskFailure]:
         """At most the first 10 of them."""
 
+    @_builtins.property
+    def moved(self) -> Global___CoordinatorMoved:
+        """The coordinator stepped down: another candidate's service serves the cluster (a successor took over
+        while this one was frozen or cut off past the heartbeat timeout). Hosts register there at once, at the
+        address the spec gives that task. Unset otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -244,14 +252,41 @@ class ClusterFailure(_message.Message):
         rejoin: _builtins.bool = ...,
         earlier: _builtins.str = ...,
         next: _builtins.str = ...,
+        moved: Global___CoordinatorMoved | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["moved", b"moved"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier", b"earlier", "failures", b"failures", "generation", b"generation", "next", b"next", "rejoin", b"rejoin", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["earlier", b"earlier", "failures", b"failures", "generation", b"generation", "moved", b"moved", "next", b"next", "rejoin", b"rejoin", "shutdown", b"shutdown", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterFailure: _TypeAlias = ClusterFailure  # noqa: Y015
+
+@_typing.final
+class CoordinatorMoved(_message.Message):
+    """Where the coordination service went (`ClusterFailure.moved`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    task: _builtins.int
+    """The task whose host serves the cluster now (one of the spec's coordinator candidates)."""
+    generation: _builtins.int
+    """The generation that service is at."""
+    def __init__(
+        self,
+        *,
+        task: _builtins.int = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoordinatorMoved: _TypeAlias = CoordinatorMoved  # noqa: Y015
 
 @_typing.final
 class PlanRun(_message.Message):
