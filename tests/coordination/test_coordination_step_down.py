@@ -15,6 +15,7 @@ import pytest
 from coordination_harness import make_config, run, serving
 
 from tpuctl.coordination import convert
+from tpuctl.coordination.plan import Roster
 from tpuctl.coordination.values import ClusterFailed, ClusterFailure, Moved, RestartPolicy, TaskFailure, TaskInfo
 
 CAUSE = "stepped down as the coordinator: task 2 (127.0.0.3:8476) serves the cluster at generation 2 (this host's service is at 1)"
@@ -73,5 +74,53 @@ def test_the_service_says_when_it_could_not_run_for_half_the_heartbeat_timeout_a
             time.sleep(0.8)  # blocked for most of the heartbeat timeout: as if frozen
             await asyncio.sleep(0.6)
             assert len(stalls) == 1 and 0.5 <= stalls[0] <= 1.5, stalls
+
+    run(body())
+
+
+def test_a_coordinator_silent_past_the_heartbeat_timeout_ends_its_generation_itself_under_rejoin() -> None:
+    """Soak seed 70045 again: the coordinator frozen 1.2 heartbeat timeouts. Two hosts judged it lost and
+    went looking for a successor; the five others saw it answer again and were told, a heartbeat timeout
+    later, that those two had failed: never what happened. Now the service, silent past the timeout
+    itself, ends the generation with its own failure, pushed to every host at once; the next generation has
+    the same plan (a spare slice does not replace the coordinator's, which lost nothing)."""
+
+    async def body() -> None:
+        roster = Roster(active=4, spares=2, hosts_per_slice=2)
+        config = make_config(6, roster=roster, restart=RestartPolicy(rejoin=True, timeout=30.0), heartbeat_timeout=1.0)
+        async with serving(config) as cluster:
+            members = [await cluster.join(i) for i in range(4)]
+            await cluster.join(4)
+            await cluster.join(5)  # a ready spare slice: a lost slice would be replaced by it
+            await asyncio.gather(*(c.wait_for_all(m.task, timeout=5.0) for c, m in members))
+            plan = cluster.server.service.state.plan
+            watch = asyncio.create_task(members[1][0].watch_errors(members[1][1].task, timeout=10.0))
+            await asyncio.sleep(0.3)
+            time.sleep(0.6)  # half the timeout: nothing ends
+            await asyncio.sleep(0.5)
+            assert not watch.done() and cluster.server.service.state.generation == 1
+            time.sleep(1.3)  # the event loop, the service's included, blocked past the heartbeat timeout
+            failure = await asyncio.wait_for(watch, 5.0)
+            assert failure is not None and failure.rejoin and failure.generation == 1 and failure.moved is None
+            assert [f.task.task_id for f in failure.failures] == [0]
+            assert failure.failures[0].cause.startswith("could not run for 1.")
+            assert "as the coordinator (its host frozen or starved), longer than the heartbeat timeout (1 s)" in str(failure)
+            assert failure.next == ""  # no slice replaced
+            state = cluster.server.service.state
+            assert state.generation == 2 and state.plan == plan
+
+    run(body())
+
+
+def test_under_policy_fail_a_stalled_coordinator_ends_nothing_itself() -> None:
+    async def body() -> None:
+        async with serving(make_config(2, heartbeat_timeout=1.0)) as cluster:
+            members = await cluster.join_all(heartbeat_interval=None)
+            await asyncio.gather(*(c.wait_for_all(m.task, timeout=5.0) for c, m in members))
+            await asyncio.sleep(0.3)
+            time.sleep(1.3)
+            await asyncio.sleep(0.5)
+            state = cluster.server.service.state
+            assert state.failure is None or all(f.task.task_id != 0 for f in state.failure.failures)
 
     run(body())

@@ -62,7 +62,7 @@ from tpuctl.agent.options import AgentOptions
 from tpuctl.agent.progress import JobProgress
 from tpuctl.agent.protocol import MEMBER, NO_JOB_PORTS, STANDBY, AgentInfo, ErrorReport, Failure, JobPorts
 from tpuctl.agent.reporter import INIT_INTERRUPTED, InitSummary, Reporter
-from tpuctl.agent.succession import Found, candidates, discover, wait_for_service
+from tpuctl.agent.succession import Found, candidates, discover, wait_for_any
 from tpuctl.coordination.values import ClusterFailed, Moved
 from tpuctl.errors import (
     ClusterError,
@@ -650,7 +650,8 @@ class Agent:
                 if candidate == task and self._server is None and not await self._serve(end.generation + 1, lost):
                     continue
                 where = spec.coordinator_target_at(candidate)
-                found = await wait_for_service(spec, self._token, candidate, min(per, left))
+                asked = (candidate,) if candidate == lost else (candidate, lost)  # the lost one may be back
+                found = await wait_for_any(spec, self._token, asked, min(per, left))
                 if found is not None:
                     await self._move_to(found)
                     self.reporter.progress(

@@ -8,8 +8,9 @@ refuses the connection at once):
 * ``discover``: a host starting ``tpuctl init`` (a returning old coordinator, a replaced host) asks
   ``hosts[0]`` and every successor at once, each for at most ``PROBE_S``, and joins the service of this
   cluster with the highest generation; none: the cluster is fresh (task 0 starts the service).
-* ``wait_for_service``: a survivor of a lost coordinator asks one candidate again and again, for a bounded
-  time (the heartbeat timeout), before moving to the next of the succession order.
+* ``wait_for_any``: a survivor of a lost coordinator asks one candidate again and again, for a bounded
+  time (the heartbeat timeout), before moving to the next of the succession order, and asks the lost
+  coordinator each time too (one that only froze and came back is found again at once).
 * ``superseded``: a host serving a generation that has not formed yet asks the other candidates, every
   ``WATCH_EVERY_S``, whether one serves the cluster in its place: a returning task 0 whose discovery ran
   before the survivors' successor was up, or a coordinator frozen past the heartbeat timeout. Two services
@@ -167,14 +168,18 @@ async def superseded(
     return max(winners, key=lambda w: (w[0] or 0, w[1].generation, -others.index(w[1].task)))[1]
 
 
-async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, within: float) -> Found | None:
-    """Ask task ``task``'s host until it serves this cluster, for ``within`` seconds at most."""
+async def wait_for_any(spec: ClusterSpec, token: str | None, tasks: Sequence[int], within: float) -> Found | None:
+    """Ask the hosts of ``tasks`` at once, again and again, until one serves this cluster, for ``within``
+    seconds at most: the one at the highest generation, the earliest in ``tasks`` on a tie. A survivor asks
+    the next successor and the lost coordinator together: one that only froze and came back is found again
+    at once, not after every successor before it was given the heartbeat timeout."""
     deadline = time.monotonic() + within
     while True:
         left = deadline - time.monotonic()
-        found = await probe(spec, token, task, max(0.1, min(PROBE_S, left)))
-        if found is not None:
-            return found
+        answers = await asyncio.gather(*(probe(spec, token, task, max(0.1, min(PROBE_S, left))) for task in tasks))
+        found = [(answer.generation, -index, answer) for index, answer in enumerate(answers) if answer is not None]
+        if found:
+            return max(found, key=lambda item: (item[0], item[1]))[2]
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -182,6 +187,6 @@ async def wait_for_service(spec: ClusterSpec, token: str | None, task: int, with
 
 
 __all__ = [
-    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "registered", "superseded", "wait_for_service",
+    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "registered", "superseded", "wait_for_any",
     "yields_to",
 ]

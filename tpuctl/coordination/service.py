@@ -543,6 +543,8 @@ class CoordinationServicer:
             late = loop.time() - due
             if late > STALL_S:
                 self._state.service_stalled(late)
+                if late >= self._state.config.heartbeat_timeout:  # silent past the timeout itself
+                    self._log_failures(self._state.coordinator_stalled(late, now=self._clock()))
                 if self.on_stalled is not None and late >= self._state.config.heartbeat_timeout / 2:
                     self.on_stalled(late)
             due = loop.time() + self._check_interval

@@ -525,6 +525,27 @@ class CoordinationState:
             )
         return self._fail([(task, f"reported an error: {clip(cause) or 'no cause given'}")], now=now)
 
+    def coordinator_stalled(self, seconds: float, *, now: float) -> tuple[TaskFailure, ...]:
+        """This service could not run for ``seconds``, at least the heartbeat timeout (its host frozen or
+        starved): silent that long, it may have been judged lost by some hosts and not by others (those
+        whose last heartbeat was confirmed just before), and those hosts are off finding a successor. Under
+        policy rejoin, a formed generation ends with the coordinator's own failure, as a host silent that
+        long would be: every host hears it now, naming the coordinator, and the next generation forms with
+        the same plan (no slice was lost). Nothing under policy fail (the hosts judge for themselves),
+        while a generation forms, or once the cluster is in error. Returns the failure, if any."""
+        if not self.config.restart.rejoin or not self._formed or self._failure is not None:
+            return ()
+        own = self._table.records[self.config.coordinator_task]
+        if own.state is not TaskState.CONNECTED:
+            return ()
+        cause = (
+            f"could not run for {seconds:.1f} s as the coordinator (its host frozen or starved), longer than "
+            f"the heartbeat timeout ({self.config.heartbeat_timeout:g} s): hosts may have judged it lost"
+        )
+        failures = self._fail([(own, cause)], now=now, keep_plan=True)
+        self.failed_since = now - seconds
+        return failures
+
     def step_down(self, moved: Moved, cause: str) -> ClusterFailure | None:
         """This service's host steps down for another candidate's service (``moved``: a successor took over
         while this host was frozen or cut off past the heartbeat timeout). The cluster's error says where
@@ -911,10 +932,17 @@ class CoordinationState:
         return taken
 
     def _fail(
-        self, failed: Iterable[tuple[TaskRecord, str]], *, now: float, shutdown: bool = False, final: bool = False
+        self,
+        failed: Iterable[tuple[TaskRecord, str]],
+        *,
+        now: float,
+        shutdown: bool = False,
+        final: bool = False,
+        keep_plan: bool = False,
     ) -> tuple[TaskFailure, ...]:
         """Mark tasks failed; the first batch ends the generation (a restart) or the cluster (final).
-        Returns the new failures."""
+        ``keep_plan``: no host was lost (the coordinator's own stall): the next generation has the same
+        plan, no slice dropped or replaced. Returns the new failures."""
         failures = []
         seen = []
         standby = []
@@ -932,7 +960,8 @@ class CoordinationState:
                 standby.append(TaskFailure(task.info, cause))
                 continue
             seen.append((task.info.task_id, self._table.last_seen(task, now)))
-            lost[rank // per] = lost.get(rank // per, 0) + 1
+            if not keep_plan:
+                lost[rank // per] = lost.get(rank // per, 0) + 1
             failures.append(TaskFailure(task.info, cause))
         if not failures:
             return tuple(standby)
