@@ -146,13 +146,15 @@ def test_a_coordinator_frozen_past_the_heartbeat_timeout_steps_down_for_its_succ
     assert statuses[0]["coordinator"] in coordinators and all(s["generation"] == generation for s in statuses), statuses[0]
 
 
-def test_a_frozen_coordinator_that_resumes_steps_down_at_once_and_says_where_the_cluster_went(make_cluster) -> None:
+def test_a_frozen_coordinator_that_resumes_names_itself_at_once_and_one_service_stays(make_cluster) -> None:
     """Soak seed 70045: the coordinator frozen just past the heartbeat timeout; some hosts judged it lost
-    and went to its successor, others saw it answer again and stayed. Here task 0 and task 3 freeze
-    together, so task 3 cannot judge: tasks 1 and 2 go to task 2's service. On resuming, task 0's service
-    knows it could not run (its own watchdog woke that late) and looks for a successor at once, instead of a
-    heartbeat timeout later, when it would have judged tasks 1 and 2 failed; it steps down from the
-    generation it still served (1), telling every host where the cluster went, and one generation forms."""
+    and went to its successor, others saw it answer again and stayed, and were told only, a heartbeat
+    timeout later, that the others had failed. Here task 0 and task 3 freeze together (task 3 cannot judge),
+    so task 2 takes over while task 1 may or may not judge. On resuming, task 0's service knows it could
+    not run for longer than the heartbeat timeout (its own watchdog woke that late): it ends generation 1
+    with its own failure, which every host still with it hears at once, and looks for a successor at once.
+    Of the two services one steps down (whichever fewer hosts joined), telling its hosts where the cluster
+    went: one generation forms within the heartbeat timeout of the resume, one service stays."""
     c = two_slices(make_cluster)
     c.up()
     frozen = [c.agent_pid(0), c.agent_pid(3)]
@@ -165,14 +167,16 @@ def test_a_frozen_coordinator_that_resumes_steps_down_at_once_and_says_where_the
             os.kill(pid, signal.SIGCONT)
     resumed = time.monotonic()
     c.wait_for_log(0, "coordination service could not run for", timeout=HEARTBEAT_TIMEOUT_S)
-    c.wait_for_log(0, "(this host's service is at 1): stepping down, joining it as a worker", timeout=HEARTBEAT_TIMEOUT_S + 5)
-    stepped = time.monotonic() - resumed
-    assert stepped < HEARTBEAT_TIMEOUT_S + 2, f"task 0 stepped down {stepped:.1f} s after resuming\n{c.logs()}"
+    for task in (0, 3):  # task 3 stayed with it: it hears the coordinator's own failure, naming it
+        c.wait_for_log(task, f"task 0 ({c.hosts[0]}) failed: could not run for", timeout=HEARTBEAT_TIMEOUT_S)
     wait_until(lambda: one_generation(c) is not None, 30, "one generation everywhere", logs=c.logs)
-    assert not serving(c.hosts[0], c.port), "task 0 still serves a second service"
-    for task in range(4):
-        status = json.loads(c.tpuctl("status", "--json", task=task).out)
-        assert status["coordinator"] == f"{c.hosts[2]}:{c.port}" and not status["forming"], status
+    formed = time.monotonic() - resumed
+    assert formed < HEARTBEAT_TIMEOUT_S + 2, f"one generation formed {formed:.1f} s after the resume\n{c.logs()}"
+    wait_until(lambda: serving(c.hosts[0], c.port) != serving(c.hosts[2], c.port), 10, "one service", logs=c.logs)
+    statuses = [json.loads(c.tpuctl("status", "--json", task=t).out) for t in range(4)]
+    assert len({s["coordinator"] for s in statuses}) == 1, [s["coordinator"] for s in statuses]
+    assert statuses[0]["coordinator"] in {f"{c.hosts[t]}:{c.port}" for t in (0, 2)}, statuses[0]
+    assert not any(s["forming"] for s in statuses), statuses
 
 
 def test_a_returning_task_0_that_serves_before_the_successor_does_steps_down_for_it(make_cluster) -> None:

@@ -139,6 +139,9 @@ class Agent:
         self._interrupted: tuple[str, signal.Signals | None] | None = None  # why the bring-up was stopped
         self._last_generation = 0
         self._previous_credential = b""
+        self._credentials: dict[str, bytes] = {}
+        """The credential of this process's last registration with each service address: a host that moved
+        to a successor's service and back proves itself to the one it left (which holds its task for it)."""
         self.progress = JobProgress(self.spec.watchdog, Path(options.state.progress_socket))
         """The job's step reports (``tpuctl.job.progress``) and this host's pace reports to the watchdog."""
         self.dumps = DumpTaker(Path(options.state.path))  # the black box: this host's stacks, on order
@@ -370,7 +373,7 @@ class Agent:
             "hostname": socket.gethostname(),
             "connect_timeout": self._connect_within(wait),
             "generation": self._last_generation,
-            "previous_credential": self._previous_credential,
+            "previous_credential": self._credentials.get(self.coordinator_target, self._previous_credential),
             "answered_before": self.current is not None,  # this process registered before: the coordinator was up
         }
         cast("dict[str, object]", registering).update(slice_shape=self.shape, spare=spec.is_spare(task))
@@ -410,6 +413,7 @@ class Agent:
         session.on_dump = lambda order: self.dumps.on_order(session, order)
         number = gen.number
         self._last_generation, self._previous_credential = number, gen.membership.task.credential
+        self._credentials[self.coordinator_target] = self._previous_credential  # at most one per candidate
         self.options.state.write_registration(spec.cluster, task, number, self._previous_credential)
         remove(self.options.output)  # the last run's mapping must not outlive a failed init (peers hear why)
         gen.tasks.append(asyncio.create_task(self._heartbeats(gen), name=f"heartbeats-{number}"))
