@@ -58,13 +58,14 @@ $(TORCH_STAMP): $(STAMP) pyproject.toml
 install-torch: $(TORCH_STAMP)
 
 ## The fuzz tests (CPU-bound, in-process: no loopback address, port or process of their own) run beside the
-## rest, one core each on a 2-core machine, then the soak's fixed-seed slice and the partition tests (marked netns:
-## their hosts in network namespaces of their own); their output follows the rest's, and any failing fails `make test`.
+## rest, one core each on a 2-core machine, then the soak's fixed-seed slice, the partition tests (marked netns:
+## their hosts in network namespaces of their own) and a few long cluster tests (marked beside); their output
+## follows the rest's, and any failing fails `make test`.
 test: install install-torch bytecode check-protos prometheus
 	@rm -f .fuzz.log; { $(PY) -m pytest -q -p no:cacheprovider -m fuzz && \
-	  $(PY) -m pytest -q -p no:cacheprovider -m "soak or netns"; } > .fuzz.log 2>&1 & fuzz=$$!; \
-	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz and not soak and not netns"; rest=$$?; \
-	wait $$fuzz; fuzzed=$$?; echo "--- the fuzz tests, the soak slice and the netns tests (pytest -m fuzz; pytest -m \"soak or netns\"), run beside:"; cat .fuzz.log; \
+	  $(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "soak or netns or beside"; } > .fuzz.log 2>&1 & fuzz=$$!; \
+	TPUCTL_REQUIRE_TORCH=1 $(PY) -m pytest -q --durations=30 -m "not fuzz and not soak and not netns and not beside"; rest=$$?; \
+	wait $$fuzz; fuzzed=$$?; echo "--- run beside: the fuzz tests, then the soak slice, the netns and the beside tests (pytest -m fuzz; pytest -m \"soak or netns or beside\"):"; cat .fuzz.log; \
 	test $$rest -eq 0 && test $$fuzzed -eq 0
 
 ## Only the fast tests (skips multi-process clusters).

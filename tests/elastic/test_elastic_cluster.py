@@ -28,7 +28,7 @@ import pytest
 from harness import TPUCTL, Proc, wait_until
 from harness.clusters import LocalCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # `make test` runs it beside the rest (its budget)
 
 PYTHON = sys.executable
 JOB = Path(__file__).resolve().parents[1] / "restart" / "job_resume.py"

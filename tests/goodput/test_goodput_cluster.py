@@ -22,7 +22,7 @@ import pytest
 from harness import TPUCTL, wait_until
 from harness.clusters import LocalCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # `make test` runs it beside the rest (its budget)
 
 JOB = Path(__file__).resolve().parent / "job_ledger.py"
 HEARTBEAT_S = 2.0  # the spec's heartbeat interval: each bucket must match within it

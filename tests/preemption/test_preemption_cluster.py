@@ -20,7 +20,7 @@ from harness.clusters import LocalCluster
 
 from preemption.gce_server import gce_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # `make test` runs it beside the rest (its budget)
 
 PYTHON = sys.executable
 HERE = Path(__file__).resolve().parent

@@ -161,6 +161,7 @@ def test_a_host_slowed_to_1_4x_is_named_a_straggler_within_50_steps(make_cluster
     assert [(v["kind"], v["tasks"]) for v in status["watchdog"]["verdicts"]] == [("straggler", [3])]
 
 
+@pytest.mark.beside  # a minute of steps: `make test` runs it beside the rest (its budget)
 def test_a_healthy_run_of_500_steps_with_jitter_raises_no_alarm(make_cluster, tmp_path: Path) -> None:
     """No finding while 500 jittered steps run, nor after the job ends (its processes gone: not a hang)."""
     c = make_cluster("v4-32", **watched_spec())
