@@ -127,17 +127,24 @@ def finish(
     return {t: result(runs[t]) for t in members}
 
 
-def test_a_spare_slice_takes_a_lost_slices_place_and_the_jax_job_resumes_from_its_checkpoint(
-    make_cluster, tmp_path
-) -> None:
+def running(make_cluster, tmp_path: Path, steps: int, extra: str, spares: int = 0) -> tuple[LocalCluster, Path, dict[int, Proc]]:
+    """3 slices of v4-16 (and ``spares`` spare slices) up, the JAX job under ``tpuctl run`` on every host of
+    the 3 slices (``steps`` steps), past its checkpoint of step 2."""
     pytest.importorskip("jax")
-    c = make_cluster("v4-16", num_slices=3, spares=1, **SPEC, extra="restart: {policy: rejoin, timeout: 2m, max: 3}\n")
+    c: LocalCluster = make_cluster("v4-16", num_slices=3, spares=spares, **SPEC, extra=extra)
     c.up()
     folder = tmp_path / "job"
     folder.mkdir()
-    runs = start_runs(c, folder, steps=30)
-    wait_ready(c, folder, [0, 1, 2, 3, 4, 5], 1)
+    runs = start_runs(c, folder, steps=steps)
+    wait_ready(c, folder, list(range(6)), 1)
     wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
+    return c, folder, runs
+
+
+def test_a_spare_slice_takes_a_lost_slices_place_and_the_jax_job_resumes_from_its_checkpoint(
+    make_cluster, tmp_path
+) -> None:
+    c, folder, runs = running(make_cluster, tmp_path, 30, "restart: {policy: rejoin, timeout: 2m, max: 3}\n", spares=1)
     killed = kill_host(c, folder, 2, runs)
     members = [0, 1, 6, 7, 4, 5]  # rank order: the spare slice (tasks 6, 7) in slice 1's place
     wait_ready(c, folder, members, 2)
@@ -156,17 +163,10 @@ def test_a_spare_slice_takes_a_lost_slices_place_and_the_jax_job_resumes_from_it
 
 
 def test_without_a_spare_an_elastic_cluster_goes_on_with_2_slices_then_grows_back_to_3(make_cluster, tmp_path) -> None:
-    pytest.importorskip("jax")
     mesh = "meshes: [{name: m, shape: {data: 6, model: 4}, options: {dcn_shape: {data: 3}}}]\n"
     restart = "restart: {policy: elastic, min_slices: 2, timeout: 2m, max: 3}\n"
-    c = make_cluster("v4-16", num_slices=3, **SPEC, extra=restart + mesh)
-    c.up()
-    folder = tmp_path / "job"
-    folder.mkdir()
-    runs = start_runs(c, folder, steps=45)
-    wait_ready(c, folder, list(range(6)), 1)
+    c, folder, runs = running(make_cluster, tmp_path, 45, restart + mesh)
     assert ready(folder, 0, 1) == {**(ready(folder, 0, 1) or {}), "processes": 6, "slices": 3, "mesh": "data=6,model=4"}
-    wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
     killed = kill_host(c, folder, 2, runs)
     shrunk = [0, 1, 4, 5]  # slice 1 dropped: slice 2 moves to position 1
     wait_ready(c, folder, shrunk, 2)
@@ -207,14 +207,7 @@ def test_without_a_spare_an_elastic_cluster_goes_on_with_2_slices_then_grows_bac
 def test_task_0s_host_lost_the_successor_coordinates_and_a_spare_slice_takes_slice_0s_place(
     make_cluster, tmp_path
 ) -> None:
-    pytest.importorskip("jax")
-    c = make_cluster("v4-16", num_slices=3, spares=1, **SPEC, extra="restart: {policy: rejoin, timeout: 2m, max: 3}\n")
-    c.up()
-    folder = tmp_path / "job"
-    folder.mkdir()
-    runs = start_runs(c, folder, steps=30)
-    wait_ready(c, folder, list(range(6)), 1)
-    wait_until(lambda: step(folder) >= 2, 30, "the job to checkpoint step 2", logs=c.logs)
+    c, folder, runs = running(make_cluster, tmp_path, 30, "restart: {policy: rejoin, timeout: 2m, max: 3}\n", spares=1)
     killed = kill_host(c, folder, 0, runs)
     members = [6, 7, 2, 3, 4, 5]  # the spare slice at position 0: task 6 is rank 0 (JAX's coordinator)
     # Task 2's new service starts generation 2 waiting for slice 0 (no standby slice is known ready to it yet),

@@ -289,38 +289,19 @@ class JobRunner:
         """Wait (up to the restart timeout) for this host's agent, or its successor, to form a generation
         after ``ended``; None when none forms or the cluster fails for good."""
         assert self.info is not None
-        deadline = time.monotonic() + self.info.restart_timeout + RESTART_MARGIN_S
-        since: list[Any] | None = None  # None: ask at once (the next generation may have formed already)
-        standing_by = 0
-        while time.monotonic() < deadline:
-            left = deadline - time.monotonic()
-            args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": min(POLL_S, left), "since": since}
-            try:
-                answer = self._ask(Op.WAIT_ERROR, args, timeout=min(POLL_S, left) + CALL_MARGIN_S)
-            except TpuctlError:  # the agent is gone (or not up yet): a new `tpuctl init` may start one
-                if not self._pause(min(AGENT_BACK_POLL_S, max(0.0, deadline - time.monotonic()))):
-                    return None
-                since = None
-                continue
-            if answer is None:  # a stop signal
-                return None
-            report = ErrorReport.from_json(answer)
-            if report.formed and report.generation > ended:
-                return report
-            if report.standby and report.generation != standing_by:  # once a generation: it may take a place later
-                standing_by = report.generation
+        standing_by = [0]
+
+        def each(report: ErrorReport) -> float:
+            if report.standby and report.generation != standing_by[0]:  # once a generation: it may take a place later
+                standing_by[0] = report.generation
                 self.say(f"tpuctl: standing by in generation {report.generation}: this host waits to take a place")
             if self.going_away and report.stopping and not (report.error or report.shutdown):
-                # this host's own notice: its agent leaves, and a new `tpuctl init` forms the next generation
-                if not self._pause(min(AGENT_BACK_POLL_S * 4, max(0.0, deadline - time.monotonic()))):
-                    return None
-                since = None
-                continue
-            if report.final:
-                self.down = ClusterDown(report)
-                return None
-            since = report.seen
-        return None
+                return AGENT_BACK_POLL_S * 4  # this host's own notice: its agent leaves, a new `tpuctl init` forms the next
+            return 0.0
+
+        deadline = time.monotonic() + self.info.restart_timeout + RESTART_MARGIN_S
+        # since None: ask at once (the next generation may have formed already)
+        return self._watch_agent(deadline, None, lambda r: r.formed and r.generation > ended, each)
 
     def _until_member(self, report: ErrorReport) -> ErrorReport | None:
         """This host stands by (a spare, or a host of a slice its generation left out): wait until a generation
@@ -330,15 +311,46 @@ class JobRunner:
         assert self.info is not None
         task, limit = self.info.task, self.info.restart_timeout
         started = time.monotonic()
-        deadline, next_line = started + limit, started + STANDBY_PROGRESS_S
+        deadline, next_line = started + limit, [started + STANDBY_PROGRESS_S]
         self.say(
             f"tpuctl: standing by: task {task} is not a member of generation {report.generation} (a spare, or a host "
             f"of a slice the generation left out); waiting up to {limit:g} s (restart.timeout) to take a place, "
             "then starting the job"
         )
-        since: list[Any] | None = report.seen
+
+        def each(report: ErrorReport) -> float:
+            if time.monotonic() >= next_line[0]:
+                next_line[0] = time.monotonic() + STANDBY_PROGRESS_S
+                what = "standing by" if report.standby else "taking a place"
+                self.say(
+                    f"tpuctl: standing by: {time.monotonic() - started:.0f} s, generation {report.generation} "
+                    f"({what}), waiting to take a place (at most {max(0.0, deadline - time.monotonic()):.0f} s more)"
+                )
+            return 0.0
+
+        formed = self._watch_agent(
+            deadline, report.seen, lambda r: r.formed and not r.standby, each, lambda: next_line[0] - time.monotonic()
+        )
+        if formed is not None:
+            self.say(f"tpuctl: task {task} took a place in generation {formed.generation}; starting the job")
+        return formed
+
+    def _watch_agent(
+        self,
+        deadline: float,
+        since: list[Any] | None,
+        wanted: Callable[[ErrorReport], bool],
+        each: Callable[[ErrorReport], float],
+        wait_at_most: Callable[[], float] = lambda: POLL_S,
+    ) -> ErrorReport | None:
+        """Long-poll this host's agent (``WAIT_ERROR``, from ``since``; None: ask at once) until a report is
+        ``wanted`` (returned). None at ``deadline``, on a stop signal, or when the cluster failed for good
+        (``self.down`` set). ``each`` sees every other report first and may ask for a pause (seconds) before
+        the agent is asked afresh; an agent that does not answer (gone, or not up yet: a new ``tpuctl
+        init`` may start one) is asked again every ``AGENT_BACK_POLL_S``. Each ask waits at most
+        ``wait_at_most()`` (and ``POLL_S``)."""
         while (now := time.monotonic()) < deadline:
-            wait = max(0.0, min(POLL_S, deadline - now, next_line - now))
+            wait = max(0.0, min(POLL_S, deadline - now, wait_at_most()))
             args: dict[str, Any] = {"timeout": 0} if since is None else {"timeout": wait, "since": since}
             try:
                 answer = self._ask(Op.WAIT_ERROR, args, timeout=wait + CALL_MARGIN_S)
@@ -350,20 +362,18 @@ class JobRunner:
             if answer is None:  # a stop signal
                 return None
             report = ErrorReport.from_json(answer)
-            if report.formed and not report.standby:
-                self.say(f"tpuctl: task {task} took a place in generation {report.generation}; starting the job")
+            if wanted(report):
                 return report
+            pause = each(report)
+            if pause:
+                if not self._pause(min(pause, max(0.0, deadline - time.monotonic()))):
+                    return None
+                since = None
+                continue
             if report.final:
                 self.down = ClusterDown(report)
                 return None
             since = report.seen
-            if time.monotonic() >= next_line:
-                next_line = time.monotonic() + STANDBY_PROGRESS_S
-                what = "standing by" if report.standby else "taking a place"
-                self.say(
-                    f"tpuctl: standing by: {time.monotonic() - started:.0f} s, generation {report.generation} "
-                    f"({what}), waiting to take a place (at most {max(0.0, deadline - time.monotonic()):.0f} s more)"
-                )
         return None
 
     def _stood_by(self, report: ErrorReport) -> int:
