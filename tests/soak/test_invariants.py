@@ -196,6 +196,23 @@ def test_a_host_disturbed_itself_that_re_forms_during_a_short_fault_does_not_cou
     assert len(inv.survived([short], [line(2, 4.5, lost)], names, own_cut[1:], limit=5.0)) == 1
 
 
+def test_a_short_cut_next_to_a_disturbed_coordinator_is_not_held_against_the_victim() -> None:
+    """Soak seed 80435: task 0 (the coordinator) stopped from 0.56 s for 3.16 s; task 5 cut off from 3.54 s
+    for 1.26 s. Task 5 heard nothing from task 0 for 4.2 s, judged it lost and left: its generation ended
+    naming task 5 (task 3 here). Not a short fault survived or not: its silence was both faults together."""
+    short = Fault("partition", 3, T0 + 3.54, T0 + 4.80, "survive")
+    gone = f"task 1: task 3 ({ADDRESSES[3]}) failed: no heartbeat for 3.0 s; {inv.REFORMING}"
+    stopped = [Disturbed(0, T0 + 0.56, T0 + 3.72), Disturbed(3, T0 + 3.54, T0 + 4.80)]
+    assert inv.survived([short], [line(1, 4.6, gone)], names, stopped, limit=5.0, heartbeat_timeout=3.0) == []
+    # the coordinator undisturbed, or disturbed long before: the cut alone must be survived
+    assert len(inv.survived([short], [line(1, 4.6, gone)], names, stopped[1:], limit=5.0, heartbeat_timeout=3.0)) == 1
+    early = [Disturbed(0, T0 - 3.0, T0 + 0.3), stopped[1]]
+    assert len(inv.survived([short], [line(1, 4.6, gone)], names, early, limit=5.0, heartbeat_timeout=3.0)) == 1
+    # another host was the coordinator then: task 0's stop does not excuse it
+    other = {"coordinator": lambda when: 2}
+    assert len(inv.survived([short], [line(1, 4.6, gone)], names, stopped, limit=5.0, heartbeat_timeout=3.0, **other)) == 1
+
+
 def sample(task: int, after: float, digest: str | None, generation: int = 1, incarnation: str = "77") -> MappingSample:
     return MappingSample(task, T0 + after, digest, incarnation, generation)
 

@@ -272,17 +272,25 @@ def told_of_down_all(
 
 def survived(
     faults: Sequence[Fault], lines: Sequence[LogLine], names: Callable[[int], tuple[str, ...]],
-    disturbed: Sequence[Disturbed] = (), *, limit: float = 0.0,
+    disturbed: Sequence[Disturbed] = (), *, limit: float = 0.0, coordinator: Callable[[float], int] = lambda when: 0,
+    heartbeat_timeout: float = 0.0,
 ) -> list[Violation]:  # fmt: skip
     """A stop or cut well under the heartbeat timeout must end no generation: no host may log that it
     re-forms because of the victim while the fault lasted or within 1 s after. A host that was itself
     disturbed by another fault within ``limit`` s before its line judged by its own silence, not the
-    victim's (seed 50158: task 2, cut off for 4.67 s, lost the coordinator while task 0 was cut for 0.47 s)."""
+    victim's (seed 50158: task 2, cut off for 4.67 s, lost the coordinator while task 0 was cut for 0.47 s).
+    Nor is a short fault of a host held against it when the coordinator (``coordinator(when)``) was itself
+    disturbed within ``heartbeat_timeout`` s before it or during it: the victim heard nothing from the
+    coordinator for both together (seed 80435: task 0 stopped 3.16 s, task 5 cut for 1.26 s from 0.18 s
+    before task 0 resumed: 4.2 s of silence for task 5, past the heartbeat timeout, so it judged task 0 lost)."""
     found = []
     for fault in faults:
         if fault.expect != "survive":
             continue
         others = [d for d in disturbed if not (d.task == fault.task and d.start == fault.at)]
+        serving = coordinator(fault.at - 0.5)
+        if serving != fault.task and _disturbed(serving, fault.at - heartbeat_timeout, fault.until, others):
+            continue
         for line in lines:
             if _disturbed(line.task, line.at - limit, line.at, others):
                 continue

@@ -158,7 +158,8 @@ class Soak:
         found, detections = inv.detection(self.faults, self.lines, self.disturbed, self.cluster.victim_names,
                                           hosts=HOSTS, limit=LIMIT_S, coordinator=self.coordinators.at)  # fmt: skip
         self.violations += found
-        self.violations += inv.survived(self.faults, self.lines, self.cluster.victim_names, self.disturbed, limit=LIMIT_S)
+        self.violations += inv.survived(self.faults, self.lines, self.cluster.victim_names, self.disturbed, limit=LIMIT_S,
+                                        coordinator=self.coordinators.at, heartbeat_timeout=sched.HEARTBEAT_TIMEOUT_S)  # fmt: skip
         self.violations += inv.stale_mappings(self.samples, self.lines, hosts=HOSTS)
         self.violations += inv.unformed_mappings(self.samples, self.lines)
         generation = next((int(c.status["generation"]) for c in checks if c.status and "generation" in c.status), None)  # type: ignore[call-overload]
