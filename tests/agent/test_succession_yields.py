@@ -23,9 +23,8 @@ def test_task_0s_own_service_yields_to_a_successor_at_the_same_or_a_higher_gener
     assert not yields_to(SUCCESSORS, 0, None, 3, found(2, 2))  # a stale service: never
 
 
-def test_at_one_generation_a_successor_never_yields_to_the_coordinator_it_replaced() -> None:
+def test_at_one_generation_and_counts_unknown_a_successor_never_yields_to_the_coordinator_it_replaced() -> None:
     assert not yields_to(SUCCESSORS, 2, 0, 2, found(0, 2))
-    assert not yields_to(SUCCESSORS, 2, 0, 2, found(0, 2), own_hosts=2, other_hosts=2)
     assert yields_to(SUCCESSORS, 2, 0, 2, found(0, 5))  # a higher generation wins
 
 
@@ -46,7 +45,17 @@ def test_at_one_generation_the_service_more_hosts_registered_with_wins_whatever_
     # a coordinator frozen, then resumed, lists the hosts that left it meanwhile: its generation is lower
     assert not yields_to(SUCCESSORS, 1, 2, 3, found(2, 2), own_hosts=3, other_hosts=4)
     assert yields_to(SUCCESSORS, 2, 0, 2, found(1, 3), own_hosts=4, other_hosts=3)
-    assert yields_to(SUCCESSORS, 0, None, 2, found(2, 2), own_hosts=3, other_hosts=3)  # a tie: the history rule
+    # a tie: the one earlier in the spec's candidates (0, 2, 1) stays, whatever each replaced
+    assert not yields_to(SUCCESSORS, 0, None, 2, found(2, 2), own_hosts=3, other_hosts=3)
+    assert yields_to(SUCCESSORS, 2, 0, 2, found(0, 2), own_hosts=3, other_hosts=3)
+
+
+def test_two_services_that_each_replaced_the_other_with_as_many_hosts_settle() -> None:
+    """Soak seed 90453: task 2 (which had taken over from task 0) cut off past the heartbeat timeout; task 0
+    took over from it, and when the cut healed half the hosts had found each: 4 and 4 at generation 6. By
+    history each had replaced the other, and neither stepped down until a host gave up 28 s later."""
+    assert not yields_to(SUCCESSORS, 0, 2, 6, found(2, 6), own_hosts=4, other_hosts=4)
+    assert yields_to(SUCCESSORS, 2, 0, 6, found(0, 6), own_hosts=4, other_hosts=4)
 
 
 @pytest.mark.parametrize("lost", [None, 0, 1, 2])
@@ -65,3 +74,8 @@ def test_of_two_services_at_most_one_yields(lost: int | None) -> None:
                 SUCCESSORS, b, from_b, gb, found(a, ga), nb, na
             )
             assert not both, (a, from_a, ga, na, b, from_b, gb, nb)
+            if ga == gb and na is not None:  # counts known: exactly one yields (no stalemate either)
+                either = yields_to(SUCCESSORS, a, from_a, ga, found(b, gb), na, nb) or yields_to(
+                    SUCCESSORS, b, from_b, gb, found(a, ga), nb, na
+                )
+                assert either, (a, from_a, ga, na, b, from_b, gb, nb)

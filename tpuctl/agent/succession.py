@@ -53,7 +53,12 @@ class Found:
 
 def candidates(spec: ClusterSpec) -> tuple[int, ...]:
     """The tasks whose hosts may serve this cluster: task 0, then the successors (each once)."""
-    return tuple(dict.fromkeys((0, *spec.successors)))
+    return candidates_of(spec.successors)
+
+
+def candidates_of(successors: Sequence[int]) -> tuple[int, ...]:
+    """Task 0, then ``successors``, each once."""
+    return tuple(dict.fromkeys((0, *successors)))
 
 
 async def probe(spec: ClusterSpec, token: str | None, task: int, timeout: float = PROBE_S) -> Found | None:
@@ -102,8 +107,9 @@ def yields_to(
     registrations are stale until it ends it), always for a higher one. At the same generation the service
     more hosts registered with wins (each host registers with one service at a time: the same decision on
     both sides; a returning task 0 alone yields to the survivors' successor, a successor cut off and
-    serving itself alone to the others' service, two coordinators that each replaced the other settle).
-    On a tie, by history: task 0's own service yields to any successor's (a successor serves only after
+    serving itself alone to the others' service, two coordinators that each replaced the other settle);
+    as many hosts each, the one earlier in the spec's list of candidates. With the counts unknown, by
+    history: task 0's own service yields to any successor's (a successor serves only after
     the survivors judged the coordinator lost); a successor's never to the coordinator it replaced (that
     one yields), and to another successor earlier in the succession order after ``took_over_from`` (the
     order every survivor tried). Antisymmetric: of two services, at most one yields to the other.
@@ -114,8 +120,14 @@ def yields_to(
         return False
     if other.generation > own_generation:
         return True
-    if own_hosts is not None and other_hosts is not None and own_hosts != other_hosts:
-        return other_hosts > own_hosts
+    if own_hosts is not None and other_hosts is not None:
+        if own_hosts != other_hosts:
+            return other_hosts > own_hosts
+        # As many hosts each: the candidate earlier in the spec's list (task 0, then the successors) wins.
+        # Only what both sides see decides: by history, two services that each replaced the other both
+        # stayed (soak seed 90453: tasks 0 and 2, 4 hosts each, until a host's init gave up 28 s later).
+        order = candidates_of(successors)
+        return order.index(other.task) < order.index(task) if other.task in order and task in order else other.task < task
     if took_over_from is None:
         return True
     if other.task == took_over_from:
@@ -187,6 +199,6 @@ async def wait_for_any(spec: ClusterSpec, token: str | None, tasks: Sequence[int
 
 
 __all__ = [
-    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "discover", "probe", "registered", "superseded", "wait_for_any",
+    "PROBE_S", "WATCH_EVERY_S", "Found", "candidates", "candidates_of", "discover", "probe", "registered", "superseded", "wait_for_any",
     "yields_to",
 ]
