@@ -113,3 +113,41 @@ def test_a_barrier_whose_stream_breaks_while_it_waits_arrives_again_on_the_new_s
                 await close(runs)
 
     run(body())
+
+
+def test_an_arrival_sent_again_asks_only_for_what_is_left_of_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Soak seed 100316: every arrival of a round was sent while the coordinator was cut off and arrived
+    again 1.8 s later, the first to reach it, with the call's whole 2.3 s: the service counts a round's
+    deadline from its first arrival, so the round stayed open past every caller's own timeout, and the next
+    round's first callers completed it. The arrival sent again asks for what is left."""
+
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            opened, runs = await sessions(cluster)
+            sent: list[float] = []
+            write = Session._write
+
+            async def recording(self: Session, request: pb.HeartbeatRequest, *args: Any, **kwargs: Any) -> bool:
+                if self is opened[0] and request.HasField("barrier"):
+                    sent.append(request.barrier.timeout_seconds)
+                return bool(await write(self, request, *args, **kwargs))
+
+            monkeypatch.setattr(Session, "_write", recording)
+            lossy = LostAnswer(monkeypatch, opened[0], passed=False)
+            try:
+                waiting = asyncio.create_task(opened[0].barrier("sync", timeout=8.0))
+                await until(lambda: _is(arrived(cluster.clients[1], "sync"), (0,)), "host 0 at #1")
+                await asyncio.sleep(1.0)
+                lossy.armed = True  # the next heartbeat confirmation is lost with the stream
+                async def sent_again() -> bool:
+                    return len(sent) >= 2
+
+                await until(sent_again, "host 0's arrival sent again", timeout=15.0)
+                assert sent[0] == pytest.approx(8.0)
+                assert 0.05 <= sent[1] <= 8.0 - 1.0, sent  # at least the second waited is gone from it
+                assert await opened[1].barrier("sync", timeout=20.0) == 1
+                assert await asyncio.wait_for(waiting, 30) == 1
+            finally:
+                await close(runs)
+
+    run(body())

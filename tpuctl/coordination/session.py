@@ -57,6 +57,8 @@ own timeout may be longer), while its arrival still counts in an open instance: 
 once it sees the old stream end."""
 LOST_ANSWER_POLL_S = 0.2
 REARRIVALS = 3
+MIN_LEFT_S = 0.05
+"""The least timeout an arrival sent again asks for (its call's own is nearly out)."""
 """How many times a barrier arrival withdrawn with a broken stream arrives again on the session's next one
 (within the call's own timeout): a blip the session rides out does not fail the barriers waiting on it."""
 
@@ -158,21 +160,21 @@ class Session:
     async def barrier(self, name: str, **waiting: Unpack[Waiting]) -> int:
         """``CoordinationClient.barrier`` for this session's task, on the stream: the same outcomes and
         errors. Waits up to ``rpc_timeout`` for the stream to be up."""
-        arrival = _barrier_arrival(name, waiting.get("timeout") or 0.0)
+        arrival = _barrier_arrival(name)
         response = await self._rendezvous("barrier", name, arrival, waiting)
         return int(response.instance)
 
     async def gather(self, name: str, value: bytes, **waiting: Unpack[Waiting]) -> list[bytes]:
         """``CoordinationClient.gather`` for this session's task, on the stream: the same
         values, checks, progress and errors, without a call of its own in the service while it waits."""
-        arrival = _gather_arrival(name, value, waiting.get("timeout") or 0.0)
+        arrival = _gather_arrival(name, value)
         response = await self._rendezvous("gather", name, arrival, waiting)
         if not response.HasField("gathered"):
             raise ClusterError(f"the coordinator at {self._client.target} answered gather {shown(name)} without its table")
         return convert.gather_values(response.gathered)  # inflated to at most the size the service allows
 
     async def _rendezvous(
-        self, kind: RendezvousKind, name: str, arrival: Callable[[int], pb.HeartbeatRequest], waiting: Waiting
+        self, kind: RendezvousKind, name: str, arrival: Callable[[int, float], pb.HeartbeatRequest], waiting: Waiting
     ) -> pb.HeartbeatResponse:
         """A barrier or gather arrival on the stream, with the unary calls' deadline and progress polls."""
         response: pb.HeartbeatResponse = await self._client.with_progress(
@@ -257,7 +259,7 @@ class Session:
         return await self._request(build, call, started, started + wait)
 
     async def _arrive_or_withdraw(
-        self, build: Callable[[int], pb.HeartbeatRequest], kind: RendezvousKind, name: str, timeout: float | None
+        self, build: Callable[[int, float], pb.HeartbeatRequest], kind: RendezvousKind, name: str, timeout: float | None
     ) -> pb.HeartbeatResponse:
         """A barrier or gather arrival, answered by request id. It waits for its outcome for its own
         ``timeout`` (None or 0: the service's default, ``wait_bound``), and ``WITHDRAW_GRACE_S`` more for the
@@ -281,7 +283,12 @@ class Session:
             for again in range(REARRIVALS + 1):
                 reopened = self._reopened
                 write_by = seconds_until(started + own, client.rpc_timeout)
-                if not await self._write(build(request_id), write_by, call, answer_if_ended=True):
+                # Arriving again, it asks for what is left of its own timeout: the service counts a round's
+                # deadline from its first arrival, and this one may be the first to reach it (soak seed
+                # 100316: every arrival was sent while the coordinator was cut off, and arrived again 1.8 s
+                # later with its whole 2.3 s: the round stayed open past every caller's timeout).
+                asked = (timeout or 0.0) if again == 0 else max(MIN_LEFT_S, started + own - time.monotonic())
+                if not await self._write(build(request_id, asked), write_by, call, answer_if_ended=True):
                     if self._ended is not None:
                         raise self._ended
                     if self._reopened != reopened:
@@ -728,15 +735,17 @@ def withdrawn_error(found: RendezvousProgress, timeout: float) -> DeadlineError:
     )
 
 
-def _barrier_arrival(name: str, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
-    def arrival(request_id: int) -> pb.HeartbeatRequest:
+def _barrier_arrival(name: str) -> Callable[[int, float], pb.HeartbeatRequest]:
+    """A barrier arrival asking for ``timeout`` s (0: the service's default)."""
+
+    def arrival(request_id: int, timeout: float) -> pb.HeartbeatRequest:
         return pb.HeartbeatRequest(barrier=pb.StreamBarrier(request_id=request_id, name=name, timeout_seconds=timeout))
 
     return arrival
 
 
-def _gather_arrival(name: str, value: bytes, timeout: float) -> Callable[[int], pb.HeartbeatRequest]:
-    def arrival(request_id: int) -> pb.HeartbeatRequest:
+def _gather_arrival(name: str, value: bytes) -> Callable[[int, float], pb.HeartbeatRequest]:
+    def arrival(request_id: int, timeout: float) -> pb.HeartbeatRequest:
         return pb.HeartbeatRequest(
             gather=pb.StreamGather(request_id=request_id, name=name, value=value, timeout_seconds=timeout)
         )
