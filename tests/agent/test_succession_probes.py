@@ -53,3 +53,26 @@ def test_the_highest_generation_answers_first_and_nothing_answering_waits_the_bo
             await old.stop(grace=None)
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_a_service_that_stepped_down_is_not_found_while_it_still_answers() -> None:
+    """Soak seed 110470: task 2's service stepped down for task 1's, and answered probes for the moment its
+    stop takes; three hosts that probed tasks 2 and 1 together took task 2 (the same generation, earlier in
+    their order), found its port closed, and lost 3 s, then the cluster (a `down --all` went out meanwhile)."""
+    from tpuctl.coordination.values import Moved
+
+    async def body() -> None:
+        spec = check_spec_text(spec_text(free_port()), "probes.yaml").unwrap()
+        first = await start_service(spec, None, first_generation=2, task=2, lost=(0,))
+        other = await start_service(spec, None, first_generation=2, task=1, lost=(0,))
+        try:
+            found = await wait_for_any(spec, None, (2, 1), 3.0)
+            assert found is not None and found.task == 2  # a tie: the earlier asked
+            assert first.service.step_down(Moved(1, 2), "stepped down as the coordinator: task 1 serves")
+            found = await wait_for_any(spec, None, (2, 1), 3.0)
+            assert found is not None and (found.task, found.generation) == (1, 2)
+        finally:
+            await other.stop(grace=None)
+            await first.stop(grace=None)
+
+    asyncio.run(asyncio.wait_for(body(), 30))

@@ -76,6 +76,8 @@ async def probe(spec: ClusterSpec, token: str | None, task: int, timeout: float 
         log.warning("task %d's address %s serves cluster %r, not %r: not this cluster's coordinator", task, target,
                     status.cluster, spec.cluster)  # fmt: skip
         return None
+    if status.failure is not None and status.failure.moved is not None:
+        return None  # it stepped down (it answers only until it stops): another candidate serves (soak seed 110470)
     return Found(task, target, status.generation)
 
 

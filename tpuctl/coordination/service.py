@@ -461,11 +461,15 @@ class CoordinationServicer:
         now = self._clock()
         if request.brief:  # a probe for a live coordinator (``agent/succession.py``): O(1)
             self.counters.built += 1
-            return pb.GetStatusResponse(
+            brief = pb.GetStatusResponse(
                 cluster_name=self._state.config.cluster, service_incarnation=self._state.service_incarnation,
                 protocol_version=PROTOCOL_VERSION, generation=self._state.generation,
                 forming=not self._state.registration_complete and self._state.failure is None,
             )  # fmt: skip
+            failure = self._state.failure
+            if failure is not None and failure.moved is not None:  # stepped down: no longer this cluster's service
+                brief.failure.CopyFrom(convert.cluster_failure_pb(failure))
+            return brief
         status = self._state.status(now=now)
         self.counters.built += 1 + len(status.tasks)
         response = convert.status_response(status)
