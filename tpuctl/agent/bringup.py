@@ -729,17 +729,9 @@ class Agent:
         found = await superseded(self.spec, self._token, self.task, self._took_over_from, own)
         if found is None:
             return
-        log.warning("task %d: task %d serves the cluster at generation %d (this host's service is at %d): "
-                    "joining it as a worker", self.task, found.task, found.generation, own)  # fmt: skip
-        self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination service "
-                               f"over at generation {found.generation}; joining it")  # fmt: skip
         # The hosts that registered again here meanwhile go there at once, not after a heartbeat timeout of
         # refused connections.
-        self._server.service.step_down(
-            Moved(found.task, found.generation),
-            f"stepped down as the coordinator: task {found.task} ({found.target}) serves the cluster at generation "
-            f"{found.generation} (this host's service is at {own})",
-        )
+        self._yield_service(found, own)
         await self._move_to(found)
 
     async def _watch_succession(self, gen: Generation) -> None:
@@ -782,18 +774,25 @@ class Agent:
                  "took over meanwhile", self.task, seconds)  # fmt: skip
         self._stalled.set()
 
-    def _step_down(self, gen: Generation, found: Found, own: int) -> None:
-        """This host's service yields to ``found``: every host hears where the cluster went (the service's
-        ``step_down``, pushed now, the answer to every call after), and this host joins it as a worker."""
+    def _yield_service(self, found: Found, own: int) -> str:
+        """This host's service (at generation ``own``) yields to ``found``: say so here and tell every host
+        where the cluster went (the service's ``step_down``, pushed now, the answer to every call after).
+        Returns why, for the generation's end."""
         assert self._server is not None
         why = (f"task {found.task} ({found.target}) serves the cluster at generation {found.generation} "
                f"(this host's service is at {own})")  # fmt: skip
         log.warning("task %d: %s: stepping down, joining it as a worker", self.task, why)
         self.reporter.progress(f"task {self.task}: task {found.task} ({found.target}) took the coordination "
                                f"service over at generation {found.generation}; joining it")  # fmt: skip
+        self._server.service.step_down(Moved(found.task, found.generation), f"stepped down as the coordinator: {why}")
+        return why
+
+    def _step_down(self, gen: Generation, found: Found, own: int) -> None:
+        """This host's service yields to ``found``: every host hears where the cluster went (the service's
+        ``step_down``, pushed now, the answer to every call after), and this host joins it as a worker."""
+        why = self._yield_service(found, own)
         self._moving_to = found
         cause = f"stepped down as the coordinator: {why}"
-        self._server.service.step_down(Moved(found.task, found.generation), cause)
         if gen.all_registered:  # formed: the job here stops, as on any other host
             failure = Failure(self.task, self.spec.hosts[self.task], cause)
             self._end(gen, GenerationEnd(gen.number, True, ClusterError(f"task {self.task}: {why}"), (failure,)))

@@ -84,12 +84,15 @@ async def probe(spec: ClusterSpec, token: str | None, task: int, timeout: float 
 async def discover(spec: ClusterSpec, token: str | None, *, timeout: float = PROBE_S) -> Found | None:
     """The live service of this cluster at the highest generation among ``candidates`` (the earliest in
     that order on a tie), or None when none answers. At most ``timeout`` (+ a margin), whatever the count."""
-    tasks = candidates(spec)
+    return await _highest(spec, token, candidates(spec), timeout)
+
+
+async def _highest(spec: ClusterSpec, token: str | None, tasks: Sequence[int], timeout: float) -> Found | None:
+    """One round of probes of ``tasks``, in parallel: the live service at the highest generation (the
+    earliest in ``tasks`` on a tie), or None."""
     answers = await asyncio.gather(*(probe(spec, token, task, timeout) for task in tasks))
     found = [(answer.generation, -index, answer) for index, answer in enumerate(answers) if answer is not None]
-    if not found:
-        return None
-    return max(found, key=lambda item: (item[0], item[1]))[2]
+    return max(found, key=lambda item: (item[0], item[1]))[2] if found else None
 
 
 def yields_to(
@@ -190,10 +193,9 @@ async def wait_for_any(spec: ClusterSpec, token: str | None, tasks: Sequence[int
     deadline = time.monotonic() + within
     while True:
         left = deadline - time.monotonic()
-        answers = await asyncio.gather(*(probe(spec, token, task, max(0.1, min(PROBE_S, left))) for task in tasks))
-        found = [(answer.generation, -index, answer) for index, answer in enumerate(answers) if answer is not None]
-        if found:
-            return max(found, key=lambda item: (item[0], item[1]))[2]
+        found = await _highest(spec, token, tasks, max(0.1, min(PROBE_S, left)))
+        if found is not None:
+            return found
         left = deadline - time.monotonic()
         if left <= 0:
             return None
