@@ -93,6 +93,8 @@ INIT_DONE_BARRIER = "tpuctl/init/done"
 INIT_SCHEMA = "tpuctl.init/v1"
 REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still missing
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
+SHUTDOWN_WITHIN_S = 10.0  # `tpuctl down --all` telling the coordinator (its CLI waits 15 s for the answer)
+SHUTDOWN_RETRY_S = 0.25  # ... trying again at least this often while it cannot
 INTERRUPTED_REPORT_S = 2.0  # ... when init was interrupted (it waits launch.STOP_WAIT_S for this agent to go)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # leave the cluster
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
@@ -1170,20 +1172,68 @@ class Agent:
         return await self.client.status()
 
     async def leave(self, *, everyone: bool) -> None:
-        """``tpuctl down``: leave the cluster; ``everyone`` (``--all``): shut every host down first."""
-        self.shutdown_all = everyone
+        """``tpuctl down``: leave the cluster; ``everyone`` (``--all``): shut every host down first. Raises
+        (and this agent stays) when the shutdown could not be told within ``SHUTDOWN_WITHIN_S``."""
         if everyone:
-            assert self.client is not None and self.current is not None
-            cause = "tpuctl down --all"  # the service's words: "task 1 (10.0.0.3) shut the cluster down: tpuctl down --all"
-            try:
-                await self.client.report_error(self.current.membership.task, cause, shutdown=True)
-            except asyncio.CancelledError:
-                # The shutdown reached this agent too before the report's answer did: its tear-down closed
-                # the client under the call. Done, not a failure (a cancelled command is another matter).
-                if not self.stop.is_set():
-                    raise
+            await self._shut_the_cluster_down()
+            self.shutdown_all = True
         self.stop.set()
         self.notify()
+
+    async def _shut_the_cluster_down(self) -> None:
+        """Tell the coordinator that this host shuts the cluster down, within ``SHUTDOWN_WITHIN_S``. A
+        connection being made again (a cut just healed), a generation re-forming (this host not registered
+        in it yet) or a coordinator moving is waited out: tried again on every change this agent sees, and
+        at least every ``SHUTDOWN_RETRY_S``, each try waiting for the channel up to what is left. A
+        shutdown this agent hears meanwhile (someone else's) is done."""
+        cause = "tpuctl down --all"  # the service's words: "task 1 (10.0.0.3) shut the cluster down: tpuctl down --all"
+        deadline = time.monotonic() + SHUTDOWN_WITHIN_S
+        while True:
+            if self.shutdown_all:
+                return  # the cluster was shut down meanwhile (another host's `down --all`): done
+            if self.cluster_error is not None:
+                raise ClusterError(
+                    f"task {self.task}: the cluster is not running, so there is nothing to shut down: "
+                    f"{self.cluster_error.message}",
+                    hint="`tpuctl down` stops this host's agent",
+                )
+            client, gen, changed = self.client, self.current, self.changed
+            assert client is not None and gen is not None
+            left = deadline - time.monotonic()
+            try:
+                await client.report_error(gen.membership.task, cause, shutdown=True, within=max(0.05, left))
+                return
+            except asyncio.CancelledError:
+                # The shutdown reached this agent too before the report's answer did, or the agent moved to
+                # another coordinator: either closed the client under the call. Not a cancelled command.
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                if self.stop.is_set():
+                    return
+                error: TpuctlError = CoordinatorUnreachable(f"the connection to {client.target} closed under the call")
+            except (CoordinatorUnreachable, GenerationOver, DeadlineError) as exc:
+                error = exc  # not there yet, or this host's generation ended: try again once something changes
+            except ClusterError:
+                # Refused: the cluster is in error already. If that is another host's shutdown, this host's
+                # session brings it within moments; anything else is the answer.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    settle = min(max(0.0, deadline - time.monotonic()), SHUTDOWN_RETRY_S * 4)
+                    await asyncio.wait_for(changed.wait(), settle)
+                if self.shutdown_all:
+                    return
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterError(
+                    f"task {self.task}: could not tell the coordinator ({self.coordinator_target}, task "
+                    f"{self.coordinator_task}) to shut the cluster down within {SHUTDOWN_WITHIN_S:g} s: "
+                    f"{error.message}; the cluster was not shut down, and this host's agent still runs",
+                    hint="`tpuctl status` shows whether the coordinator answers; run `tpuctl down --all` again, "
+                    "here or on another host, or `tpuctl down` on every host",
+                )
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, SHUTDOWN_RETRY_S))
 
     @property
     def description(self) -> AgentInfo:

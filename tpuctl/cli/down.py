@@ -32,8 +32,13 @@ def down(everyone: bool, state_dir: str | None) -> None:
     Without --all the other hosts see this one leave: their `tpuctl status` exits 3 and their
     barriers fail, naming it.
 
-    Exit codes: 0 stopped, 5 no agent runs for this state dir (or it did not stop in time, or
-    with --all it could not take the command: it stopped alone, the cluster was not shut down).
+    With --all the agent waits up to 10 s for a coordinator that is reconnecting, restarting or
+    moving, and tells it once it answers.
+
+    Exit codes: 0 stopped; 3 with --all, the coordinator could not be told within 10 s: nothing
+    was shut down and this agent still runs; 5 no agent runs for this state dir (or it did not stop
+    in time, or with --all it could not take the command: it stopped alone, the cluster was not
+    shut down).
     """
     state = resolve_state_dir(state_dir)
     pid = state.live_pid()

@@ -439,12 +439,18 @@ class CoordinationClient(Channel):
             if response.HasField("failure"):
                 return convert.cluster_failure(response.failure)
 
-    async def report_error(self, task: TaskRef, cause: str, *, shutdown: bool = False) -> None:
+    async def report_error(
+        self, task: TaskRef, cause: str, *, shutdown: bool = False, within: float | None = None
+    ) -> None:
         """Declare this task failed with ``cause``: the whole cluster is in error from then on. With
         ``shutdown``, the error is a deliberate shutdown (``ClusterFailure.shutdown``: hosts leave
-        without reporting a failure)."""
+        without reporting a failure). ``within``: wait that long (at most) for a connection that is being
+        made again, as after a cut healed, instead of failing at once while the channel redials."""
         request = pb.ReportErrorRequest(task=convert.task_ref_pb(task), cause=cause, shutdown=shutdown)
-        await self._call(self.stub.ReportError, request, "ReportError", self.rpc_timeout)
+        if within is None:
+            await self._call(self.stub.ReportError, request, "ReportError", self.rpc_timeout)
+        else:
+            await self._call(self.stub.ReportError, request, "ReportError", within, wait_for_ready=True)
 
     async def disconnect(self, task: TaskRef) -> None:
         """Leave the cluster gracefully (not an error); barriers waiting for this task fail."""
