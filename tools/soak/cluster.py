@@ -27,6 +27,7 @@ from harness.processes import alive, started_at, stop_pids
 
 from tpuctl.agent.control import DEADLINE_MARGIN_S
 from tpuctl.agent.statedir import StateDir
+from tpuctl.errors import TpuctlError
 
 PYTHON = sys.executable
 TPUCTL = [PYTHON, "-m", "tpuctl"]
@@ -261,7 +262,7 @@ class Cluster:
         """The live agent holding host ``task``'s state dir (one this soak started), else None."""
         try:
             pid = StateDir(self.state(task)).live_pid()
-        except Exception:  # the state dir is being replaced, or not there yet
+        except (OSError, ValueError, TpuctlError):  # the state dir is being replaced, or not there yet
             return None
         if pid is None or not alive(pid):
             return None

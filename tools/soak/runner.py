@@ -62,8 +62,10 @@ class Result:
     logs: str = ""  # where its commands' output stayed (schedules with violations)
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM: the soak stops, cleans up and reports what it ran."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: the soak stops, cleans up and reports what it ran. A ``BaseException``, as
+    ``KeyboardInterrupt`` is: raised wherever the main thread is, it must not be taken for an error that a
+    poll tolerates (a first SIGINT was once swallowed that way while a state dir was read)."""
 
 
 class Soak:
