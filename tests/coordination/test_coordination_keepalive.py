@@ -208,8 +208,12 @@ def test_a_frozen_coordinator_ends_a_keepalive_session_within_the_heartbeat_time
             finally:
                 await client.close()
         assert "unreachable/frozen: no heartbeat confirmed for " in excinfo.value.message
-        # vouched for until the freeze at the latest and at most a window before the pings failed
-        assert TIMEOUT_S + CONFIRM_GRACE_S - 0.4 - 0.2 <= took <= TIMEOUT_S + CONFIRM_GRACE_S + 0.5, took
+        # Vouched for until the freeze at the latest and at most a window before the pings failed. gRPC
+        # does not always close the connection within the window (two ping intervals, 0.4 s here): in 16
+        # of 162 runs (this code and the code of two commits before alike) the ping failure surfaced
+        # 1.2 s after the freeze, so the session counted from 0.8 s after it and ended 2.80 s after it,
+        # every time. The slack covers that lag of gRPC's, not the session's own timing.
+        assert TIMEOUT_S + CONFIRM_GRACE_S - 0.4 - 0.2 <= took <= TIMEOUT_S + CONFIRM_GRACE_S + 1.0, took
 
     run(body())
 

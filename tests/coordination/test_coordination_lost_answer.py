@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 
 class LostAnswer:
     """Once armed, the stream of ``victim`` breaks (UNAVAILABLE) as the next answer of the kind chosen comes,
-    unread: the answer to a barrier arrival that passed (``passed``), or a heartbeat confirmation (the
+    unread: the answer to a barrier or gather arrival that passed (``passed``), or a heartbeat confirmation (the
     instance still open). ``lost``: the request ids whose answer was lost (0 for a confirmation)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, victim: Session, *, passed: bool) -> None:
@@ -48,7 +48,7 @@ class LostAnswer:
             async def read(self) -> Any:
                 response = await self._call.read()
                 if outer.armed and not outer.lost and isinstance(response, pb.HeartbeatResponse):
-                    answer = bool(response.request_id and response.instance)
+                    answer = bool(response.request_id and (response.instance or response.HasField("gathered")))
                     if answer if passed else not response.request_id:
                         outer.lost.append(response.request_id)
                         metadata = grpc.aio.Metadata()
@@ -147,6 +147,72 @@ def test_an_arrival_sent_again_asks_only_for_what_is_left_of_its_timeout(monkeyp
                 assert 0.05 <= sent[1] <= 8.0 - 1.0, sent  # at least the second waited is gone from it
                 assert await opened[1].barrier("sync", timeout=20.0) == 1
                 assert await asyncio.wait_for(waiting, 30) == 1
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+async def gathering(client: Any, name: str) -> tuple[int, ...] | None:
+    """Who arrived at gather ``name``'s open instance (None: no open instance)."""
+    found = [b for b in (await client.status()).barriers if b.name == name and b.kind == "gather"]
+    return found[0].arrived if found else None
+
+
+def test_a_gather_whose_stream_breaks_as_it_passes_gets_the_table_it_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for a barrier: the gather passed with this host's value in it, and the answer (the table) was lost
+    with the stream. The session asks for it again, by the arrival's request id, and the service sends the
+    same table every host got. Before, the call failed with the broken session's error, and init's core-ID
+    merge on that host ended the generation."""
+
+    async def body() -> None:
+        async with serving(make_config(3)) as cluster:
+            opened, runs = await sessions(cluster)
+            lossy = LostAnswer(monkeypatch, opened[0], passed=True)
+            lossy.armed = True
+            try:
+                others = [asyncio.create_task(s.gather("cores", f"v{i}".encode(), timeout=20.0))
+                          for i, s in enumerate(opened) if i]  # fmt: skip
+                await until(lambda: _is(gathering(cluster.clients[0], "cores"), (1, 2)), "hosts 1 and 2 at #1")
+                table = await asyncio.wait_for(opened[0].gather("cores", b"v0", timeout=20.0), 30)
+                assert table == [b"v0", b"v1", b"v2"]
+                assert len(lossy.lost) == 1  # its answer was lost with the stream, and asked again
+                assert await asyncio.gather(*others) == [table, table]
+                # in step: the next round passes on every host at #2
+                again = await asyncio.gather(*(s.gather("cores", b"w", timeout=20.0) for s in opened))
+                assert again == [[b"w"] * 3] * 3
+            finally:
+                await close(runs)
+
+    run(body())
+
+
+def test_a_gather_whose_stream_breaks_while_it_waits_arrives_again_with_its_value_and_passes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Soak seed 130024: the coordinator cut off for 0.47 s while a host waited in init's core-ID gather;
+    its stream closed on an unanswered keepalive ping, the service withdrew the arrival, and the host,
+    failed with "the session ... broke while the call waited", re-registered and ended the generation. The
+    session rides out the break: the arrival (its value with it) arrives again on the new stream."""
+
+    caplog.set_level(logging.INFO, logger="tpuctl.coordination")
+
+    async def body() -> None:
+        async with serving(make_config(2)) as cluster:
+            opened, runs = await sessions(cluster)
+            lossy = LostAnswer(monkeypatch, opened[0], passed=False)
+            try:
+                waiting = asyncio.create_task(opened[0].gather("cores", b"mine", timeout=20.0))
+                await until(lambda: _is(gathering(cluster.clients[1], "cores"), (0,)), "host 0 at #1")
+                lossy.armed = True  # the next heartbeat confirmation is lost with the stream
+
+                async def arrived_again() -> bool:
+                    return "arriving again" in caplog.text and await _is(gathering(cluster.clients[1], "cores"), (0,))
+
+                await until(arrived_again, "host 0 at #1 again, on its new stream", timeout=15.0)
+                assert lossy.lost == [0] and not waiting.done()
+                assert await opened[1].gather("cores", b"yours", timeout=20.0) == [b"mine", b"yours"]
+                assert await asyncio.wait_for(waiting, 30) == [b"mine", b"yours"]
             finally:
                 await close(runs)
 

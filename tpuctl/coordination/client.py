@@ -502,15 +502,20 @@ class CoordinationClient(Channel):
         )
         return convert.rendezvous_progress(response, kind=kind, name=name)
 
-    async def call_outcome(self, task: TaskRef, name: str, request_id: int) -> tuple[bool, int | None]:
-        """What became of this task's barrier arrival sent with ``request_id`` on its session, whose answer
-        the session lost: (whether it still counts, the instance number once it passed). A failed instance
-        raises its failure, as the arrival's answer would have."""
+    async def call_outcome(
+        self, task: TaskRef, name: str, request_id: int, *, kind: RendezvousKind = "barrier"
+    ) -> pb.RendezvousProgressResponse:
+        """What became of this task's barrier (or gather) arrival sent with ``request_id`` on its session,
+        whose answer the session lost: ``counted`` (it still counts), and once it passed ``passed``,
+        ``instance`` and, for a gather, its table (``gathered``). A failed instance raises its failure, as
+        the arrival's answer would have."""
         request = pb.RendezvousProgressRequest(
-            task=convert.task_ref_pb(task), name=name, kind=convert.kind_pb("barrier"), request_id=request_id
+            task=convert.task_ref_pb(task), name=name, kind=convert.kind_pb(kind), request_id=request_id
         )
-        response = await self._call(self.stub.RendezvousProgress, request, f"barrier {shown(name)}", self.rpc_timeout)
-        return response.counted, (response.instance if response.passed else None)
+        response: pb.RendezvousProgressResponse = await self._call(
+            self.stub.RendezvousProgress, request, f"{kind} {shown(name)}", self.rpc_timeout
+        )
+        return response
 
     async def kv_set(
         self, key: str, value: bytes, *, allow_overwrite: bool = False, task: TaskRef | None = None

@@ -48,6 +48,7 @@ from tpuctl.coordination.values import (
     SAMPLE,
     BarrierId,
     ClusterFailure,
+    Gathered,
     Membership,
     Moved,
     Pending,
@@ -406,7 +407,10 @@ class CoordinationServicer:
         self.counters.built += 1
         if request.request_id:  # what became of an arrival whose answer its session lost
             outcome = self._state.call_outcome(caller, request.name, request.request_id, kind=kind, now=self._clock())
-            return convert.call_outcome_response(outcome)
+            response = convert.call_outcome_response(outcome)
+            if isinstance(outcome, Gathered):  # the table its lost answer carried, encoded once for every caller
+                response.gathered.MergeFromString(self._shared.gathered(request.name, outcome)[0])
+            return response
         found = self._state.rendezvous_progress(caller, request.name, kind=kind, now=self._clock())
         return convert.rendezvous_progress_response(found)
 

@@ -300,9 +300,9 @@ class Session:
                 try:
                     return future.result()
                 except CoordinatorUnreachable as broke:
-                    if kind != "barrier" or self._ended is not None or self._reopened == reopened:
+                    if self._ended is not None or self._reopened == reopened:
                         raise
-                    answer = await self._lost_answer(request_id, name, broke, started + own + WITHDRAW_GRACE_S)
+                    answer = await self._lost_answer(request_id, kind, name, broke, started + own + WITHDRAW_GRACE_S)
                     if answer is not None:
                         return answer
                     if again == REARRIVALS or self._ended is not None or time.monotonic() >= started + own:
@@ -337,24 +337,29 @@ class Session:
         )
 
     async def _lost_answer(
-        self, request_id: int, name: str, broke: CoordinatorUnreachable, deadline: float
+        self, request_id: int, kind: RendezvousKind, name: str, broke: CoordinatorUnreachable, deadline: float
     ) -> pb.HeartbeatResponse | None:
-        """The stream broke under a barrier arrival before its answer came, and a new one is up: ask the
-        service what became of it, by its request id. Passed (the answer was on its way when the stream
-        broke): the instance number, as every host hears. Failed: that failure. No longer counted (the
-        service withdrew it as the stream ended): None, and the caller arrives again on the new stream,
-        joining the instance where the others wait. Still counted and open (the service has not seen the old stream end yet):
-        asked again, until ``deadline`` (the call's own) and ``LOST_ANSWER_S`` at least."""
+        """The stream broke under a barrier or gather arrival before its answer came, and a new one is up:
+        ask the service what became of it, by its request id. Passed (the answer was on its way when the
+        stream broke): the instance number (and a gather's table), as every host hears. Failed: that failure.
+        No longer counted (the service withdrew it as the stream ended): None, and the caller arrives again
+        on the new stream, joining the instance where the others wait. Still counted and open (the service
+        has not seen the old stream end yet): asked again, until ``deadline`` (the call's own) and
+        ``LOST_ANSWER_S`` at least. One small call per try, and only after a break."""
         deadline = max(deadline, time.monotonic() + LOST_ANSWER_S)
         while True:
             try:
-                counted, instance = await self._client.call_outcome(self.membership.task, name, request_id)
+                outcome = await self._client.call_outcome(self.membership.task, name, request_id, kind=kind)
             except CoordinatorUnreachable:
                 raise broke from None
-            if instance is not None:
-                log.info("barrier %s #%d passed as this host's session broke: its answer was asked again", shown(name), instance)
-                return pb.HeartbeatResponse(request_id=request_id, instance=instance)
-            if not counted:
+            if outcome.passed:
+                log.info("%s %s #%d passed as this host's session broke: its answer was asked again", kind, shown(name),
+                         outcome.instance)  # fmt: skip
+                answer = pb.HeartbeatResponse(request_id=request_id, instance=outcome.instance)
+                if kind == "gather":
+                    answer.gathered.CopyFrom(outcome.gathered)
+                return answer
+            if not outcome.counted:
                 return None
             if time.monotonic() >= deadline:
                 raise broke

@@ -1574,8 +1574,8 @@ class RendezvousProgressRequest(_message.Message):
     """Not 0: what became of the caller's arrival sent with this `request_id` on its session stream (the
     stream broke before its answer came), instead of where its latest call stands. Answered with
     `counted` (the arrival still counts: its stream's end did not withdraw it, nor did a later call take
-    its place) and, if it does, `instance`, `done` and `passed`; an instance that failed is answered as
-    the arrival's own refusal would have been: this call's status.
+    its place) and, if it does, `instance`, `done` and `passed` (and a passed gather's `gathered`); an
+    instance that failed is answered as the arrival's own refusal would have been: this call's status.
     """
     @_builtins.property
     def task(self) -> Global___TaskRef: ...
@@ -1608,6 +1608,7 @@ class RendezvousProgressResponse(_message.Message):
     DONE_FIELD_NUMBER: _builtins.int
     COUNTED_FIELD_NUMBER: _builtins.int
     PASSED_FIELD_NUMBER: _builtins.int
+    GATHERED_FIELD_NUMBER: _builtins.int
     found: _builtins.bool
     """False: the caller never called this name."""
     instance: _builtins.int
@@ -1625,6 +1626,10 @@ class RendezvousProgressResponse(_message.Message):
     def missing(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskInfo]:
         """The first (lowest-id) tasks that have not arrived, at most 10."""
 
+    @_builtins.property
+    def gathered(self) -> Global___GatherResponse:
+        """With `passed`, of a gather: its table, as the arrival's own answer would have carried it."""
+
     def __init__(
         self,
         *,
@@ -1637,10 +1642,11 @@ class RendezvousProgressResponse(_message.Message):
         done: _builtins.bool = ...,
         counted: _builtins.bool = ...,
         passed: _builtins.bool = ...,
+        gathered: Global___GatherResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gathered", b"gathered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "counted", b"counted", "done", b"done", "found", b"found", "instance", b"instance", "missing", b"missing", "passed", b"passed", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived", b"arrived", "counted", b"counted", "done", b"done", "found", b"found", "gathered", b"gathered", "instance", b"instance", "missing", b"missing", "passed", b"passed", "seconds_left", b"seconds_left", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
