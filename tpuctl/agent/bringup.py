@@ -1204,13 +1204,13 @@ class Agent:
                 await client.report_error(gen.membership.task, cause, shutdown=True, within=max(0.05, left))
                 return
             except asyncio.CancelledError:
-                # The shutdown reached this agent too before the report's answer did, or the agent moved to
-                # another coordinator: either closed the client under the call. Not a cancelled command.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
+                # The shutdown reached this agent too before the report's answer did (its tear-down closed
+                # the client under the call), or the agent moved to another coordinator (it closed the old
+                # client). Either is not a cancelled command, which raises.
                 if self.stop.is_set():
                     return
+                if self.client is client:
+                    raise
                 error: TpuctlError = CoordinatorUnreachable(f"the connection to {client.target} closed under the call")
             except (CoordinatorUnreachable, GenerationOver, DeadlineError) as exc:
                 error = exc  # not there yet, or this host's generation ended: try again once something changes
