@@ -212,8 +212,8 @@ def test_a_frozen_coordinator_ends_a_keepalive_session_within_the_heartbeat_time
         # does not always close the connection within the window (two ping intervals, 0.4 s here): in 16
         # of 162 runs (this code and the code of two commits before alike) the ping failure surfaced
         # 1.2 s after the freeze, so the session counted from 0.8 s after it and ended 2.80 s after it,
-        # every time. The slack covers that lag of gRPC's, not the session's own timing.
-        assert TIMEOUT_S + CONFIRM_GRACE_S - 0.4 - 0.2 <= took <= TIMEOUT_S + CONFIRM_GRACE_S + 1.0, took
+        # every time. The slack covers that lag of gRPC's (0.8 s) and a loaded machine's scheduling.
+        assert TIMEOUT_S + CONFIRM_GRACE_S - 0.4 - 0.2 <= took <= TIMEOUT_S + CONFIRM_GRACE_S + 1.5, took
 
     run(body())
 

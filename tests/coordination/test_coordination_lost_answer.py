@@ -217,3 +217,25 @@ def test_a_gather_whose_stream_breaks_while_it_waits_arrives_again_with_its_valu
                 await close(runs)
 
     run(body())
+
+
+def test_a_lost_gather_answer_is_encoded_once_per_instance_for_every_host_that_asks() -> None:
+    """Every host whose stream broke as a gather passed asks for the table: the reply (its table's bytes as
+    the stream sent them) is built once per instance, not once per host, and parses to the same table."""
+    from tpuctl.coordination import convert
+    from tpuctl.coordination.shared import SharedAnswers
+    from tpuctl.coordination.values import Counters, Gathered
+
+    answers = SharedAnswers(Counters())
+    first = Gathered(1, (b"a", b"b", b"c"))
+    replies = [answers.lost_gather("cores", first) for _ in range(100)]
+    assert all(reply is replies[0] for reply in replies)
+    assert answers.counters.encoded == 2  # the table once, the reply once
+    parsed = pb.RendezvousProgressResponse.FromString(replies[0])
+    assert (parsed.counted, parsed.passed, parsed.instance) == (True, True, 1)
+    assert convert.gather_values(parsed.gathered) == [b"a", b"b", b"c"]
+    second = Gathered(2, (b"x", b"y", b"z"))
+    assert convert.gather_values(pb.RendezvousProgressResponse.FromString(answers.lost_gather("cores", second)).gathered) == [
+        b"x", b"y", b"z"
+    ]  # fmt: skip
+    assert answers.counters.encoded == 4

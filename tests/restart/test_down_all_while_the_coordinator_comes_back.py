@@ -31,7 +31,7 @@ BACK_AFTER_S = 1.0  # task 0's init runs again this long after the kill (the age
 
 
 def test_down_all_waits_for_a_coordinator_that_comes_back(make_cluster) -> None:
-    c = make_cluster("v4-32", **SPEC)  # 4 hosts
+    c = make_cluster("v4-32", **SPEC, successors="[0]")  # 4 hosts; nobody but task 0 serves
     c.up()
     agents = {t: c.agent_pid(t) for t in range(4)}
     os.kill(agents[0], signal.SIGKILL)

@@ -95,6 +95,7 @@ REGISTER_PROGRESS_EVERY_S = 2.0  # how often registration names the hosts still 
 REPORT_TIMEOUT_S = 5.0  # telling the cluster why init failed here, before exiting
 SHUTDOWN_WITHIN_S = 10.0  # `tpuctl down --all` telling the coordinator (its CLI waits 15 s for the answer)
 SHUTDOWN_RETRY_S = 0.25  # ... trying again at least this often while it cannot
+SHUTDOWN_SETTLE_S = 2.0  # ... asking the service whether a refusal was for a shutdown already out
 INTERRUPTED_REPORT_S = 2.0  # ... when init was interrupted (it waits launch.STOP_WAIT_S for this agent to go)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # leave the cluster
 TELL_PEERS_S = 10.0  # the longest task 0 keeps its service up for hosts that have not heard why init failed
@@ -1173,10 +1174,11 @@ class Agent:
 
     async def leave(self, *, everyone: bool) -> None:
         """``tpuctl down``: leave the cluster; ``everyone`` (``--all``): shut every host down first. Raises
-        (and this agent stays) when the shutdown could not be told within ``SHUTDOWN_WITHIN_S``."""
+        (and this agent stays, unless it was stopping anyway) when the shutdown could not be told within
+        ``SHUTDOWN_WITHIN_S``."""
         if everyone:
             await self._shut_the_cluster_down()
-            self.shutdown_all = True
+            self.shutdown_all = True  # told (the service answered) or heard: every host leaves
         self.stop.set()
         self.notify()
 
@@ -1185,18 +1187,14 @@ class Agent:
         connection being made again (a cut just healed), a generation re-forming (this host not registered
         in it yet) or a coordinator moving is waited out: tried again on every change this agent sees, and
         at least every ``SHUTDOWN_RETRY_S``, each try waiting for the channel up to what is left. A
-        shutdown this agent hears meanwhile (someone else's) is done."""
+        shutdown heard meanwhile (this report's, its answer lost; or another host's) is done. Raises when
+        this agent stops for another reason meanwhile, or the cluster is not running: nothing was shut down."""
         cause = "tpuctl down --all"  # the service's words: "task 1 (10.0.0.3) shut the cluster down: tpuctl down --all"
         deadline = time.monotonic() + SHUTDOWN_WITHIN_S
         while True:
             if self.shutdown_all:
-                return  # the cluster was shut down meanwhile (another host's `down --all`): done
-            if self.cluster_error is not None:
-                raise ClusterError(
-                    f"task {self.task}: the cluster is not running, so there is nothing to shut down: "
-                    f"{self.cluster_error.message}",
-                    hint="`tpuctl down` stops this host's agent",
-                )
+                return  # heard: the shutdown is out
+            self._check_can_shut_down()
             client, gen, changed = self.client, self.current, self.changed
             assert client is not None and gen is not None
             left = deadline - time.monotonic()
@@ -1204,23 +1202,18 @@ class Agent:
                 await client.report_error(gen.membership.task, cause, shutdown=True, within=max(0.05, left))
                 return
             except asyncio.CancelledError:
-                # The shutdown reached this agent too before the report's answer did (its tear-down closed
-                # the client under the call), or the agent moved to another coordinator (it closed the old
-                # client). Either is not a cancelled command, which raises.
-                if self.stop.is_set():
-                    return
-                if self.client is client:
+                # The client was closed under the call: this agent stopping (the shutdown it heard, or
+                # another reason: the loop's checks say which) or moving to another coordinator. Anything
+                # else is a cancelled command, which raises.
+                if not self.stop.is_set() and self.client is client:
                     raise
                 error: TpuctlError = CoordinatorUnreachable(f"the connection to {client.target} closed under the call")
             except (CoordinatorUnreachable, GenerationOver, DeadlineError) as exc:
                 error = exc  # not there yet, or this host's generation ended: try again once something changes
             except ClusterError:
-                # Refused: the cluster is in error already. If that is another host's shutdown, this host's
-                # session brings it within moments; anything else is the answer.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    settle = min(max(0.0, deadline - time.monotonic()), SHUTDOWN_RETRY_S * 4)
-                    await asyncio.wait_for(changed.wait(), settle)
-                if self.shutdown_all:
+                # Refused: the cluster is in error already, perhaps by this very report (sent, its answer
+                # lost) or another host's shutdown. The service says which; anything else is the answer.
+                if await self._shut_down_already(gen, deadline):
                     return
                 raise
             left = deadline - time.monotonic()
@@ -1234,6 +1227,36 @@ class Agent:
                 )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, SHUTDOWN_RETRY_S))
+
+    def _check_can_shut_down(self) -> None:
+        """Raise when there is no running cluster for ``tpuctl down --all`` to shut down from here."""
+        if self.cluster_error is not None:
+            raise ClusterError(
+                f"task {self.task}: the cluster is not running, so there is nothing to shut down: "
+                f"{self.cluster_error.message}",
+                hint="`tpuctl down` stops this host's agent",
+            )
+        if self.stop.is_set():
+            raise ClusterError(
+                f"task {self.task}: this host's agent is stopping (`tpuctl down`, or a signal) before it could "
+                "tell the coordinator; the cluster was not shut down",
+                hint="run `tpuctl down --all` on another host whose agent is up",
+            )
+
+    async def _shut_down_already(self, gen: Generation, deadline: float) -> bool:
+        """Whether the cluster's error is a shutdown, as this agent heard it or the service says (one error
+        poll, within ``SHUTDOWN_SETTLE_S`` and ``deadline``)."""
+        if self.shutdown_all:
+            return True
+        assert self.client is not None
+        within = max(0.05, min(SHUTDOWN_SETTLE_S, deadline - time.monotonic()))
+        try:
+            failure = await asyncio.wait_for(
+                self.client.watch_errors(gen.membership.task, timeout=0.1, give_up_after=0.0), within
+            )
+        except (TpuctlError, asyncio.TimeoutError):
+            return self.shutdown_all
+        return self.shutdown_all or (failure is not None and failure.shutdown)
 
     @property
     def description(self) -> AgentInfo:

@@ -35,8 +35,9 @@ def down(everyone: bool, state_dir: str | None) -> None:
     With --all the agent waits up to 10 s for a coordinator that is reconnecting, restarting or
     moving, and tells it once it answers.
 
-    Exit codes: 0 stopped; 3 with --all, the coordinator could not be told within 10 s: nothing
-    was shut down and this agent still runs; 5 no agent runs for this state dir (or it did not stop
+    Exit codes: 0 stopped; 3 with --all, nothing was shut down: the coordinator could not be told
+    within 10 s (this agent still runs), the cluster is not running, or this agent was stopping
+    anyway; 5 no agent runs for this state dir (or it did not stop
     in time, or with --all it could not take the command: it stopped alone, the cluster was not
     shut down).
     """

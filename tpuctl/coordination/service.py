@@ -62,6 +62,7 @@ from tpuctl.coordination.values import (
 )
 from tpuctl.coordination.watch import TICK_S as WATCH_TICK_S
 from tpuctl.coordination.watch import ClusterWatch
+from tpuctl.messages import shown
 from tpuctl.proto import coordination_pb2 as pb
 from tpuctl.protowire import length_delimited
 
@@ -407,10 +408,11 @@ class CoordinationServicer:
         self.counters.built += 1
         if request.request_id:  # what became of an arrival whose answer its session lost
             outcome = self._state.call_outcome(caller, request.name, request.request_id, kind=kind, now=self._clock())
-            response = convert.call_outcome_response(outcome)
-            if isinstance(outcome, Gathered):  # the table its lost answer carried, encoded once for every caller
-                response.gathered.MergeFromString(self._shared.gathered(request.name, outcome)[0])
-            return response
+            if isinstance(outcome, Gathered):  # with the table its lost answer carried, encoded once for all
+                return self._shared.lost_gather(request.name, outcome)
+            if kind == "gather" and isinstance(outcome, int):  # never "passed" without the table
+                raise Refused(Reason.INVALID, f"gather {shown(request.name)} #{outcome} passed, and its table is gone")
+            return convert.call_outcome_response(outcome)
         found = self._state.rendezvous_progress(caller, request.name, kind=kind, now=self._clock())
         return convert.rendezvous_progress_response(found)
 

@@ -353,6 +353,8 @@ class Session:
             except CoordinatorUnreachable:
                 raise broke from None
             if outcome.passed:
+                if kind == "gather" and not outcome.HasField("gathered"):
+                    raise broke  # an older v17 service answers without the table: fail as before
                 log.info("%s %s #%d passed as this host's session broke: its answer was asked again", kind, shown(name),
                          outcome.instance)  # fmt: skip
                 answer = pb.HeartbeatResponse(request_id=request_id, instance=outcome.instance)

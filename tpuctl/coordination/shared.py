@@ -18,7 +18,10 @@ from tpuctl.coordination import convert
 from tpuctl.coordination.fanout import fanout_width
 from tpuctl.coordination.values import ClusterFailure, Counters, Gathered
 from tpuctl.proto import coordination_pb2 as pb
+from tpuctl.protowire import length_delimited
 
+LOST_TABLE_FIELD = pb.RendezvousProgressResponse.DESCRIPTOR.fields_by_name["gathered"].number
+"""``RendezvousProgressResponse.gathered``: appended to the encoded reply as the table's own bytes."""
 MAX_POLL_S = 60.0
 """Longest a long poll (registration progress, error poll) is held before answering "nothing yet"."""
 
@@ -37,6 +40,8 @@ class SharedAnswers:
         self._error: tuple[ClusterFailure, bytes, bytes] | None = None
         """The cluster's error as an error poll's answer and as a session's push, encoded once."""
         self._gathered: dict[str, tuple[Gathered, bytes, asyncio.Semaphore]] = {}
+        self._lost: dict[str, tuple[Gathered, bytes]] = {}
+        """Per gather name, its latest passed instance as a lost answer's reply (``lost_gather``)."""
 
     def share(self, key: str, build: Callable[[], Message]) -> bytes:
         """An answer that is the same for every caller, serialized once."""
@@ -62,6 +67,19 @@ class SharedAnswers:
             gate = asyncio.Semaphore(fanout_width(len(data)))
             cached = self._gathered[name] = (gathered, data, gate)
         return cached[1], cached[2]
+
+    def lost_gather(self, name: str, gathered: Gathered) -> bytes:
+        """What became of a gather arrival whose answer its session lost, once it passed: a
+        ``RendezvousProgressResponse`` with the table, encoded once per instance (the table's bytes are
+        ``gathered``'s, not copied per caller), for every host that asks."""
+        data, _ = self.gathered(name, gathered)
+        key = f"lost-gather:{name}"
+        cached = self._lost.get(key)
+        if cached is None or cached[0] is not gathered:
+            self.counters.encoded += 1
+            head = convert.call_outcome_response(gathered).SerializeToString()
+            cached = self._lost[key] = (gathered, head + length_delimited(LOST_TABLE_FIELD, data))
+        return cached[1]
 
     def error(self, failure: ClusterFailure) -> tuple[bytes, bytes]:
         """The cluster's error as a ``PollForErrorResponse`` and as a session's ``HeartbeatResponse``."""
