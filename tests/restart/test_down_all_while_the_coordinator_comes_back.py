@@ -72,3 +72,21 @@ def test_down_all_gives_up_within_its_bound_when_the_coordinator_stays_away(make
     assert "the cluster was not shut down" in done.err, done.err
     assert 9.0 <= took < 20.0, took  # the agent's bound (10 s), under the command's own wait for it (15 s)
     assert pid_alive(agents[1]), "the agent must stay: nothing was shut down"
+
+
+def test_two_hosts_shutting_the_cluster_down_at_once_both_succeed(make_cluster) -> None:
+    """Two operators run ``tpuctl down --all`` on two hosts at once. One report ends the cluster; the other,
+    if its agent took it in time, is refused (the cluster is in error already) and asks the service what
+    the error is: a shutdown is what it asked for, so it exits 0 too, never 3 ("not shut down"). A command
+    that comes after its agent already left for the other's shutdown finds no agent (exit 5)."""
+    c = make_cluster("v4-32", **SPEC)  # 4 hosts
+    c.up()
+    agents = [c.agent_pid(t) for t in range(4)]
+    downs = [c.spawn("down", "--all", task=t) for t in (1, 2)]
+    results = [c.wait(down.label, 40) for down in downs]
+    for done in results:
+        shut = done.code == 0 and "the cluster shut down" in done.err
+        late = done.code == 5 and "no tpuctl agent is running" in done.err
+        assert shut or late, f"{done.code}: {done.err}\n{c.logs()}"
+    assert any(done.code == 0 for done in results), [done.err for done in results]
+    wait_until(lambda: not any(pid_alive(p) for p in agents), 15.0, "every agent to exit", logs=c.logs)

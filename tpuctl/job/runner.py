@@ -587,11 +587,16 @@ class JobRunner:
                 finally:
                     signal.signal(signal.SIGTTOU, old)
 
-        if self.printed is None:
-            return subprocess.Popen(self.command, env=environ, preexec_fn=child_setup)
-        proc = subprocess.Popen(
-            self.command, env=environ, preexec_fn=child_setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        # Without a terminal to hand over, the job's own process group is set by subprocess itself, with no
+        # Python code between fork and exec: this process runs threads (the watcher, the reaper; in a test,
+        # gRPC's and JAX's), and Python code in the forked child of a threaded process can deadlock or abort
+        # (a job once died with SIGABRT there, exit 134, with gRPC's threads in the parent).
+        group: dict[str, Any] = (
+            {"process_group": 0} if tty is None and sys.version_info >= (3, 11) else {"preexec_fn": child_setup}
         )
+        if self.printed is None:
+            return subprocess.Popen(self.command, env=environ, **group)
+        proc = subprocess.Popen(self.command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **group)
         assert proc.stdout is not None and proc.stderr is not None
         self.printed.follow(proc.stdout, sys.stdout.buffer, proc.pid)
         self.printed.follow(proc.stderr, sys.stderr.buffer, proc.pid)
