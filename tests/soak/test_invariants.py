@@ -361,3 +361,28 @@ def test_a_down_all_while_a_successor_coordinator_is_disturbed_need_stop_nobody(
     disturbed = [Disturbed(2, T0 + 1.0, T0 + 4.0)]
     assert inv.told_of_down_all(T0 + 5.0, disturbed, hosts=4, reconnect=5.0, coordinator=2) == []
     assert inv.told_of_down_all(T0 + 5.0, disturbed, hosts=4, reconnect=5.0, coordinator=0) == [0, 1, 3]
+
+
+def test_a_full_round_after_an_earlier_call_that_was_counted_in_it_times_out_only_for_those_hosts() -> None:
+    """Seed 2548 (the fixed slice, under CI load): tasks 0, 1, 4, 5 called with a 1.2 s timeout at 0.44 s
+    while the coordinator was stopped; their withdrawals reached it after the other hosts' calls of the round
+    at 2.06 s, so the instance passed with all eight and those calls exited 0 (a pass that races a
+    withdrawal wins, as documented). Their calls of the 2.06 s round are their next ones: they wait at #3
+    alone and time out. That is counting, not a defect; any other outcome of theirs, or any failure of the
+    other hosts, still is."""
+    first = [(t, 0, 0.44, 2.12) for t in (0, 1, 4, 5)]
+    full = [(t, 4 if t in (0, 1, 4, 5) else 0, 2.06, 12.1) for t in range(8)]
+    ahead = inv.counted_ahead(full, first)
+    assert ahead == {0, 1, 4, 5}
+    timeout = "tpuctl: error: barrier 'step' #3 timed out after 10.0 s: 4 of 8 hosts arrived; missing: task 2 (10.0.0.4)"
+    results = [(t, code, timeout if code else "") for t, code, _, _ in full]
+    assert inv.barrier_outcomes(results, callers=range(8), hosts=8, must_pass=True, what="r", ahead=ahead) == []
+    # without the earlier calls counted it is the violation it always was
+    (found,) = inv.barrier_outcomes(results, callers=range(8), hosts=8, must_pass=True, what="r")
+    assert found.invariant == "barrier" and "failed on 4 of 8 hosts" in found.detail
+    # an excused host that fails otherwise (not a timeout), or a host not ahead that fails, is still one
+    other = [(0, 3, "tpuctl: error: the cluster failed")] + results[1:]
+    assert inv.barrier_outcomes(other, callers=range(8), hosts=8, must_pass=True, what="r", ahead=ahead)
+    assert inv.barrier_outcomes(results, callers=range(8), hosts=8, must_pass=True, what="r", ahead={0, 1, 4})
+    # a call that ended before the round began, or failed, or began after it, was not counted in it
+    assert inv.counted_ahead(full, [(0, 0, 0.44, 1.9), (1, 4, 0.44, 2.2), (4, 0, 2.5, 3.0)]) == set()

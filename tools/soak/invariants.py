@@ -434,18 +434,44 @@ def joined_elsewhere(
     }  # fmt: skip
 
 
+def counted_ahead(
+    round_: Sequence[tuple[int, int | None, float, float | None]],
+    others: Sequence[tuple[int, int | None, float, float | None]],
+) -> set[int]:
+    """The hosts of a barrier round whose call of another round, made before this round began, passed while
+    this round's calls ran. Calls join by count: that call was counted in the instance this round's other
+    callers met, so this host's call of this round is its next one and waits in the next instance alone
+    (seed 2548: tasks 0, 1, 4, 5 called with a 1.2 s timeout while the coordinator was stopped; the
+    withdrawals reached it after the other hosts' calls of the next round, the instance passed with all
+    eight, as documented for a pass that races a withdrawal, and their calls of that round timed out at #3)."""
+    if not round_:
+        return set()
+    start = min(started for _, _, started, _ in round_)
+    callers = {task for task, _, _, _ in round_}
+    return {
+        task for task, code, started, ended in others
+        if task in callers and code == 0 and started < start and (ended is None or ended >= start)
+    }  # fmt: skip
+
+
 def barrier_outcomes(
     results: Sequence[tuple[int, int | None, str]], *, callers: Sequence[int], hosts: int, must_pass: bool, what: str,
-    joined: Iterable[int] = (),
+    joined: Iterable[int] = (), ahead: Iterable[int] = (),
 ) -> list[Violation]:  # fmt: skip
     """A barrier round's outcomes, (task, exit code, stderr) per caller: a round every host called and
-    that had to pass did on every host; a round some hosts skipped passed nowhere, unless every host it
-    skipped is in ``joined`` (``joined_elsewhere``: a call of another round may have been counted in it); no
-    host is told it is itself missing. One violation per kind of problem and round, naming the hosts."""
+    that had to pass did on every host, but for the hosts in ``ahead`` (``counted_ahead``: their earlier
+    call was counted in this round's instance), which may time out, and only time out; a round some hosts
+    skipped passed nowhere, unless every host it skipped is in ``joined`` (``joined_elsewhere``: a call of
+    another round may have been counted in it); no host is told it is itself missing. One violation per
+    kind of problem and round, naming the hosts."""
     found = []
     full = len(callers) == hosts
     codes = " ".join(f"{task}:{'-' if code is None else code}" for task, code, _ in results)
-    failed = [(task, err) for task, code, err in results if code != 0]
+    excused = set(ahead)
+    failed = [
+        (task, err) for task, code, err in results
+        if code != 0 and not (task in excused and code == 4 and re.search(r"#\d+ timed out after", err))
+    ]  # fmt: skip
     if must_pass and full and failed:
         task, err = failed[0]
         known = next((k for t, e in failed if (k := _barrier_known(e, t))), "")

@@ -432,10 +432,14 @@ class Soak:
         for step, commands in barriers:
             results = [(x.task, x.code, x.err()) for x in commands]
             others = [(x.task, x.code, x.started, x.ended) for s, cs in barriers if s is not step for x in cs]
-            joined = inv.joined_elsewhere([(x.task, x.code, x.started, x.ended) for x in commands], others)
+            calls = [(x.task, x.code, x.started, x.ended) for x in commands]
+            joined, ahead = inv.joined_elsewhere(calls, others), inv.counted_ahead(calls, others)
             what = f"the schedule's barrier round at {step.at:.2f}s ({'every host' if step.action == sched.BARRIER_ALL else 'tasks ' + str(list(step.hosts))})"
             self.violations += inv.barrier_outcomes(results, callers=step.hosts, hosts=HOSTS,
-                                                    must_pass=step.expect == sched.PASS, what=what, joined=joined)  # fmt: skip
+                                                    must_pass=step.expect == sched.PASS, what=what, joined=joined,
+                                                    ahead=ahead)  # fmt: skip
+            if ahead:
+                self.notes.append(f"{what}: tasks {sorted(ahead)}' earlier calls were counted in its instance")
         round_ = [c.barrier(t, CHECK_BARRIER_TIMEOUT_S, sched.BARRIER) for t in range(HOSTS)]
         self._wait(round_, max(x.limit for x in round_) + 1.0)
         self.violations += inv.barrier_outcomes([(x.task, x.code, x.err()) for x in round_], callers=range(HOSTS),
