@@ -61,34 +61,62 @@ class LostAnswer:
         monkeypatch.setattr(Session, "_read", lossy_read)
 
 
-def test_a_barrier_whose_stream_breaks_as_it_passes_is_told_it_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+class Rendezvous:
+    """A barrier or a gather as these tests call it: ``call(session, host, round_)`` is host ``host``'s call
+    for round ``round_``, and ``passed(round_, hosts)`` what every call of that round returns once it passed
+    (a barrier's instance number; a gather's table, every host's value for the round)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.name = "sync" if kind == "barrier" else "cores"
+
+    def call(self, session: Session, host: int, round_: int = 1) -> Any:
+        if self.kind == "barrier":
+            return session.barrier(self.name, timeout=20.0)
+        return session.gather(self.name, f"v{host}.{round_}".encode(), timeout=20.0)
+
+    def passed(self, round_: int, hosts: int) -> Any:
+        return round_ if self.kind == "barrier" else [f"v{host}.{round_}".encode() for host in range(hosts)]
+
+
+@pytest.mark.parametrize("kind", ["barrier", "gather"])
+def test_a_call_whose_stream_breaks_as_it_passes_is_told_it_passed(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instance passed with this host counted, and the answer (a barrier's number, a gather's table) was
+    lost with the stream. The session asks for it again, by the arrival's request id, and the service sends
+    what every host got. Before, the call failed with the broken session's error (for a gather: init's
+    core-ID merge on that host ended the generation)."""
+    r = Rendezvous(kind)
+
     async def body() -> None:
         async with serving(make_config(3)) as cluster:
             opened, runs = await sessions(cluster)
             lossy = LostAnswer(monkeypatch, opened[0], passed=True)
             lossy.armed = True
             try:
-                others = [asyncio.create_task(s.barrier("sync", timeout=20.0)) for s in opened[1:]]
-                await until(lambda: _is(arrived(cluster.clients[0], "sync"), (1, 2)), "hosts 1 and 2 at #1")
-                assert await asyncio.wait_for(opened[0].barrier("sync", timeout=20.0), 30) == 1
+                others = [asyncio.create_task(r.call(s, i)) for i, s in enumerate(opened) if i]
+                await until(lambda: _is(arrived(cluster.clients[0], r.name), (1, 2)), "hosts 1 and 2 at #1")
+                assert await asyncio.wait_for(r.call(opened[0], 0), 30) == r.passed(1, 3)
                 assert len(lossy.lost) == 1  # its answer was lost with the stream, and asked again
-                assert await asyncio.gather(*others) == [1, 1]
+                assert await asyncio.gather(*others) == [r.passed(1, 3)] * 2
                 # in step: the next round passes on every host at #2
-                assert await asyncio.gather(*(s.barrier("sync", timeout=20.0) for s in opened)) == [2, 2, 2]
+                assert await asyncio.gather(*(r.call(s, i, 2) for i, s in enumerate(opened))) == [r.passed(2, 3)] * 3
             finally:
                 await close(runs)
 
     run(body())
 
 
-def test_a_barrier_whose_stream_breaks_while_it_waits_arrives_again_on_the_new_stream_and_passes(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", ["barrier", "gather"])
+def test_a_call_whose_stream_breaks_while_it_waits_arrives_again_on_the_new_stream_and_passes(
+    kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The session rides out the break (soak seed 50212: the coordinator cut off for 1.2 s, every host's
-    connection closed by unanswered keepalive pings, the generation survived): the arrival, withdrawn with
-    the old stream, arrives again on the new one. Before, the call failed with "the session ... broke while
-    the call waited" (exit 3) and the hosts whose streams held waited out their timeout alone."""
-
+    """The session rides out the break: the arrival (a gather's value with it), withdrawn with the old
+    stream, arrives again on the new one. Soak seed 50212 (a barrier): the coordinator cut off for 1.2 s,
+    every host's connection closed by unanswered keepalive pings, the generation survived; the call failed
+    with "the session ... broke while the call waited" (exit 3) and the hosts whose streams held waited out
+    their timeout alone. Soak seed 130024 (a gather): a 0.47 s cut during init's core-ID gather; the host
+    failed that way, re-registered and ended the generation."""
+    r = Rendezvous(kind)
     caplog.set_level(logging.INFO, logger="tpuctl.coordination")
 
     async def body() -> None:
@@ -96,19 +124,19 @@ def test_a_barrier_whose_stream_breaks_while_it_waits_arrives_again_on_the_new_s
             opened, runs = await sessions(cluster)
             lossy = LostAnswer(monkeypatch, opened[0], passed=False)
             try:
-                waiting = asyncio.create_task(opened[0].barrier("sync", timeout=20.0))
-                await until(lambda: _is(arrived(cluster.clients[1], "sync"), (0,)), "host 0 at #1")
+                waiting = asyncio.create_task(r.call(opened[0], 0))
+                await until(lambda: _is(arrived(cluster.clients[1], r.name), (0,)), "host 0 at #1")
                 lossy.armed = True  # the next heartbeat confirmation is lost with the stream
 
                 async def arrived_again() -> bool:
-                    return "arriving again" in caplog.text and await _is(arrived(cluster.clients[1], "sync"), (0,))
+                    return "arriving again" in caplog.text and await _is(arrived(cluster.clients[1], r.name), (0,))
 
                 await until(arrived_again, "host 0 at #1 again, on its new stream", timeout=15.0)
                 assert lossy.lost == [0] and not waiting.done()
-                assert await opened[1].barrier("sync", timeout=20.0) == 1  # host 1 meets it at #1
-                assert await asyncio.wait_for(waiting, 30) == 1
+                assert await r.call(opened[1], 1) == r.passed(1, 2)  # host 1 meets it at #1
+                assert await asyncio.wait_for(waiting, 30) == r.passed(1, 2)
                 # in step: the next round passes on both hosts at #2
-                assert await asyncio.gather(*(s.barrier("sync", timeout=20.0) for s in opened)) == [2, 2]
+                assert await asyncio.gather(*(r.call(s, i, 2) for i, s in enumerate(opened))) == [r.passed(2, 2)] * 2
             finally:
                 await close(runs)
 
@@ -147,72 +175,6 @@ def test_an_arrival_sent_again_asks_only_for_what_is_left_of_its_timeout(monkeyp
                 assert 0.05 <= sent[1] <= 8.0 - 1.0, sent  # at least the second waited is gone from it
                 assert await opened[1].barrier("sync", timeout=20.0) == 1
                 assert await asyncio.wait_for(waiting, 30) == 1
-            finally:
-                await close(runs)
-
-    run(body())
-
-
-async def gathering(client: Any, name: str) -> tuple[int, ...] | None:
-    """Who arrived at gather ``name``'s open instance (None: no open instance)."""
-    found = [b for b in (await client.status()).barriers if b.name == name and b.kind == "gather"]
-    return found[0].arrived if found else None
-
-
-def test_a_gather_whose_stream_breaks_as_it_passes_gets_the_table_it_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As for a barrier: the gather passed with this host's value in it, and the answer (the table) was lost
-    with the stream. The session asks for it again, by the arrival's request id, and the service sends the
-    same table every host got. Before, the call failed with the broken session's error, and init's core-ID
-    merge on that host ended the generation."""
-
-    async def body() -> None:
-        async with serving(make_config(3)) as cluster:
-            opened, runs = await sessions(cluster)
-            lossy = LostAnswer(monkeypatch, opened[0], passed=True)
-            lossy.armed = True
-            try:
-                others = [asyncio.create_task(s.gather("cores", f"v{i}".encode(), timeout=20.0))
-                          for i, s in enumerate(opened) if i]  # fmt: skip
-                await until(lambda: _is(gathering(cluster.clients[0], "cores"), (1, 2)), "hosts 1 and 2 at #1")
-                table = await asyncio.wait_for(opened[0].gather("cores", b"v0", timeout=20.0), 30)
-                assert table == [b"v0", b"v1", b"v2"]
-                assert len(lossy.lost) == 1  # its answer was lost with the stream, and asked again
-                assert await asyncio.gather(*others) == [table, table]
-                # in step: the next round passes on every host at #2
-                again = await asyncio.gather(*(s.gather("cores", b"w", timeout=20.0) for s in opened))
-                assert again == [[b"w"] * 3] * 3
-            finally:
-                await close(runs)
-
-    run(body())
-
-
-def test_a_gather_whose_stream_breaks_while_it_waits_arrives_again_with_its_value_and_passes(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Soak seed 130024: the coordinator cut off for 0.47 s while a host waited in init's core-ID gather;
-    its stream closed on an unanswered keepalive ping, the service withdrew the arrival, and the host,
-    failed with "the session ... broke while the call waited", re-registered and ended the generation. The
-    session rides out the break: the arrival (its value with it) arrives again on the new stream."""
-
-    caplog.set_level(logging.INFO, logger="tpuctl.coordination")
-
-    async def body() -> None:
-        async with serving(make_config(2)) as cluster:
-            opened, runs = await sessions(cluster)
-            lossy = LostAnswer(monkeypatch, opened[0], passed=False)
-            try:
-                waiting = asyncio.create_task(opened[0].gather("cores", b"mine", timeout=20.0))
-                await until(lambda: _is(gathering(cluster.clients[1], "cores"), (0,)), "host 0 at #1")
-                lossy.armed = True  # the next heartbeat confirmation is lost with the stream
-
-                async def arrived_again() -> bool:
-                    return "arriving again" in caplog.text and await _is(gathering(cluster.clients[1], "cores"), (0,))
-
-                await until(arrived_again, "host 0 at #1 again, on its new stream", timeout=15.0)
-                assert lossy.lost == [0] and not waiting.done()
-                assert await opened[1].gather("cores", b"yours", timeout=20.0) == [b"mine", b"yours"]
-                assert await asyncio.wait_for(waiting, 30) == [b"mine", b"yours"]
             finally:
                 await close(runs)
 

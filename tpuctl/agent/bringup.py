@@ -1043,11 +1043,8 @@ class Agent:
             return self._failure_end(exc.failure)
         if self.spec.restart.rejoin and isinstance(exc, ClusterError):
             if not isinstance(exc, CoordinatorUnreachable):
-                assert self.client is not None  # made before the first generation
                 try:
-                    failure = await asyncio.wait_for(
-                        self.client.watch_errors(membership.task, timeout=0.1, give_up_after=0.0), ENDED_POLL_S
-                    )
+                    failure = await self._error_now(gen, ENDED_POLL_S)
                 except GenerationOver as again:  # not a generation this coordinator had: it restarted
                     exc = again
                 except CoordinatorUnreachable as gone:
@@ -1071,6 +1068,12 @@ class Agent:
                 # (taken, the cluster failed) is final.
                 return GenerationEnd(generation, True, exc, again=True)
         return GenerationEnd(generation, False, exc)
+
+    async def _error_now(self, gen: Generation, within: float) -> ClusterFailure | None:
+        """The cluster's error as the service has it now (None: none): one error poll as ``gen``'s member,
+        answered within ``within`` s (``asyncio.TimeoutError`` after), its refusals raised as they come."""
+        assert self.client is not None  # made before the first generation
+        return await asyncio.wait_for(self.client.watch_errors(gen.membership.task, timeout=0.1, give_up_after=0.0), within)
 
     def _own_failure(self, exc: OSError) -> StateError:
         """An OSError of this host's own files the bring-up met (the state dir's socket, a write the state
@@ -1248,12 +1251,8 @@ class Agent:
         poll, within ``SHUTDOWN_SETTLE_S`` and ``deadline``)."""
         if self.shutdown_all:
             return True
-        assert self.client is not None
-        within = max(0.05, min(SHUTDOWN_SETTLE_S, deadline - time.monotonic()))
         try:
-            failure = await asyncio.wait_for(
-                self.client.watch_errors(gen.membership.task, timeout=0.1, give_up_after=0.0), within
-            )
+            failure = await self._error_now(gen, max(0.05, min(SHUTDOWN_SETTLE_S, deadline - time.monotonic())))
         except (TpuctlError, asyncio.TimeoutError):
             return self.shutdown_all
         return self.shutdown_all or (failure is not None and failure.shutdown)

@@ -57,10 +57,10 @@ own timeout may be longer), while its arrival still counts in an open instance: 
 once it sees the old stream end."""
 LOST_ANSWER_POLL_S = 0.2
 REARRIVALS = 3
-MIN_LEFT_S = 0.05
-"""The least timeout an arrival sent again asks for (its call's own is nearly out)."""
 """How many times a barrier arrival withdrawn with a broken stream arrives again on the session's next one
 (within the call's own timeout): a blip the session rides out does not fail the barriers waiting on it."""
+MIN_LEFT_S = 0.05
+"""The least timeout an arrival sent again asks for (its call's own is nearly out)."""
 
 
 class Session:

@@ -73,12 +73,11 @@ class SharedAnswers:
         ``RendezvousProgressResponse`` with the table, encoded once per instance (the table's bytes are
         ``gathered``'s, not copied per caller), for every host that asks."""
         data, _ = self.gathered(name, gathered)
-        key = f"lost-gather:{name}"
-        cached = self._lost.get(key)
+        cached = self._lost.get(name)
         if cached is None or cached[0] is not gathered:
             self.counters.encoded += 1
             head = convert.call_outcome_response(gathered).SerializeToString()
-            cached = self._lost[key] = (gathered, head + length_delimited(LOST_TABLE_FIELD, data))
+            cached = self._lost[name] = (gathered, head + length_delimited(LOST_TABLE_FIELD, data))
         return cached[1]
 
     def error(self, failure: ClusterFailure) -> tuple[bytes, bytes]:
